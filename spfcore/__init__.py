@@ -1,0 +1,9 @@
+"""spfcore: KV-cache retention, admission and eviction policies for vLLM's
+prefix cache, written as pip-installable plugins and judged against baselines
+and a Belady oracle in a simulator and in the real engine."""
+
+from spfcore.hookspecs import hookimpl, hookspec
+from spfcore.views import BlockView, Hint, RequestView, Score
+
+__version__ = "0.1.0"
+__all__ = ["hookimpl", "hookspec", "BlockView", "RequestView", "Score", "Hint", "__version__"]

@@ -1,0 +1,61 @@
+"""The ``spfcore`` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from spfcore import registry
+
+
+@click.group()
+@click.version_option(package_name="spfcore")
+def main() -> None:
+    """spfcore: prefix-cache eviction policies as plugins, judged in a simulator
+    and in a real vLLM engine."""
+
+
+@main.command("list-policies")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
+def list_policies(as_json: bool) -> None:
+    """Show the installed policies (entry-point group spfcore.policies)."""
+    infos = registry.discover()
+    if as_json:
+        click.echo(json.dumps([p.to_json() for p in infos], indent=2, default=str))
+        return
+    t = Table(title="spfcore policies")
+    for col in ("name", "distribution", "version", "capabilities", "status"):
+        t.add_column(col)
+    for p in infos:
+        t.add_row(p.name, p.distribution, p.version, ", ".join(p.capabilities) or "-",
+                  p.status if p.status == "ok" else f"[red]{p.status}[/red]")
+    Console().print(t)
+
+
+@main.command()
+@click.argument("name")
+def describe(name: str) -> None:
+    """Print one policy's parameters and docstring."""
+    try:
+        info = registry.get(name)
+    except registry.PolicyConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{info.name}  ({info.distribution} {info.version}, {info.entry_point})")
+    click.echo(f"capabilities: {', '.join(info.capabilities) or '-'}")
+    click.echo(f"hooks: {', '.join(info.hooks) or '- (vLLM order)'}")
+    click.echo("parameters:")
+    for p in info.parameters or ({"name": "-", "type": "", "default": ""},):
+        click.echo(f"  {p['name']}: {p['type']} = {p['default']!r}" if p["type"] else "  (none)")
+    click.echo("")
+    click.echo(info.doc)
+
+
+# Commands of other areas register here (one line each).
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

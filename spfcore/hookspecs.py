@@ -1,0 +1,184 @@
+"""The hook contract between spfcore and policy plugins (pluggy project "spfcore").
+
+One contract serves both drivers: the trace-driven simulator
+(:mod:`spfcore.sim`) and the vLLM adapter (:mod:`spfcore.engine.vllm_adapter`).
+Both call hooks through :class:`spfcore.runtime.PolicyRuntime`, so a policy makes
+the same decisions on the same event stream wherever it runs.
+
+Rules for policies:
+
+* Policies are deterministic functions of the events they are shown. They read
+  time only from the ``now`` argument (seconds; engine: ``time.monotonic()``,
+  simulator: the workload's virtual clock) or from ``RequestView.arrival_index``.
+* Hooks are called in batches (per request, per release, per allocation), never
+  once per block on a hot path. ``blocks`` arguments are sequences of
+  :class:`~spfcore.views.BlockView`; ``request`` is a
+  :class:`~spfcore.views.RequestView`.
+* A policy is a class registered under the entry-point group
+  ``spfcore.policies``; see :mod:`spfcore.registry`.
+
+Observation hooks are called on every registered plugin. Decision hooks
+(score, admit, choose victims, prefetch) are ``firstresult``: the run's single
+selected policy answers, and ``None`` means "use the default".
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+PROJECT = "spfcore"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# ------------------------------------------------------------------ future
+
+
+@hookspec
+def spfcore_future_requests(requests):
+    """Give the whole future request stream to policies that declare
+    ``needs-future`` (the Belady oracle). Called once by the runner before the
+    first arrival of a run (and again after each cache reset).
+
+    Args:
+        requests: Sequence[RequestView] in arrival order; ``arrival_index``
+            equals the position in the sequence.
+    """
+
+
+# -------------------------------------------------------------- observation
+
+
+@hookspec
+def spfcore_request_arrived(request, now):
+    """A request arrived, before its prefix-cache lookup.
+
+    Called by the simulator when a request is admitted to the cache model, by
+    the adapter from ``Scheduler.add_request``. One call per request.
+
+    Args:
+        request: RequestView.
+        now: seconds.
+    """
+
+
+@hookspec
+def spfcore_blocks_hit(request, blocks, now):
+    """The request's prefix-cache lookup hit these blocks (a contiguous chain
+    from depth 0). Called once per request right after the lookup, also with
+    an empty sequence on a miss.
+
+    Args:
+        request: RequestView.
+        blocks: Sequence[BlockView], depth 0..k-1 in order; access counts
+            already include this hit.
+        now: seconds.
+    """
+
+
+@hookspec
+def spfcore_blocks_stored(request, blocks, now):
+    """The request computed and cached these new full blocks (prompt or
+    decode). Called once per scheduling step that fills blocks, in chain order.
+
+    Args:
+        request: RequestView.
+        blocks: Sequence[BlockView]; ``access_count`` is 1.
+        now: seconds.
+    """
+
+
+@hookspec
+def spfcore_request_finished(request, now):
+    """The request finished; its blocks are released (tail first) right
+    after this call.
+
+    Args:
+        request: RequestView.
+        now: seconds.
+    """
+
+
+@hookspec
+def spfcore_blocks_evicted(keys, now):
+    """These cached blocks were evicted (their block hashes dropped from the
+    prefix cache) to make room for an allocation. One call per allocation.
+
+    Args:
+        keys: Sequence of block hashes, in eviction order.
+        now: seconds.
+    """
+
+
+# ----------------------------------------------------------------- decisions
+
+
+@hookspec(firstresult=True)
+def spfcore_score_blocks(blocks, now):
+    """Retention priority of blocks that become evictable (ref count reaches
+    0) or whose previous score expired. Lowest is evicted first.
+
+    Called by the evictor once per release batch (a finished request's blocks,
+    tail first) and once per batch of expired scores before victims are chosen.
+
+    Args:
+        blocks: Sequence[BlockView].
+        now: seconds.
+
+    Returns:
+        A sequence of the same length of ``float`` or
+        :class:`~spfcore.views.Score`, or ``None`` for vLLM's order (release
+        order: least recently released first).
+    """
+
+
+@hookspec(firstresult=True)
+def spfcore_admit_blocks(blocks, now):
+    """Whether blocks that become evictable are retained. A block that is not
+    admitted stays cached but is evicted before any admitted block (among
+    themselves, lowest score first). Called with the same batches as
+    :func:`spfcore_score_blocks`, before it.
+
+    Args:
+        blocks: Sequence[BlockView].
+        now: seconds.
+
+    Returns:
+        Sequence[bool] of the same length, or ``None`` to admit all.
+    """
+
+
+@hookspec(firstresult=True)
+def spfcore_choose_victims(candidates, n, now):
+    """Retention override: choose ``n`` victims among the lowest-ranked
+    evictable blocks. Called once per allocation that evicts cached blocks,
+    only if a policy implements it.
+
+    Args:
+        candidates: Sequence[BlockView], the ``min(len, 4 * n)`` lowest-ranked
+            evictable cached blocks, lowest first.
+        n: blocks to evict (1 <= n <= len(candidates)).
+        now: seconds.
+
+    Returns:
+        Sequence[int] of ``n`` distinct indices into ``candidates``, or ``None``
+        for the first ``n``.
+    """
+
+
+@hookspec(firstresult=True)
+def spfcore_prefetch_hints(request, now):
+    """Blocks to protect or promote ahead of a predicted request. Called once
+    per arrival, after :func:`spfcore_request_arrived`.
+
+    Resident free blocks named by a hint are pinned (subject to the pin cap)
+    until the hint expires; a hint counts as *used* if one of its blocks is hit
+    before it expires, else as *wasted*.
+
+    Args:
+        request: RequestView that just arrived.
+        now: seconds.
+
+    Returns:
+        Sequence[:class:`~spfcore.views.Hint`] or ``None``.
+    """

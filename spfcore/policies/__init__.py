@@ -1,0 +1,2 @@
+"""Policies built into the core distribution (registered through entry points
+like every plugin)."""

@@ -1,0 +1,238 @@
+"""Policy discovery, validation and construction.
+
+A policy is a class published under the entry-point group
+``spfcore.policies`` (entry-point name = policy name). The class carries:
+
+* ``name`` (str), equal to the entry-point name;
+* ``capabilities``: a set drawn from :data:`CAPABILITIES`;
+* ``Params``: an attrs class of parameters with defaults and validators;
+* ``__init__(self, params)`` and pluggy hook implementations marked with
+  :data:`spfcore.hookimpl` (see :mod:`spfcore.hookspecs`).
+
+``SPFCORE_POLICIES`` (allowlist) and ``SPFCORE_DISABLE_POLICIES``
+(blocklist) hold comma-separated names. A policy that fails to import or
+validate is listed with ``status = "error: <reason>"``; it never breaks
+listing or a run that does not select it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import typing
+from importlib.metadata import EntryPoint, entry_points
+
+import attrs
+import pluggy
+
+from spfcore import hookspecs
+from spfcore.hookspecs import PROJECT
+
+GROUP = "spfcore.policies"
+CAPABILITIES = frozenset({"needs-future", "admission", "sessions", "prefetch", "scoring", "pins"})
+
+
+class PolicyConfigError(ValueError):
+    """Unknown policy, unknown parameter or bad parameter value (one line)."""
+
+
+@attrs.frozen
+class PolicyInfo:
+    """What ``spfcore list-policies`` shows about one installed policy."""
+
+    name: str
+    distribution: str
+    version: str
+    entry_point: str
+    status: str  # "ok" or "error: <reason>"
+    hooks: tuple = ()
+    capabilities: tuple = ()
+    parameters: tuple = ()  # ({"name", "type", "default"}, ...)
+    summary: str = ""
+    doc: str = ""
+    cls: type | None = attrs.field(default=None, repr=False, eq=False)
+
+    def to_json(self) -> dict:
+        d = attrs.asdict(self, recurse=False, filter=lambda a, v: a.name != "cls")
+        d["hooks"], d["capabilities"] = list(self.hooks), list(self.capabilities)
+        d["parameters"] = [dict(p) for p in self.parameters]
+        return d
+
+
+def _names(var: str, env) -> set[str] | None:
+    raw = env.get(var)
+    if raw is None or not raw.strip():
+        return None
+    return {n.strip() for n in raw.split(",") if n.strip()}
+
+
+def new_plugin_manager() -> pluggy.PluginManager:
+    """A PluginManager that knows spfcore's hook specs and nothing else."""
+    pm = pluggy.PluginManager(PROJECT)
+    pm.add_hookspecs(hookspecs)
+    return pm
+
+
+def _params_of(cls) -> tuple:
+    params = getattr(cls, "Params", None)
+    if params is None or not attrs.has(params):
+        raise TypeError("policy class has no attrs class 'Params'")
+    hints = typing.get_type_hints(params)
+    out = []
+    for f in attrs.fields(params):
+        default = f.default
+        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+            default = default.factory()
+        t = hints.get(f.name, f.type)
+        out.append({"name": f.name, "type": getattr(t, "__name__", str(t)), "default": default})
+    return tuple(out)
+
+
+def _validate(cls) -> tuple[tuple, tuple]:
+    """Check a policy class against the contract; return (hooks, capabilities).
+
+    Raises:
+        Exception: any violation (pluggy.PluginValidationError, TypeError, ...).
+    """
+    if not inspect.isclass(cls):
+        raise TypeError(f"entry point must name a policy class, got {type(cls).__name__}")
+    for attr in ("name", "capabilities", "Params"):
+        if not hasattr(cls, attr):
+            raise TypeError(f"policy class lacks attribute {attr!r}")
+    unknown = set(cls.capabilities) - CAPABILITIES
+    if unknown:
+        raise TypeError(f"unknown capabilities {sorted(unknown)}")
+    instance = cls(cls.Params())
+    pm = new_plugin_manager()
+    pm.register(instance, name=cls.name)
+    pm.check_pending()  # hookimpls that match no hookspec
+    hooks = tuple(sorted(h.name for h in pm.get_hookcallers(instance) or ()))
+    return hooks, tuple(sorted(cls.capabilities))
+
+
+def _info_from(ep: EntryPoint) -> PolicyInfo:
+    dist = ep.dist
+    dname, dver = (dist.metadata["Name"], dist.version) if dist is not None else ("?", "?")
+    base = dict(name=ep.name, distribution=dname, version=dver, entry_point=ep.value)
+    try:
+        cls = ep.load()
+        if getattr(cls, "name", ep.name) != ep.name:
+            raise TypeError(f"class name {cls.name!r} differs from entry-point name {ep.name!r}")
+        hooks, caps = _validate(cls)
+        params = _params_of(cls)
+    except Exception as exc:  # noqa: BLE001 - a broken plugin is listed, never fatal
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        return PolicyInfo(status=f"error: {reason}", **base)
+    doc = inspect.getdoc(cls) or ""
+    return PolicyInfo(status="ok", hooks=hooks, capabilities=caps, parameters=params,
+                      summary=" ".join(doc.split("\n\n")[0].split()), doc=doc, cls=cls, **base)
+
+
+def discover(env: typing.Mapping[str, str] | None = None) -> list[PolicyInfo]:
+    """Every installed policy allowed by the allow/block lists, sorted by name.
+
+    Args:
+        env: Environment to read ``SPFCORE_POLICIES`` / ``SPFCORE_DISABLE_POLICIES``
+            from (default ``os.environ``).
+    """
+    env = os.environ if env is None else env
+    allow, deny = _names("SPFCORE_POLICIES", env), _names("SPFCORE_DISABLE_POLICIES", env) or set()
+    seen: dict[str, PolicyInfo] = {}
+    for ep in entry_points(group=GROUP):
+        if (allow is not None and ep.name not in allow) or ep.name in deny or ep.name in seen:
+            continue
+        seen[ep.name] = _info_from(ep)
+    return sorted(seen.values(), key=lambda p: p.name)
+
+
+def get(name: str, env: typing.Mapping[str, str] | None = None) -> PolicyInfo:
+    """The installed, allowed, working policy ``name``.
+
+    Raises:
+        PolicyConfigError: if it is not installed, not allowed, or broken.
+    """
+    infos = {p.name: p for p in discover(env)}
+    if name not in infos:
+        avail = ", ".join(sorted(n for n, p in infos.items() if p.status == "ok")) or "none"
+        raise PolicyConfigError(f"policy {name!r} is not installed or not allowed (available: {avail})")
+    info = infos[name]
+    if info.status != "ok":
+        raise PolicyConfigError(f"policy {name!r} cannot be used: {info.status}")
+    return info
+
+
+def _convert(policy: str, field: attrs.Attribute, typ, raw: str):
+    tname = getattr(typ, "__name__", str(typ))
+    try:
+        if typ is bool:
+            low = raw.strip().lower()
+            if low not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError
+            return low in ("true", "1", "yes")
+        if typ in (int, float, str):
+            return typ(raw)
+        if typing.get_origin(typ) is typing.Literal:
+            if raw not in typing.get_args(typ):
+                raise ValueError
+            return raw
+        args = [a for a in typing.get_args(typ) if a is not type(None)]
+        if args and raw.lower() == "none":
+            return None
+        for a in args:
+            try:
+                return a(raw)
+            except (TypeError, ValueError):
+                continue
+        raise ValueError
+    except ValueError:
+        allowed = f"one of {list(typing.get_args(typ))}" if typing.get_origin(typ) is typing.Literal else f"a {tname}"
+        raise PolicyConfigError(f"policy {policy!r}: bad value {raw!r} for {field.name!r} (must be {allowed})") from None
+
+
+def parse_options(items: typing.Iterable[str]) -> dict[str, dict[str, str]]:
+    """Parse ``NAME.KEY=VALUE`` strings into ``{NAME: {KEY: VALUE}}``.
+
+    Raises:
+        PolicyConfigError: on a string without ``.`` or ``=``.
+    """
+    out: dict[str, dict[str, str]] = {}
+    for item in items:
+        lhs, eq, value = item.partition("=")
+        name, dot, key = lhs.partition(".")
+        if not eq or not dot or not name or not key:
+            raise PolicyConfigError(f"bad --policy-opt {item!r}: expected NAME.KEY=VALUE")
+        out.setdefault(name.strip(), {})[key.strip()] = value.strip()
+    return out
+
+
+def make_params(info: PolicyInfo, options: typing.Mapping[str, str] | None = None):
+    """Build ``info.cls.Params`` from string options.
+
+    Raises:
+        PolicyConfigError: unknown key or bad value, naming policy, key and what is allowed.
+    """
+    cls = info.cls.Params
+    fields = {f.name: f for f in attrs.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for key, raw in (options or {}).items():
+        if key not in fields:
+            raise PolicyConfigError(f"policy {info.name!r}: unknown parameter {key!r} "
+                                    f"(allowed: {', '.join(fields) or 'none'})")
+        kwargs[key] = _convert(info.name, fields[key], hints.get(key, str), raw)
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as exc:
+        raise PolicyConfigError(f"policy {info.name!r}: {str(exc).splitlines()[0]}") from None
+
+
+def plugin_manager(info: PolicyInfo, options: typing.Mapping[str, str] | None = None):
+    """A fresh PluginManager holding a new instance of the policy.
+
+    Returns:
+        (pm, instance).
+    """
+    instance = info.cls(make_params(info, options))
+    pm = new_plugin_manager()
+    pm.register(instance, name=info.name)
+    return pm, instance
