@@ -177,6 +177,19 @@ class Evictor:
         self._hashless.remove(block_id)  # raises ValueError if absent
         # (hashless blocks are never hit; this path serves reset/cleanup only)
 
+    def rescore(self, ids: Iterable[int], now: float) -> int:
+        """Re-score these blocks now (those not free are skipped), in one
+        batch. Returns how many were re-scored."""
+        if self.fifo:
+            return 0
+        ids = [i for i in dict.fromkeys(ids) if i in self._entry]
+        if ids:
+            scores = self._score(ids, now) if self._score is not None else None
+            for k, i in enumerate(ids):
+                e = self._entry[i]
+                self._insert(i, e[0], scores[k] if scores is not None else None, e[2])
+        return len(ids)
+
     def rescore_expired(self, now: float, arrival: int) -> int:
         """Re-score every block whose score expired by ``now`` / ``arrival``,
         in one batch. Returns how many were re-scored."""
@@ -189,14 +202,7 @@ class Evictor:
                 e = self._entry.get(i)
                 if e is not None and e[3] == v:
                     due[i] = None
-        if not due:
-            return 0
-        ids = list(due)
-        scores = self._score(ids, now) if self._score is not None else None
-        for k, i in enumerate(ids):
-            e = self._entry[i]
-            self._insert(i, e[0], scores[k] if scores is not None else None, e[2])
-        return len(ids)
+        return self.rescore(due, now) if due else 0
 
     def pop(self, n: int, now: float, arrival: int) -> list[int]:
         """Take ``n`` victims: hashless blocks first, then the lowest-ranked

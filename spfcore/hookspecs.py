@@ -15,7 +15,9 @@ Rules for policies:
   :class:`~spfcore.views.BlockView`; ``request`` is a
   :class:`~spfcore.views.RequestView`.
 * A policy is a class registered under the entry-point group
-  ``spfcore.policies``; see :mod:`spfcore.registry`.
+  ``spfcore.policies``; see :mod:`spfcore.registry`. If its ``Params`` has a
+  field ``pin_cap_fraction`` (share of the pool, 0..1), the evictor uses it
+  as the cap on pinned free blocks (default 0.5).
 
 Observation hooks are called on every registered plugin. Decision hooks
 (score, admit, choose victims, prefetch) are ``firstresult``: the run's single
@@ -29,6 +31,20 @@ import pluggy
 PROJECT = "spfcore"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# ------------------------------------------------------------------ setup
+
+
+@hookspec
+def spfcore_cache_configured(num_blocks, block_size):
+    """The cache the policy will manage. Called once when a run's
+    PolicyRuntime is built (and after each cache reset).
+
+    Args:
+        num_blocks: Blocks in the pool (vLLM ``num_gpu_blocks``, null block included).
+        block_size: Tokens per block.
+    """
 
 
 # ------------------------------------------------------------------ future
@@ -163,6 +179,22 @@ def spfcore_choose_victims(candidates, n, now):
     Returns:
         Sequence[int] of ``n`` distinct indices into ``candidates``, or ``None``
         for the first ``n``.
+    """
+
+
+@hookspec(firstresult=True)
+def spfcore_rescore_keys(request, now):
+    """Blocks whose retention priority changed because of this arrival (e.g.
+    the blocks of a session that just became active again). Called once per
+    arrival, after :func:`spfcore_request_arrived`; the resident free blocks
+    among them are re-scored at once in one :func:`spfcore_score_blocks` call.
+
+    Args:
+        request: RequestView that just arrived.
+        now: seconds.
+
+    Returns:
+        Sequence of block hashes, or ``None``.
     """
 
 

@@ -53,11 +53,14 @@ class PolicyRuntime:
         pin_cap_fraction: Most pinned free blocks, share of ``num_blocks``.
     """
 
-    def __init__(self, pm: pluggy.PluginManager, num_blocks: int, *, policy_name: str = "?",
-                 needs_future: bool = False, pin_cap_fraction: float = 0.5) -> None:
+    def __init__(self, pm: pluggy.PluginManager, num_blocks: int, block_size: int, *,
+                 policy_name: str = "?", needs_future: bool = False,
+                 pin_cap_fraction: float = 0.5) -> None:
         self.pm, self.hook, self.policy_name = pm, pm.hook, policy_name
+        self.num_blocks, self.block_size = num_blocks, block_size
         self.needs_future, self._future_set = needs_future, False
         self.meta: dict[int, _Meta] = {}
+        self.by_key: dict[object, int] = {}  # block hash -> physical id of the cached block
         self.arrival = 0
         self.hook_seconds = 0.0
         self.hook_calls = 0
@@ -74,7 +77,8 @@ class PolicyRuntime:
         self._has = {n: has(n) for n in (
             "spfcore_request_arrived", "spfcore_blocks_hit", "spfcore_blocks_stored",
             "spfcore_request_finished", "spfcore_blocks_evicted", "spfcore_score_blocks",
-            "spfcore_admit_blocks", "spfcore_choose_victims", "spfcore_prefetch_hints")}
+            "spfcore_admit_blocks", "spfcore_choose_victims", "spfcore_prefetch_hints",
+            "spfcore_rescore_keys")}
         meta = self.meta
         score = admit = choose = None
         if self._has["spfcore_score_blocks"]:
@@ -88,6 +92,23 @@ class PolicyRuntime:
                 return self._call("spfcore_choose_victims", None, candidates=[meta[i].view() for i in ids], n=n, now=now)
         self.evictor = Evictor(num_blocks, score=score, admit=admit, choose=choose,
                                pin_cap_fraction=pin_cap_fraction)
+        self._call("spfcore_cache_configured", None, num_blocks=num_blocks, block_size=block_size)
+
+    @classmethod
+    def for_policy(cls, name: str, num_blocks: int, block_size: int,
+                   options: dict[str, str] | None = None, env=None) -> PolicyRuntime:
+        """Build a runtime for the installed policy ``name`` with string options.
+
+        Raises:
+            spfcore.registry.PolicyConfigError: unknown/broken policy or bad option.
+        """
+        from spfcore import registry
+
+        info = registry.get(name, env)
+        pm, instance = registry.plugin_manager(info, options)
+        cap = getattr(instance.params, "pin_cap_fraction", 0.5)
+        return cls(pm, num_blocks, block_size, policy_name=name,
+                   needs_future="needs-future" in info.capabilities, pin_cap_fraction=cap)
 
     # ------------------------------------------------------------ plumbing
     def _call(self, name: str, expect_len: int | None, **kw):
@@ -125,6 +146,11 @@ class PolicyRuntime:
         self.arrival = request.arrival_index
         if self._has["spfcore_request_arrived"]:
             self._call("spfcore_request_arrived", None, request=request, now=now)
+        if self._has["spfcore_rescore_keys"]:
+            keys = self._call("spfcore_rescore_keys", None, request=request, now=now)
+            if keys:
+                by_key = self.by_key
+                self.evictor.rescore([by_key[k] for k in keys if k in by_key], now)
         if self._has["spfcore_prefetch_hints"]:
             hints = self._call("spfcore_prefetch_hints", None, request=request, now=now) or ()
             self._apply_hints(hints)
@@ -132,7 +158,7 @@ class PolicyRuntime:
     def _apply_hints(self, hints) -> None:
         if not hints:
             return
-        by_key = {m.key: i for i, m in self.meta.items()}
+        by_key = self.by_key
         for h in hints:
             self.hints_issued += 1
             rec = [h.expires_at_arrival, False]
@@ -169,8 +195,10 @@ class PolicyRuntime:
         meta = self.meta
         sid, rid = request.session_id, request.request_id
         d = first_depth
+        by_key = self.by_key
         for i, k in zip(ids, keys):
             meta[i] = _Meta(k, d, parent, num_tokens, sid, rid, now)
+            by_key[k] = i
             parent = k
             d += 1
         if self._has["spfcore_blocks_stored"]:
@@ -203,6 +231,9 @@ class PolicyRuntime:
         meta = self.meta
         gone = [meta.pop(i).key for i in ids if i in meta]
         if gone:
+            by_key = self.by_key
+            for k in gone:
+                by_key.pop(k, None)
             self.evictions += len(gone)
             if self._has["spfcore_blocks_evicted"]:
                 self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
@@ -212,4 +243,6 @@ class PolicyRuntime:
         """Drop metadata of blocks whose hashes were dropped outside eviction
         (prefix-cache reset)."""
         for i in ids:
-            self.meta.pop(i, None)
+            m = self.meta.pop(i, None)
+            if m is not None:
+                self.by_key.pop(m.key, None)
