@@ -23,6 +23,7 @@ import heapq
 import math
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
+from numbers import Integral
 
 from spfcore.views import Score
 
@@ -174,8 +175,10 @@ class Evictor:
         elif self._entry.pop(block_id, None) is not None:
             self._pinned.discard(block_id)
             return
-        self._hashless.remove(block_id)  # raises ValueError if absent
-        # (hashless blocks are never hit; this path serves reset/cleanup only)
+        try:  # hashless blocks are never hit; this path serves reset/cleanup only
+            self._hashless.remove(block_id)
+        except ValueError:
+            raise KeyError(f"block {block_id} is not free") from None
 
     def rescore(self, ids: Iterable[int], now: float) -> int:
         """Re-score these blocks now (those not free are skipped), in one
@@ -231,18 +234,29 @@ class Evictor:
             out.extend(got)
             return out
         cands = self._pop_heap(min(len(self._entry), 4 * need))
-        idx = self._choose(cands, need, now)
-        chosen = set(range(need)) if idx is None else set(idx)
-        if len(chosen) != need or not all(0 <= k < len(cands) for k in chosen):
-            raise ValueError(f"choose_victims returned {idx!r}: need {need} distinct indices < {len(cands)}")
+        try:
+            idx = self._choose(cands, need, now)
+            chosen = set(range(need)) if idx is None else set(idx)
+            if (len(chosen) != need or (idx is not None and len(idx) != need)
+                    or not all(isinstance(k, Integral) and 0 <= k < len(cands) for k in chosen)):
+                raise ValueError(f"choose_victims returned {idx!r}: need {need} distinct indices < {len(cands)}")
+        except BaseException:  # a failed choice takes nothing: every block stays free
+            self._push_back(cands)
+            self._hashless.extendleft(reversed(out))
+            raise
         for k, i in enumerate(cands):
             if k in chosen:
                 out.append(i)
                 self._forget((i,))
-            else:  # back in, same rank
-                e = self._entry[i]
-                heapq.heappush(self._heap, (2 if i in self._pinned else e[0], e[1], e[2], e[3], i))
+            else:
+                self._push_back((i,))
         return out
+
+    def _push_back(self, ids: Iterable[int]) -> None:
+        """Put popped heap entries back in, same rank."""
+        for i in ids:
+            e = self._entry[i]
+            heapq.heappush(self._heap, (2 if i in self._pinned else e[0], e[1], e[2], e[3], i))
 
     def _pop_heap(self, k: int) -> list[int]:
         heap, entry, res = self._heap, self._entry, []

@@ -146,6 +146,10 @@ class PolicyRuntime:
         self.arrival = request.arrival_index
         if self._has["spfcore_request_arrived"]:
             self._call("spfcore_request_arrived", None, request=request, now=now)
+        # Re-score expired scores now (the policy has seen this arrival), not
+        # only at the next eviction, so expired pins free their share of the
+        # pin cap before new releases.
+        self.evictor.rescore_expired(now, self.arrival)
         if self._has["spfcore_rescore_keys"]:
             keys = self._call("spfcore_rescore_keys", None, request=request, now=now)
             if keys:
@@ -228,12 +232,15 @@ class PolicyRuntime:
         ids = self.evictor.pop(n, now, self.arrival)
         self.evict_seconds += time.perf_counter() - t
         self.evict_calls += 1
-        meta = self.meta
-        gone = [meta.pop(i).key for i in ids if i in meta]
+        meta, by_key = self.meta, self.by_key
+        gone = []
+        for i in ids:
+            m = meta.pop(i, None)
+            if m is not None:
+                gone.append(m.key)
+                if by_key.get(m.key) == i:  # a recomputed duplicate may own the key now
+                    del by_key[m.key]
         if gone:
-            by_key = self.by_key
-            for k in gone:
-                by_key.pop(k, None)
             self.evictions += len(gone)
             if self._has["spfcore_blocks_evicted"]:
                 self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
@@ -244,5 +251,5 @@ class PolicyRuntime:
         (prefix-cache reset)."""
         for i in ids:
             m = self.meta.pop(i, None)
-            if m is not None:
-                self.by_key.pop(m.key, None)
+            if m is not None and self.by_key.get(m.key) == i:
+                del self.by_key[m.key]

@@ -1,0 +1,69 @@
+"""belady_oracle: furthest next use first, deeper first on ties, stale
+predictions re-scored, refusal without a future stream."""
+
+import pytest
+
+from spfcore import BlockView, RequestView, Score
+from spfcore.runtime import PolicyError
+from spfcore.testing import MiniCache
+from spfcore_belady_oracle import DEPTH_SLOTS, NEVER, BeladyOraclePolicy
+
+
+def _block(key, depth):
+    return BlockView(key, depth, None, 4, None, "r", 1, 0.0, 0.0)
+
+
+def test_score_is_minus_next_use_with_depth_and_expiry():
+    p = BeladyOraclePolicy()
+    future = [("x0", "x1"), ("y0",), ("x0",), ("x0", "y0")]
+    p.spfcore_future_requests([RequestView(f"r{i}", None, i, float(i), 9, k) for i, k in enumerate(future)])
+    p.spfcore_request_arrived(RequestView("r0", None, 0, 0.0, 9, future[0]), 0.0)
+    got = p.spfcore_score_blocks([_block("x0", 0), _block("x1", 1), _block("y0", 0), _block("z", 3)], 0.0)
+    # x0 next used at arrival 2, y0 at 1; x1 and z never again.
+    assert got == [Score(-(2 * DEPTH_SLOTS + 0.0), expires_at_arrival=3),
+                   Score(-(NEVER * DEPTH_SLOTS + 1.0)),
+                   Score(-(1 * DEPTH_SLOTS + 0.0), expires_at_arrival=2),
+                   Score(-(NEVER * DEPTH_SLOTS + 3.0))]
+    p.spfcore_request_arrived(RequestView("r2", None, 2, 2.0, 9, future[2]), 2.0)
+    assert p.next_use("x0") == 3 and p.next_use("y0") == 3 and p.next_use("x1") == NEVER
+
+
+def test_furthest_next_use_and_deeper_first_on_ties():
+    c = MiniCache("belady_oracle", 5)
+    c.set_future([(None, ["a0", "a1"]), (None, ["b0", "b1"]), (None, ["c0"]),
+                  (None, ["a0", "a1"]), (None, ["b0", "b1"])])
+    assert c.serve(["a0", "a1"]) == []
+    assert c.serve(["b0", "b1"]) == []
+    # Free: 1 hashless + a1,a0 (next use 3) and b1,b0 (next use 4). LRU would
+    # take a1 (released first); Belady takes b1 (furthest, deeper than b0).
+    assert c.serve(["c0"]) == ["b1"]
+    assert c.serve(["a0", "a1"]) == []
+    # Nothing is used again: a1 (depth 1) goes before c0 (depth 0) although
+    # c0 was released earlier.
+    assert c.serve(["b0", "b1"]) == ["a1"]
+    assert c.hits == [0, 0, 0, 2, 1]
+
+
+def test_passed_prediction_is_rescored():
+    # Arrival 1 lists g1 but cannot hit it (a fully cached prompt recomputes its
+    # last block), so the old g1 block's "next use = 1" goes stale at arrival 2
+    # and is re-scored; it then ties with the recomputed copy and, released
+    # earlier, is evicted in its place, so arrival 3 still hits g0, g1.
+    c = MiniCache("belady_oracle", 6)
+    c.set_future([(None, ["g0", "g1"]), (None, ["g0", "g1"]), (None, ["k0", "k1", "k2"]),
+                  (None, ["g0", "g1"])])
+    c.serve(["g0", "g1"], extra_tokens=0)
+    old_g1 = c.rt.by_key["g1"]
+    c.serve(["g0", "g1"], extra_tokens=0)
+    new_g1 = c.rt.by_key["g1"]
+    assert new_g1 != old_g1 and c.hits == [0, 1]
+    assert c.serve(["k0", "k1", "k2"]) == ["g1"]
+    assert old_g1 not in c.rt.meta and c.rt.by_key["g1"] == new_g1
+    c.serve(["g0", "g1"])
+    assert c.hits == [0, 1, 0, 2]
+
+
+def test_without_future_stream_the_runtime_refuses():
+    c = MiniCache("belady_oracle", 4)
+    with pytest.raises(PolicyError, match="needs the future request stream"):
+        c.serve(["a0"])

@@ -1,0 +1,101 @@
+"""The ``frequency`` arm: LFU-style admission with ghost counts (the comparator).
+
+In the spirit of TinyLFU (Einziger, Friedman, Manes 2017, "TinyLFU: a highly
+efficient cache admission policy"): a block is retained only once its block
+hash has been seen often enough, and the history of evicted hashes is kept
+(bounded) so a hash seen again after its eviction still counts.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import attrs
+from attrs import validators as v
+
+from spfcore import hookimpl
+
+
+@attrs.frozen
+class FrequencyParams:
+    """Parameters of ``frequency``.
+
+    Attributes:
+        min_count: Accesses (stores + hits, over the block hash's history
+            including ghost counts) a block needs to be admitted (int >= 1).
+        ghost_factor: Ghost entries kept for evicted block hashes, as a
+            multiple of the pool size in blocks (int >= 0; 0 keeps none).
+    """
+
+    min_count: int = attrs.field(default=2, validator=[v.instance_of(int), v.ge(1)])
+    ghost_factor: int = attrs.field(default=4, validator=[v.instance_of(int), v.ge(0)])
+
+
+class FrequencyPolicy:
+    """Admit a block once its hash was seen ``min_count`` times; evict the
+    lowest access count first, LRU on ties.
+
+    Per cached block hash the policy counts accesses: a store counts 1 plus
+    the ghost count the hash left when it was last evicted, each hit adds 1
+    (one per request). Evicted hashes keep their count in an LRU-bounded
+    ``OrderedDict`` of ``ghost_factor * num_blocks`` entries.
+
+    A block whose count is below ``min_count`` is not admitted: it is evicted
+    before every admitted block. Within a tier the score is the count (lowest
+    evicted first); equal counts fall back to the evictor's release order
+    (vLLM's LRU). Scores are fixed at release: counts change only on hits and
+    stores, and a hit takes the block out of the free queue, so no expiry is
+    needed. Costs: O(1) per block per hook, O(log n) per victim (evictor heap).
+    """
+
+    name = "frequency"
+    capabilities = frozenset({"admission", "scoring"})
+    Params = FrequencyParams
+
+    def __init__(self, params: FrequencyParams | None = None) -> None:
+        self.params = params or FrequencyParams()
+        self.count: dict[object, int] = {}
+        self.ghost: OrderedDict[object, int] = OrderedDict()
+        self.ghost_cap = 0
+
+    @hookimpl
+    def spfcore_cache_configured(self, num_blocks, block_size):
+        self.count, self.ghost = {}, OrderedDict()
+        self.ghost_cap = self.params.ghost_factor * num_blocks
+
+    @hookimpl
+    def spfcore_blocks_stored(self, request, blocks, now):
+        count, ghost = self.count, self.ghost
+        for b in blocks:
+            k = b.key
+            count[k] = (count[k] if k in count else ghost.pop(k, 0)) + 1
+
+    @hookimpl
+    def spfcore_blocks_hit(self, request, blocks, now):
+        count = self.count
+        for b in blocks:
+            count[b.key] = count.get(b.key, 0) + 1
+
+    @hookimpl
+    def spfcore_blocks_evicted(self, keys, now):
+        count, ghost, cap = self.count, self.ghost, self.ghost_cap
+        for k in keys:
+            c = count.pop(k, None)
+            if c is not None and cap:
+                ghost[k] = c
+                ghost.move_to_end(k)
+        while len(ghost) > cap:
+            ghost.popitem(last=False)
+
+    @hookimpl
+    def spfcore_admit_blocks(self, blocks, now):
+        count, m = self.count, self.params.min_count
+        return [count.get(b.key, 1) >= m for b in blocks]
+
+    @hookimpl
+    def spfcore_score_blocks(self, blocks, now):
+        count = self.count
+        return [float(count.get(b.key, 1)) for b in blocks]
+
+
+__all__ = ["FrequencyPolicy", "FrequencyParams"]

@@ -1,0 +1,146 @@
+"""The ``session_ttl`` arm: protect the blocks of recently active sessions.
+
+The seed's "trivial baseline to beat": a session is *active* for a TTL after
+its latest request; the free blocks of active sessions are pinned ahead of
+every other block, the rest are evicted in vLLM's LRU order. Pins are capped
+(a share of the pool), so the pool can never wedge.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import attrs
+from attrs import validators as v
+
+from spfcore import Score, hookimpl
+
+
+@attrs.frozen
+class SessionTTLParams:
+    """Parameters of ``session_ttl``.
+
+    Attributes:
+        ttl_arrivals: TTL in arrivals (int >= 1): a session whose latest request
+            had arrival index ``i`` is active at arrivals ``i .. i + ttl_arrivals - 1``.
+            Deterministic, so the simulator and the engine agree.
+        ttl_seconds: TTL in seconds (float > 0) or ``None``. When set it replaces
+            ``ttl_arrivals``: a session is active while ``now < t + ttl_seconds``
+            where ``t`` is the ``now`` of its latest request. Wall clocks differ
+            between simulator and engine, so decisions may differ too.
+        pin_cap_fraction: Most pinned free blocks, as a share of the pool
+            (0..1); the runtime hands it to the evictor as its pin cap.
+    """
+
+    ttl_arrivals: int = attrs.field(default=8, validator=[v.instance_of(int), v.ge(1)])
+    ttl_seconds: float | None = attrs.field(
+        default=None, validator=v.optional([v.instance_of((int, float)), v.gt(0)]))
+    pin_cap_fraction: float = attrs.field(
+        default=0.5, validator=[v.instance_of((int, float)), v.ge(0), v.le(1)])
+
+
+class SessionTTLPolicy:
+    """Pin the free blocks of sessions active within the TTL; LRU among the rest.
+
+    A block belongs to every session that stored or hit it. Per block hash the
+    policy keeps ``until``: the clock value (arrival index, or seconds with
+    ``ttl_seconds``) at which its latest owning session stops being active.
+    Touching a block (store, hit) and any arrival of an owning session push
+    ``until`` to ``clock + TTL``. The score of a free block is
+    ``Score(0.0, pinned=True, expires_at_arrival=until)`` (``expires_at=until``
+    in seconds mode) while ``until`` lies ahead, else ``Score(0.0)``: unprotected
+    blocks tie, so the evictor's tie-break (release order) makes them LRU.
+
+    Costs: O(1) per scored block; an arrival of session ``s`` costs
+    O(blocks ``s`` touched that are still cached) and returns them through
+    ``spfcore_rescore_keys`` so that its free blocks are re-pinned in one batch.
+    Pins beyond the evictor's cap (``pin_cap_fraction`` of the pool) are
+    refused; those blocks stay in LRU order.
+    """
+
+    name = "session_ttl"
+    capabilities = frozenset({"sessions", "pins", "scoring"})
+    Params = SessionTTLParams
+
+    def __init__(self, params: SessionTTLParams | None = None) -> None:
+        self.params = params or SessionTTLParams()
+        self._reset()
+
+    def _reset(self) -> None:
+        self.arrival = 0
+        self.until: dict[object, float] = {}  # block hash -> end of protection
+        self.session_keys: defaultdict[str, set] = defaultdict(set)  # session -> cached hashes it touched
+        self.key_sessions: defaultdict[object, set] = defaultdict(set)  # block hash -> sessions that touched it
+        self._arrival_keys: list = []
+
+    def _end(self, request, now) -> float:
+        """End of protection for blocks touched now by ``request`` (arrivals or seconds)."""
+        p = self.params
+        return now + p.ttl_seconds if p.ttl_seconds is not None else request.arrival_index + p.ttl_arrivals
+
+    @hookimpl
+    def spfcore_cache_configured(self, num_blocks, block_size):
+        self._reset()
+
+    @hookimpl
+    def spfcore_request_arrived(self, request, now):
+        self.arrival = request.arrival_index
+        self._arrival_keys = []
+        if request.session_id is None:
+            return
+        keys = self.session_keys.get(request.session_id)
+        if keys:
+            end, until = self._end(request, now), self.until
+            for k in keys:
+                until[k] = end  # clocks only grow, so this is the max
+            self._arrival_keys = list(keys)
+
+    @hookimpl
+    def spfcore_rescore_keys(self, request, now):
+        return self._arrival_keys
+
+    def _touch(self, request, blocks, now) -> None:
+        sid = request.session_id
+        if sid is None:  # no session, no protection
+            return
+        end, until, mine = self._end(request, now), self.until, self.session_keys[sid]
+        key_sessions = self.key_sessions
+        for b in blocks:
+            if until.get(b.key, -1) < end:
+                until[b.key] = end
+            mine.add(b.key)
+            key_sessions[b.key].add(sid)
+
+    @hookimpl
+    def spfcore_blocks_hit(self, request, blocks, now):
+        self._touch(request, blocks, now)
+
+    @hookimpl
+    def spfcore_blocks_stored(self, request, blocks, now):
+        self._touch(request, blocks, now)
+
+    @hookimpl
+    def spfcore_blocks_evicted(self, keys, now):
+        session_keys = self.session_keys
+        for k in keys:
+            self.until.pop(k, None)
+            for s in self.key_sessions.pop(k, ()):
+                session_keys[s].discard(k)
+
+    @hookimpl
+    def spfcore_score_blocks(self, blocks, now):
+        until, seconds = self.until, self.params.ttl_seconds is not None
+        clock = now if seconds else self.arrival
+        out = []
+        for b in blocks:
+            u = until.get(b.key)
+            if u is None or u <= clock:
+                out.append(Score(0.0))
+            elif seconds:
+                out.append(Score(0.0, expires_at=u, pinned=True))
+            else:
+                out.append(Score(0.0, expires_at_arrival=int(u), pinned=True))
+        return out
+
+
+__all__ = ["SessionTTLPolicy", "SessionTTLParams"]

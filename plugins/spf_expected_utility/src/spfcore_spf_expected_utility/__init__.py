@@ -1,0 +1,319 @@
+"""The ``spf_expected_utility`` arm: the SPF experiment's ExpectedUtilityScorer.
+
+The seed ranked prefixes by an expected utility and could only ``touch`` the
+first block of a prefix. Here the same utility scores *whole prefix chains*
+(every cached block of a chain gets its chain's utility) and the scorer
+nominates the next predicted session's prefix through prefetch hints, which
+pin that chain's resident free blocks for a few arrivals.
+
+Variants are small scorer classes in :data:`VARIANTS`; ``Params.variant``
+selects one. A new variant subclasses :class:`SeedScorer` (or implements the
+same two methods) and adds itself to ``VARIANTS`` and to the ``Literal`` of
+``Params.variant``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Literal
+
+import attrs
+from attrs import validators as v
+
+from spfcore import Hint, Score, hookimpl
+
+#: ms of prefill saved per retained block: retention mode (block kept on the
+#: GPU) and prefetch mode (block promoted from a slower tier). Seed constants.
+SAVED_MS_PER_BLOCK = {"retention": 0.08, "prefetch": 2.0}
+LN51 = math.log(51.0)
+
+
+@attrs.frozen
+class ExpectedUtilityParams:
+    """Parameters of ``spf_expected_utility``.
+
+    Attributes:
+        variant: Scorer variant (``"seed"``: the seed's formula, see :class:`SeedScorer`).
+        mode: ``"retention"`` (0.08 ms saved per block) or ``"prefetch"`` (2.0 ms).
+        c: Cap of the probability terms (0 < c <= 1); seed 0.5.
+        h: Recency scale, arrivals (> 0); seed 3.
+        score_ttl_arrivals: A block's score expires this many arrivals after it
+            was computed, so recency-based predictions age (int >= 1).
+        hints: Issue prefetch hints for the next predicted session's prefix.
+        hint_min_p: Least confidence (next-session probability times its
+            prefix-transition probability, 0..1) for a hint.
+        hint_arrivals: A hint issued at arrival ``i`` lapses after arrival
+            ``i + hint_arrivals`` (int >= 1).
+        kv_bytes_per_token: KV-cache bytes per token, all layers, K and V
+            (int > 0); default Llama-3.2-3B in bf16: 2 * 28 layers * 8 KV heads
+            * 128 dims * 2 bytes = 114688.
+        pin_cap_fraction: Most pinned free blocks (hints), share of the pool (0..1).
+    """
+
+    variant: Literal["seed"] = attrs.field(default="seed", validator=v.in_(("seed",)))
+    mode: Literal["retention", "prefetch"] = attrs.field(
+        default="retention", validator=v.in_(tuple(SAVED_MS_PER_BLOCK)))
+    c: float = attrs.field(default=0.5, validator=[v.instance_of((int, float)), v.gt(0), v.le(1)])
+    h: float = attrs.field(default=3.0, validator=[v.instance_of((int, float)), v.gt(0)])
+    score_ttl_arrivals: int = attrs.field(default=4, validator=[v.instance_of(int), v.ge(1)])
+    hints: bool = attrs.field(default=True, validator=v.instance_of(bool))
+    hint_min_p: float = attrs.field(default=0.5, validator=[v.instance_of((int, float)), v.ge(0), v.le(1)])
+    hint_arrivals: int = attrs.field(default=2, validator=[v.instance_of(int), v.ge(1)])
+    kv_bytes_per_token: int = attrs.field(default=114688, validator=[v.instance_of(int), v.gt(0)])
+    pin_cap_fraction: float = attrs.field(
+        default=0.5, validator=[v.instance_of((int, float)), v.ge(0), v.le(1)])
+
+
+class Chain:
+    """What the policy knows about one prefix chain (all blocks sharing a root key).
+
+    Attributes:
+        accesses: Requests that used the chain (hit or stored any of its blocks).
+        last: Arrival index of the latest such request; ``prev`` the one before (or None).
+        consecutive: Length of the current run of accesses by the same session.
+        session: Session of the latest access.
+        blocks: Resident cached blocks of the chain.
+        stable: Block hashes shared by the chain's last two requests (its
+            stable prefix, e.g. a persona prompt); the only request's keys
+            after one access. The keys a prefetch hint names.
+    """
+
+    __slots__ = ("accesses", "last", "prev", "consecutive", "session", "blocks", "stable")
+
+    def __init__(self) -> None:
+        self.accesses, self.last, self.prev, self.consecutive = 0, -1, None, 0
+        self.session, self.blocks, self.stable = None, 0, ()
+
+
+class SeedScorer:
+    """The seed's ExpectedUtilityScorer, per chain ``x`` at arrival ``i``.
+
+    P(reuse) = clip(T + R + F + C - D, 0, 1), with (c, h from Params):
+
+    * T = min(c, p * min(1, ln(1 + n) / ln 51)): first-order session -> prefix
+      transition. ``s`` = the session that last used ``x``, ``a`` = the prefix
+      (root key) of ``s``'s latest request, N(a -> y) = times two consecutive
+      requests of one session (any session) used prefixes a then y;
+      n = N(a -> x), p = n / sum_y N(a -> y) (0 when a has no transitions).
+    * R = min(c, 1 / (1 + recency / h)), recency = i - last (arrivals).
+    * F = min(c / 2, ln(1 + accesses) / ln 51), accesses = requests that used x.
+    * C = min(0.2 c, consecutive / 15), consecutive = current run of accesses
+      of x by the same session.
+    * D = min(c, reuse_distance / 20), reuse_distance = last - prev (arrivals)
+      between the latest two accesses; 0 after a single access.
+
+    Utility, ms of prefill time (seed formula):
+    U = P * s * blocks - (1 - P) * victim_saved - (1 - P) * 0.5 * GB - 0.02, where
+    s = ms saved per block (0.08 retention, 2.0 prefetch), blocks = resident
+    blocks of x, GB = blocks * block_size * kv_bytes_per_token / 1e9 (the
+    chain's KV size, decimal GB; 0.5 ms per GB is the seed's memory-pressure
+    cost), victim_saved = s * (resident cached blocks / chains with resident
+    blocks): what keeping an average resident chain instead would have saved
+    had it been reused. -0.02 ms is the seed's fixed cost of acting.
+    """
+
+    def __init__(self, params: ExpectedUtilityParams) -> None:
+        self.c, self.h = float(params.c), float(params.h)
+
+    def terms(self, ch: Chain, p: float, n: int, arrival: int) -> dict[str, float]:
+        """The five terms T, R, F, C, D (unitless) for chain ``ch`` at ``arrival``."""
+        c = self.c
+        recency = max(0, arrival - ch.last)
+        reuse = ch.last - ch.prev if ch.prev is not None else 0
+        return {"T": min(c, p * min(1.0, math.log1p(n) / LN51)),
+                "R": min(c, 1.0 / (1.0 + recency / self.h)),
+                "F": min(c / 2, math.log1p(ch.accesses) / LN51),
+                "C": min(0.2 * c, ch.consecutive / 15.0),
+                "D": min(c, reuse / 20.0)}
+
+    def p_reuse(self, ch: Chain, p: float, n: int, arrival: int) -> float:
+        """P(reuse) in [0, 1]."""
+        t = self.terms(ch, p, n, arrival)
+        return min(1.0, max(0.0, t["T"] + t["R"] + t["F"] + t["C"] - t["D"]))
+
+    def utility(self, prob: float, blocks: int, saved_ms: float, victim_saved_ms: float, gb: float) -> float:
+        """U in ms (see the class docstring); ``saved_ms`` = s per block."""
+        q = 1.0 - prob
+        return prob * saved_ms * blocks - q * victim_saved_ms - q * 0.5 * gb - 0.02
+
+
+VARIANTS = {"seed": SeedScorer}
+
+
+class ExpectedUtilityPolicy:
+    """SPF's expected utility on whole prefix chains, plus prefetch hints.
+
+    A chain is identified by its root key (the request's first block hash);
+    each block belongs to the chain of the request that stored it. The score of
+    a free block is ``Score(U(chain), expires_at_arrival=i + score_ttl_arrivals)``
+    (lowest utility evicted first; blocks of one chain tie, so the evictor's
+    release order evicts a chain's tail first). ``U`` and its terms are defined
+    in :class:`SeedScorer`; a score batch computes ``U`` once per chain.
+
+    Hints: at the arrival of a request of session ``s``, the next session is
+    predicted as the most frequent successor of ``s`` in arrival order
+    (probability q), and its prefix by the prefix transitions (probability p,
+    see T). If ``q * p >= hint_min_p`` the chain's stable prefix is hinted,
+    lapsing ``hint_arrivals`` arrivals later; the runtime pins its resident
+    free blocks. In retention mode a chain with no resident block is not
+    hinted (nothing to protect); in prefetch mode it is (a promotion request).
+
+    Costs: O(1) per scored block; every free block is re-scored once per
+    ``score_ttl_arrivals`` arrivals (in batches); O(prompt blocks) per arrival.
+    """
+
+    name = "spf_expected_utility"
+    capabilities = frozenset({"sessions", "prefetch", "pins", "scoring"})
+    Params = ExpectedUtilityParams
+
+    def __init__(self, params: ExpectedUtilityParams | None = None) -> None:
+        self.params = params or ExpectedUtilityParams()
+        self.scorer = VARIANTS[self.params.variant](self.params)
+        self.saved_ms = SAVED_MS_PER_BLOCK[self.params.mode]
+        self.block_size = 16
+        self._reset()
+
+    def _reset(self) -> None:
+        self.arrival = 0
+        self.chains: defaultdict[object, Chain] = defaultdict(Chain)
+        self.root: dict[object, object] = {}  # block hash -> chain root
+        self.req_root: dict[str, object] = {}  # request id -> chain root
+        self.last_prefix: dict[str, object] = {}  # session -> root of its latest request
+        self.prefix_next: defaultdict[object, dict] = defaultdict(dict)  # a -> {x: N(a -> x)}
+        self.session_next: defaultdict[str, dict] = defaultdict(dict)  # s -> {s': count}
+        self.prev_session: str | None = None
+        self.resident_blocks = 0
+        self.resident_chains = 0
+
+    # -------------------------------------------------------------- model
+    def transition(self, session: str | None, x) -> tuple[float, int]:
+        """(p, n) of the T term for chain ``x`` last used by ``session``."""
+        if session is None or session not in self.last_prefix:
+            return 0.0, 0
+        out = self.prefix_next.get(self.last_prefix[session])
+        if not out:
+            return 0.0, 0
+        n = out.get(x, 0)
+        return n / sum(out.values()), n
+
+    def chain_utility(self, x) -> float:
+        """U (ms) of chain ``x`` at the current arrival."""
+        ch = self.chains[x]
+        p, n = self.transition(ch.session, x)
+        prob = self.scorer.p_reuse(ch, p, n, self.arrival)
+        avg = self.resident_blocks / self.resident_chains if self.resident_chains else 0.0
+        gb = ch.blocks * self.block_size * self.params.kv_bytes_per_token / 1e9
+        return self.scorer.utility(prob, ch.blocks, self.saved_ms, self.saved_ms * avg, gb)
+
+    @staticmethod
+    def _best(counts: dict):
+        """(argmax, its share) of a count dict; first inserted wins ties."""
+        best = max(counts, key=counts.__getitem__)
+        return best, counts[best] / sum(counts.values())
+
+    # -------------------------------------------------------------- hooks
+    @hookimpl
+    def spfcore_cache_configured(self, num_blocks, block_size):
+        self.block_size = block_size
+        self._reset()
+
+    @hookimpl
+    def spfcore_request_arrived(self, request, now):
+        self.arrival = i = request.arrival_index
+        s, keys = request.session_id, request.block_keys
+        if self.prev_session is not None and s is not None:
+            nxt = self.session_next[self.prev_session]
+            nxt[s] = nxt.get(s, 0) + 1
+        self.prev_session = s
+        if not keys:
+            return
+        x = keys[0]
+        self.req_root[request.request_id] = x
+        ch = self.chains[x]
+        if s is not None:
+            if s in self.last_prefix:
+                out = self.prefix_next[self.last_prefix[s]]
+                out[x] = out.get(x, 0) + 1
+            self.last_prefix[s] = x
+        ch.accesses += 1
+        ch.prev, ch.last = (ch.last if ch.accesses > 1 else None), i
+        ch.consecutive = ch.consecutive + 1 if (s is not None and s == ch.session) else 1
+        ch.session = s
+        if not ch.stable:
+            ch.stable = tuple(keys)
+        else:
+            k = 0
+            for a, b in zip(ch.stable, keys):
+                if a != b:
+                    break
+                k += 1
+            ch.stable = ch.stable[:k]
+
+    @hookimpl
+    def spfcore_prefetch_hints(self, request, now):
+        p = self.params
+        s = request.session_id
+        if not p.hints or s is None or not self.session_next.get(s):
+            return None
+        s2, q = self._best(self.session_next[s])
+        a = self.last_prefix.get(s2)
+        out = self.prefix_next.get(a) if a is not None else None
+        if not out:
+            return None
+        x, px = self._best(out)
+        ch = self.chains.get(x)
+        if ch is None or not ch.stable or q * px < p.hint_min_p:
+            return None
+        if not ch.blocks and p.mode == "retention":  # nothing resident to protect
+            return None
+        return [Hint(ch.stable, request.arrival_index + p.hint_arrivals)]
+
+    @hookimpl
+    def spfcore_blocks_stored(self, request, blocks, now):
+        if not blocks:
+            return
+        x = self.req_root.setdefault(request.request_id, blocks[0].key)
+        ch, root = self.chains[x], self.root
+        before = ch.blocks
+        for b in blocks:
+            if b.key not in root:  # a recomputed duplicate is not a new resident block
+                ch.blocks += 1
+                self.resident_blocks += 1
+            root[b.key] = x
+        if before == 0 and ch.blocks:
+            self.resident_chains += 1
+
+    @hookimpl
+    def spfcore_request_finished(self, request, now):
+        self.req_root.pop(request.request_id, None)
+
+    @hookimpl
+    def spfcore_blocks_evicted(self, keys, now):
+        root, chains = self.root, self.chains
+        for k in keys:
+            x = root.pop(k, None)
+            if x is None:
+                continue
+            ch = chains[x]
+            ch.blocks -= 1
+            self.resident_blocks -= 1
+            if ch.blocks == 0:
+                self.resident_chains -= 1
+
+    @hookimpl
+    def spfcore_score_blocks(self, blocks, now):
+        root, cache = self.root, {}
+        exp = self.arrival + self.params.score_ttl_arrivals
+        out = []
+        for b in blocks:
+            x = root.get(b.key, b.key)
+            u = cache.get(x)
+            if u is None:
+                u = cache[x] = self.chain_utility(x)
+            out.append(Score(u, expires_at_arrival=exp))
+        return out
+
+
+__all__ = ["ExpectedUtilityPolicy", "ExpectedUtilityParams", "SeedScorer", "Chain", "VARIANTS",
+           "SAVED_MS_PER_BLOCK"]

@@ -1,0 +1,105 @@
+"""A tiny sequential prefix cache for policy tests: drives a real
+:class:`~spfcore.runtime.PolicyRuntime` through the per-request event protocol.
+
+It is not the simulator (:mod:`spfcore.sim`): no timing, no decode blocks, one
+request at a time, so every block is free between requests. Keys are whatever
+the test passes (readable strings such as ``"A0", "A1"``); equal keys must mean
+equal prefixes, as with real block hashes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from spfcore.runtime import PolicyRuntime
+from spfcore.views import RequestView
+
+
+class MiniCache:
+    """A pool of ``num_blocks`` blocks of ``block_size`` tokens run by the
+    installed policy named ``policy`` (or by a ready PolicyRuntime, whose own
+    size is used).
+
+    Every request's prompt is its full blocks plus ``extra_tokens`` (default 1)
+    tokens in a partial, hashless block, so the vLLM cap on hits (at most
+    ``prompt_len - 1`` tokens) never cuts the full-block chain.
+
+    Attributes:
+        rt: The runtime (``rt.evictor`` is the free queue).
+        evicted: Keys of evicted cached blocks, in eviction order, all requests.
+        hits: Per request, the number of full blocks hit.
+
+    Raises:
+        spfcore.registry.PolicyConfigError: unknown policy or bad option.
+    """
+
+    def __init__(self, policy: str | PolicyRuntime, num_blocks: int, *, block_size: int = 4,
+                 options: dict[str, str] | None = None, env=None) -> None:
+        if isinstance(policy, PolicyRuntime):  # a runtime built by the test itself
+            self.rt = policy
+            num_blocks, block_size = policy.num_blocks, policy.block_size
+        else:
+            self.rt = PolicyRuntime.for_policy(policy, num_blocks, block_size, options, env)
+        self.block_size = block_size
+        self.next_index = 0
+        self.evicted: list = []
+        self.hits: list[int] = []
+        self.rt.release([], list(range(num_blocks)), 0.0)  # step 0: every block free, hashless
+
+    def view(self, keys: Sequence, session: str | None = None, *, index: int | None = None,
+             extra_tokens: int = 1) -> RequestView:
+        """The RequestView of a prompt with full-block ``keys`` (arrival index
+        ``index``, default the next one; arrival time = index seconds)."""
+        i = self.next_index if index is None else index
+        return RequestView(f"r{i}", session, i, float(i),
+                           len(keys) * self.block_size + extra_tokens, tuple(keys))
+
+    def set_future(self, prompts: Sequence[tuple[str | None, Sequence]]) -> list[RequestView]:
+        """Give ``(session, keys)`` prompts, in arrival order from the next
+        index, to a ``needs-future`` policy; returns their views."""
+        views = [self.view(k, s, index=self.next_index + j) for j, (s, k) in enumerate(prompts)]
+        self.rt.set_future(views)
+        return views
+
+    def cached(self) -> set:
+        """Keys of the cached (resident) full blocks."""
+        return set(self.rt.by_key)
+
+    def serve(self, keys: Sequence, session: str | None = None, *, extra_tokens: int = 1) -> list:
+        """Run one request through the protocol (arrive, lookup + hit, allocate,
+        store, finish, release tail first).
+
+        Returns:
+            Keys evicted by this request's allocation, in eviction order.
+
+        Raises:
+            ValueError: if the pool has too few free blocks.
+        """
+        rt, bs = self.rt, self.block_size
+        req = self.view(keys, session, extra_tokens=extra_tokens)
+        now = req.arrival_time
+        self.next_index += 1
+        rt.arrived(req, now)
+        cap = (req.num_prompt_tokens - 1) // bs
+        hit_ids: list[int] = []
+        for k in keys[:cap]:
+            i = rt.by_key.get(k)
+            if i is None:
+                break
+            hit_ids.append(i)
+        for i in hit_ids:
+            rt.evictor.remove(i)  # vLLM touch: ref count 0 -> 1
+        rt.hit(req, hit_ids, now)
+        self.hits.append(len(hit_ids))
+        h = len(hit_ids)
+        partial = 1 if req.num_prompt_tokens % bs else 0
+        key_of = {i: m.key for i, m in rt.meta.items()}
+        new = rt.evict(len(keys) - h + partial, now)
+        gone = [key_of[i] for i in new if i in key_of]
+        self.evicted.extend(gone)
+        full, hashless = new[: len(keys) - h], new[len(keys) - h:]
+        if full:
+            rt.stored(req, full, keys[h:], h, keys[h - 1] if h else None, bs, now)
+        rt.finished(req, now)
+        rt.release(list(reversed(hit_ids + full)), hashless, now)
+        return gone

@@ -1,0 +1,124 @@
+"""PolicyRuntime: the event protocol, LRU tail-first order, hook errors,
+hints, rescore on arrival, duplicate block hashes."""
+
+import pytest
+
+from spfcore import Hint, Score, hookimpl
+from spfcore.registry import new_plugin_manager
+from spfcore.runtime import PolicyError, PolicyRuntime
+from spfcore.testing import MiniCache
+
+
+def runtime_for(policy, num_blocks=8, block_size=4, **kw):
+    pm = new_plugin_manager()
+    pm.register(policy, name="t")
+    return PolicyRuntime(pm, num_blocks, block_size, policy_name="t", **kw)
+
+
+def test_lru_evicts_tail_first_in_release_order():
+    c = MiniCache("lru", 6)
+    assert c.serve(["a0", "a1", "a2"]) == []  # 3 full + 1 hashless block
+    # 5 blocks needed: the 3 hashless free blocks, then a's tail: a2, a1.
+    assert c.serve(["b0", "b1", "b2", "b3"]) == ["a2", "a1"]
+    assert c.serve(["a0", "x"]) == ["b3"]  # a0 hit; x and the hashless block
+    assert c.hits == [0, 0, 1]
+    assert c.rt.stats()["evictions"] == 3 and c.rt.evictor.fifo
+
+
+def test_recomputed_duplicate_keeps_the_key():
+    # A prompt of exactly 2 full blocks hits at most 1 (the last token is
+    # recomputed), so g1 is computed again into a second block.
+    c = MiniCache("lru", 4)
+    c.serve(["g0", "g1"], extra_tokens=0)
+    old = c.rt.by_key["g1"]
+    c.serve(["g0", "g1"], extra_tokens=0)
+    new = c.rt.by_key["g1"]
+    assert new != old and c.rt.meta[old].key == "g1"
+    assert c.serve(["x0"]) == ["g1"]  # the old copy, released first
+    assert old not in c.rt.meta and c.rt.by_key["g1"] == new
+    c.serve(["g0", "g1"])
+    assert c.hits[-1] == 2
+
+
+class WrongLength:
+    @hookimpl
+    def spfcore_score_blocks(self, blocks, now):
+        return [0.0]
+
+
+class Raises:
+    @hookimpl
+    def spfcore_request_arrived(self, request, now):
+        raise KeyError("boom")
+
+
+def test_bad_hook_result_and_raising_hook_are_policy_errors():
+    c = MiniCache(runtime_for(WrongLength()), 0)
+    with pytest.raises(PolicyError, match="policy 't': hook spfcore_score_blocks returned 1 results for 2 blocks"):
+        c.serve(["a0", "a1"])
+    c = MiniCache(runtime_for(Raises()), 0)
+    with pytest.raises(PolicyError, match="policy 't' failed in hook spfcore_request_arrived: KeyError") as e:
+        c.serve(["a0"])
+    assert isinstance(e.value.__cause__, KeyError)
+
+
+class Hinter:
+    """Hints ("a0", "a1") at arrival 2, lapsing after arrival 3; pins session
+    "S" blocks before arrival 3 and asks for them to be re-scored on S's arrival."""
+
+    def __init__(self):
+        self.scored, self.arrival = [], 0
+
+    @hookimpl
+    def spfcore_request_arrived(self, request, now):
+        self.arrival = request.arrival_index
+
+    @hookimpl
+    def spfcore_prefetch_hints(self, request, now):
+        return [Hint(("a0", "a1", "zz"), 3)] if request.arrival_index == 2 else None
+
+    @hookimpl
+    def spfcore_rescore_keys(self, request, now):
+        return ["s0", "nope"] if request.session_id == "S" else None
+
+    @hookimpl
+    def spfcore_score_blocks(self, blocks, now):
+        self.scored.append([b.key for b in blocks])
+        pin = self.arrival < 3
+        return [Score(0.0, expires_at_arrival=3, pinned=True) if pin and b.session_id == "S" else Score(0.0)
+                for b in blocks]
+
+
+def test_hints_pin_count_used_and_rescore_keys():
+    pol = Hinter()
+    c = MiniCache(runtime_for(pol, num_blocks=8), 0)
+    c.serve(["a0", "a1"])
+    c.serve(["s0"], "S")
+    assert c.rt.evictor.num_pinned == 1  # s0
+    c.serve(["b0"])  # arrival 2: hint pins a1, a0 (zz is not resident)
+    assert (c.rt.hints_issued, c.rt.evictor.num_pinned) == (1, 3)
+    c.serve(["s0"], "S")  # arrival 3: s0's and the hint's pins expire; S asks to re-score s0
+    # One batch each: expired scores (s0, then the hint's pins a0, a1), the
+    # rescore_keys answer (free s0; "nope" is not resident), s0's release.
+    assert pol.scored[3:] == [["s0", "a0", "a1"], ["s0"], ["s0"]]
+    assert c.rt.evictor.num_pinned == 0
+    c.serve(["a0", "a1"])  # arrival 4: after the hint lapsed -> not used
+    assert (c.rt.hints_issued, c.rt.hints_used) == (1, 0)
+
+
+def test_hint_used_when_hit_before_it_lapses():
+    pol = Hinter()
+    c = MiniCache(runtime_for(pol, num_blocks=8), 0)
+    c.serve(["a0", "a1"])
+    c.serve(["q0"])
+    c.serve(["b0"])         # arrival 2: hint
+    c.serve(["a0", "a9"])   # arrival 3: hits a0
+    assert (c.rt.hints_issued, c.rt.hints_used) == (1, 1)
+
+
+def test_forget_drops_metadata_and_keys():
+    c = MiniCache("lru", 4)
+    c.serve(["a0", "a1"])
+    ids = [c.rt.by_key["a0"], c.rt.by_key["a1"]]
+    c.rt.forget(ids)
+    assert c.cached() == set() and not c.rt.meta
