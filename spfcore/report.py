@@ -1,0 +1,453 @@
+"""Results of a gate run: the versioned JSON file, the terminal table, PNG
+plots and markdown pages.
+
+Results JSON, ``schema_version`` 1::
+
+    {
+      "schema_version": 1,
+      "spfcore_version": "0.1.0",
+      "created": "2026-...Z",                 # UTC, ISO 8601
+      "config": {...},                        # everything that made the run: workload
+                                              # (every flag) or trace, engine spec, arms,
+                                              # seeds, cache size, thresholds, roles,
+                                              # versions, and "command" (the command line)
+      "cells": [cell, ...],                   # engine: one per arm and seed, with
+                                              # "requests" (per-request records);
+                                              # a failed cell is {"arm", "seed", "error"}
+      "sim": {"cells": [...], "ceilings": [{"seed", "infinite": {...}, "belady": {...}}],
+              "summary": {arm: means}, "ceilings_summary": {"infinite": means, "belady": means}},
+      "summary": {arm: means},                # engine, means over seeds (see summarize)
+      "verdict": {...}                        # spfcore.gate.Verdict.to_json()
+    }
+
+Cell field names are those of ``spfcore simulate``: ``token_hit_rate``,
+``prefill_tokens_recomputed`` (tokens), ``ttft_p95_s`` (seconds), ...
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+SCHEMA_VERSION = 1
+
+#: Per-cell numeric fields averaged over seeds in a summary.
+MEAN_FIELDS = ("num_requests", "prompt_tokens", "cached_tokens", "token_hit_rate",
+               "prefill_tokens_recomputed", "evictions", "hook_seconds", "hook_calls",
+               "evict_seconds", "evict_calls", "hints_issued", "hints_used",
+               "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "ttft_mean_s", "e2e_p50_s", "e2e_p95_s",
+               "throughput_rps", "wall_s")
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be read: the message names the file and field."""
+
+
+# ------------------------------------------------------------------ summary
+
+
+def _mean(xs: Sequence[float | None]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return float(np.mean(xs)) if xs else None
+
+
+def summarize(cells: Iterable[Mapping]) -> dict[str, dict]:
+    """Per arm, the means over seeds of every field in :data:`MEAN_FIELDS`
+    present in the cells, plus:
+
+    * ``seeds``: seeds averaged (failed cells excluded), ``errors``: failures;
+    * ``evict_us_per_alloc``: ``evict_seconds / evict_calls`` in microseconds,
+      the policy's cost on the allocation path (hooks included), seed mean;
+    * ``hook_us_per_call``: ``hook_seconds / hook_calls`` in microseconds;
+    * ``wasted_hints``: ``1 - hints_used / hints_issued`` (0 if none), seed mean;
+    * ``ttft_mean_hit_s`` / ``ttft_mean_miss_s``: mean TTFT (s) of requests
+      with / without cached tokens, pooled over seeds (p95 TTFT cannot move
+      while fewer than 5% of requests miss, so the per-class means are shown).
+
+    Args:
+        cells: Cell records (engine or simulator).
+
+    Returns:
+        ``{arm: {field: value}}`` in first-seen arm order.
+    """
+    from spfcore.gate import wasted_share
+
+    by_arm: dict[str, list] = {}
+    errors: dict[str, list] = {}
+    for c in cells:
+        if c.get("error"):
+            errors.setdefault(c["arm"], []).append(f"seed {c.get('seed')}: {c['error']}")
+            by_arm.setdefault(c["arm"], [])
+        else:
+            by_arm.setdefault(c["arm"], []).append(c)
+    out = {}
+    for arm, cs in by_arm.items():
+        s: dict = {"seeds": [c.get("seed") for c in cs], "errors": errors.get(arm, [])}
+        for f in MEAN_FIELDS:
+            if any(f in c for c in cs):
+                s[f] = _mean([c.get(f) for c in cs])
+        s["evict_us_per_alloc"] = _mean([1e6 * c["evict_seconds"] / c["evict_calls"] for c in cs
+                                         if c.get("evict_calls")])
+        s["hook_us_per_call"] = _mean([1e6 * c["hook_seconds"] / c["hook_calls"] for c in cs
+                                       if c.get("hook_calls")])
+        s["wasted_hints"] = _mean([wasted_share(c) for c in cs])
+        reqs = [r for c in cs for r in c.get("requests") or () if r.get("ttft_s") is not None]
+        s["ttft_mean_hit_s"] = _mean([r["ttft_s"] for r in reqs if r.get("cached_tokens")])
+        s["ttft_mean_miss_s"] = _mean([r["ttft_s"] for r in reqs if not r.get("cached_tokens")])
+        out[arm] = s
+    return out
+
+
+def _ceilings_summary(ceilings: Sequence[Mapping]) -> dict:
+    out = {}
+    for kind in ("infinite", "belady"):
+        rows = [c[kind] for c in ceilings if (c.get(kind) or {}).get("token_hit_rate") is not None]
+        if rows:
+            out[kind] = {k: _mean([r.get(k) for r in rows]) for k in rows[0]
+                         if isinstance(rows[0][k], (int, float))}
+    return out
+
+
+def build_results(config: Mapping, cells: Sequence[Mapping], sim: Mapping | None,
+                  verdict: Mapping | None, *, created: str | None = None) -> dict:
+    """Assemble a schema-1 results document (see the module docstring).
+
+    Args:
+        config: The whole run configuration (JSON-serialisable).
+        cells: Engine cells.
+        sim: ``{"cells": [...], "ceilings": [...]}`` or None.
+        verdict: :meth:`spfcore.gate.Verdict.to_json` or None.
+        created: Timestamp; default now (UTC).
+    """
+    import spfcore
+
+    sim_out = None
+    if sim is not None:
+        sim_out = {"cells": list(sim.get("cells", ())), "ceilings": list(sim.get("ceilings", ())),
+                   "summary": summarize(sim.get("cells", ())),
+                   "ceilings_summary": _ceilings_summary(sim.get("ceilings", ()))}
+    return {"schema_version": SCHEMA_VERSION, "spfcore_version": spfcore.__version__,
+            "created": created or _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "config": dict(config), "cells": list(cells), "sim": sim_out,
+            "summary": summarize(cells), "verdict": verdict}
+
+
+# ------------------------------------------------------------------ JSON I/O
+
+
+def _default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON-serialisable: {type(o).__name__}")
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file in the same folder
+    and ``os.replace``: readers see the old file or the new one, never a part;
+    an error mid-write leaves no file behind (the temporary one is removed).
+
+    Raises:
+        OSError: the folder cannot be written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+def dumps(results: Mapping) -> str:
+    """``results`` as JSON text (numpy scalars, tuples and paths converted).
+
+    Raises:
+        TypeError: a value that has no JSON form.
+    """
+    return json.dumps(results, indent=1, default=_default, allow_nan=True) + "\n"
+
+
+def write_results(path: str | os.PathLike, results: Mapping) -> Path:
+    """Serialise and write ``results`` atomically (:func:`write_atomic`).
+
+    The JSON text is built before the file is opened, so a value that cannot be
+    serialised raises ``TypeError`` and leaves no file.
+    """
+    return write_atomic(path, dumps(results))
+
+
+def read_results(path: str | os.PathLike) -> dict:
+    """Read and check a results file.
+
+    Raises:
+        ResultsError: unreadable JSON (with line and column), a missing field,
+            or a ``schema_version`` other than :data:`SCHEMA_VERSION`.
+    """
+    path = Path(path)
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") from None
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot read ({exc.strerror})") from None
+    if not isinstance(d, dict):
+        raise ResultsError(f"{path}: top level must be an object, got {type(d).__name__}")
+    for field in ("schema_version", "config", "cells", "summary", "verdict"):
+        if field not in d:
+            raise ResultsError(f"{path}: field {field!r} missing")
+    if d["schema_version"] != SCHEMA_VERSION:
+        raise ResultsError(f"{path}: field 'schema_version' is {d['schema_version']!r}; "
+                           f"this spfcore reads {SCHEMA_VERSION}")
+    return d
+
+
+# ------------------------------------------------------------------ table
+
+
+def _f(x, fmt: str, scale: float = 1.0) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return format(x * scale, fmt)
+
+
+#: (column header, summary field, format, scale)
+COLUMNS = (("hit", "token_hit_rate", ".2%", 1), ("prefill recomputed", "prefill_tokens_recomputed", ",.0f", 1),
+           ("TTFT p50 ms", "ttft_p50_s", ".1f", 1e3), ("p95 ms", "ttft_p95_s", ".1f", 1e3),
+           ("p99 ms", "ttft_p99_s", ".1f", 1e3), ("mean ms", "ttft_mean_s", ".1f", 1e3),
+           ("hit/miss mean ms", None, "", 1), ("e2e p95 ms", "e2e_p95_s", ".1f", 1e3),
+           ("rps", "throughput_rps", ".3f", 1), ("evict µs/alloc", "evict_us_per_alloc", ".1f", 1),
+           ("hints used/issued", None, "", 1))
+
+
+def _row(s: Mapping) -> list[str]:
+    row = []
+    for _, field, fmt, scale in COLUMNS:
+        if field is not None:
+            row.append(_f(s.get(field), fmt, scale))
+        elif _ == "hit/miss mean ms":
+            row.append(f"{_f(s.get('ttft_mean_hit_s'), '.1f', 1e3)}/{_f(s.get('ttft_mean_miss_s'), '.1f', 1e3)}")
+        else:
+            row.append(f"{_f(s.get('hints_used'), '.0f')}/{_f(s.get('hints_issued'), '.0f')}")
+    return row
+
+
+def table(results: Mapping) -> Table:
+    """A rich table: one row per engine arm (seed means), then the simulator's
+    arms and its Belady and infinite-cache ceilings (token hit rate, prefill)."""
+    cfg = results.get("config", {})
+    t = Table(title=f"spfcore gate: {cfg.get('workload_label', '')}".strip(), show_lines=False)
+    t.add_column("arm")
+    t.add_column("seeds", justify="right")
+    for head, *_ in COLUMNS:
+        t.add_column(head, justify="right")
+    for arm, s in results.get("summary", {}).items():
+        if not s.get("seeds") and s.get("errors"):
+            t.add_row(arm, "0", f"[red]failed: {s['errors'][0]}[/red]", *[""] * (len(COLUMNS) - 1))
+            continue
+        name = arm if not s.get("errors") else f"{arm} [red](errors)[/red]"
+        t.add_row(name, str(len(s.get("seeds", []))), *_row(s))
+    sim = results.get("sim") or {}
+    if sim.get("summary"):
+        t.add_section()
+        for arm, s in sim["summary"].items():
+            t.add_row(f"sim:{arm}", str(len(s.get("seeds", []))), _f(s.get("token_hit_rate"), ".2%"),
+                      _f(s.get("prefill_tokens_recomputed"), ",.0f"), *[""] * (len(COLUMNS) - 2))
+        for kind, s in sim.get("ceilings_summary", {}).items():
+            t.add_row(f"sim:{kind}", "", _f(s.get("token_hit_rate"), ".2%"),
+                      _f(s.get("prefill_tokens_recomputed"), ",.0f"), *[""] * (len(COLUMNS) - 2))
+    return t
+
+
+def verdict_table(verdict: Mapping) -> Table:
+    """A rich table of the verdict: one row per criterion (value, threshold, CI, pass)."""
+    color = {"SURVIVES": "green", "FAILS": "red"}.get(verdict["status"], "yellow")
+    t = Table(title=f"verdict: [{color}]{verdict['status']}[/{color}]")
+    for col in ("criterion", "value", "threshold", "95% CI", "pass", "what"):
+        t.add_column(col)
+    for c in verdict["criteria"]:
+        ci = c.get("ci")
+        ci_s = f"[{ci['low']:+.4f}, {ci['high']:+.4f}] ({ci['method']})" if ci else "-"
+        p = {True: "[green]yes[/green]", False: "[red]no[/red]", None: "-"}[c["passed"]]
+        t.add_row(c["name"], _f(c["value"], "+.4f"), f"{c['op']} {c['threshold']:.4g}", ci_s, p, c["note"])
+    return t
+
+
+def print_report(results: Mapping, console: Console | None = None) -> None:
+    """Print the arms table, the verdict table and the verdict's reasons."""
+    console = console or Console()
+    console.print(table(results))
+    v = results.get("verdict")
+    if v:
+        console.print(verdict_table(v))
+        for r in v.get("reasons", ()):
+            console.print(f"  - {r}", markup=False)
+
+
+# ------------------------------------------------------------------ plots
+
+
+def plot_results(results: Mapping, outdir: str | os.PathLike) -> list[Path]:
+    """Write PNG plots beside the results (matplotlib, Agg backend):
+
+    * ``cache.png``: per arm, prefill tokens recomputed and token hit rate
+      (engine seed means, simulator beside them) with the simulator's Belady
+      ceiling and infinite cache marked as horizontal lines;
+    * ``ttft_cdf.png``: the TTFT CDF per arm (requests of every seed pooled),
+      when the cells carry per-request TTFTs.
+
+    Returns:
+        Paths written.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    eng = results.get("summary", {}) or {}
+    sim = results.get("sim") or {}
+    sim_sum, ceil = sim.get("summary", {}) or {}, sim.get("ceilings_summary", {}) or {}
+    arms = list(dict.fromkeys([*eng, *sim_sum]))
+    if arms:
+        fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.6 * len(arms) + 4), 4.5))
+        x = np.arange(len(arms))
+        for ax, field, label, scale in ((axes[0], "prefill_tokens_recomputed", "prefill tokens recomputed", 1),
+                                        (axes[1], "token_hit_rate", "token hit rate (%)", 100)):
+            def vals(src):
+                return [np.nan if (src.get(a, {}).get(field) is None) else src[a][field] * scale for a in arms]
+            ax.bar(x - 0.2, vals(eng), 0.4, label="engine (seed mean)")
+            ax.bar(x + 0.2, vals(sim_sum), 0.4, label="simulator", alpha=0.6)
+            for kind, style in (("belady", "--"), ("infinite", ":")):
+                if ceil.get(kind, {}).get(field) is not None:
+                    ax.axhline(ceil[kind][field] * scale, color="k", linestyle=style, label=f"{kind} (sim)")
+            ax.set_xticks(x, arms, rotation=20, ha="right")
+            ax.set_ylabel(label)
+            ax.legend(fontsize=8)
+        fig.suptitle(results.get("config", {}).get("workload_label", "spfcore gate"))
+        fig.tight_layout()
+        p = outdir / "cache.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+    ttfts: dict[str, list] = {}
+    for c in results.get("cells", ()):
+        for r in c.get("requests") or ():
+            if r.get("ttft_s") is not None:
+                ttfts.setdefault(c["arm"], []).append(r["ttft_s"])
+    if ttfts:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for arm, v in ttfts.items():
+            v = np.sort(np.asarray(v)) * 1e3
+            ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=arm)
+        ax.set_xlabel("TTFT (ms)")
+        ax.set_ylabel("share of requests")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        p = outdir / "ttft_cdf.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+    return paths
+
+
+# ------------------------------------------------------------------ markdown
+
+
+def _md_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def markdown(paths: Sequence[str | os.PathLike], *, title: str = "spfcore gate results") -> str:
+    """A markdown page for one or more results files (for ``docs/results.md``
+    or ``results/gpu-h200/README.md``): per file, the exact command that
+    reproduces it, the setup, the arms table, the simulator's ceilings and the
+    verdict with every criterion.
+
+    Raises:
+        ResultsError: a file that :func:`read_results` rejects.
+    """
+    out = [f"# {title}", ""]
+    for path in paths:
+        r = read_results(path)
+        cfg = r["config"]
+        v = r["verdict"] or {}
+        out += [f"## {cfg.get('workload_label') or Path(path).parent.name}", "",
+                f"Results file: `{path}` (spfcore {r.get('spfcore_version')}, {r.get('created')}).", "",
+                "Reproduce:", "", "```bash", cfg.get("command") or "(command not recorded)", "```", ""]
+        setup = {k: cfg.get(k) for k in ("num_blocks", "block_size", "cache_pressure", "mode", "seeds", "arms")}
+        eng = cfg.get("engine") or {}
+        setup["model"] = eng.get("model")
+        ver = cfg.get("versions") or {}
+        out += ["Setup: " + ", ".join(f"{k} = {v_}" for k, v_ in setup.items() if v_ is not None)
+                + ("; " + ", ".join(f"{k} {v_}" for k, v_ in ver.items()) if ver else "") + ".", ""]
+        heads = ["arm", "seeds"] + [h for h, *_ in COLUMNS]
+        rows = [[a, str(len(s.get("seeds", [])))] + _row(s) for a, s in r["summary"].items()]
+        out += [_md_table(heads, rows), ""]
+        sim = r.get("sim") or {}
+        if sim.get("summary"):
+            srows = [[f"sim:{a}", _f(s.get("token_hit_rate"), ".2%"), _f(s.get("prefill_tokens_recomputed"), ",.0f")]
+                     for a, s in sim["summary"].items()]
+            srows += [[f"sim:{k}", _f(s.get("token_hit_rate"), ".2%"), _f(s.get("prefill_tokens_recomputed"), ",.0f")]
+                      for k, s in sim.get("ceilings_summary", {}).items()]
+            out += ["Simulator (same input, seed means):", "",
+                    _md_table(["arm", "token hit rate", "prefill recomputed"], srows), ""]
+        if v:
+            out += [f"**Verdict: {v['status']}**", ""]
+            crow = []
+            for c in v["criteria"]:
+                ci = c.get("ci")
+                crow.append([c["name"], _f(c["value"], "+.4f"), f"{c['op']} {c['threshold']:.4g}",
+                             f"[{ci['low']:+.4f}, {ci['high']:+.4f}]" if ci else "-",
+                             {True: "yes", False: "no", None: "-"}[c["passed"]], c["note"]])
+            out += [_md_table(["criterion", "value", "threshold", "95% CI", "pass", "what"], crow), ""]
+            out += [f"- {x}" for x in v.get("reasons", ())] + ([""] if v.get("reasons") else [])
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m spfcore.report [--title T] RESULTS.json ...``: print the
+    markdown page of the given results files (e.g. ``> docs/results.md``)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m spfcore.report", description=main.__doc__)
+    ap.add_argument("results", nargs="+", help="results JSON files")
+    ap.add_argument("--title", default="spfcore gate results")
+    a = ap.parse_args(argv)
+    try:
+        print(markdown(a.results, title=a.title), end="")
+    except ResultsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
