@@ -55,6 +55,11 @@ def describe(name: str) -> None:
 
 
 # Commands of other areas register here (one line each).
+from spfcore.gate_cli import gate_command  # noqa: E402
+from spfcore.sim.cli import simulate  # noqa: E402
+
+main.add_command(gate_command)
+main.add_command(simulate)
 
 
 if __name__ == "__main__":  # pragma: no cover

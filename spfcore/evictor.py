@@ -156,8 +156,22 @@ class Evictor:
         else:
             self._pinned.discard(i)
         self._entry[i] = [tier, value, order, v]
-        heapq.heappush(self._heap, (2 if pinned else tier, value, order, v, i))
+        heap = self._heap
+        heapq.heappush(heap, (2 if pinned else tier, value, order, v, i))
+        if len(heap) > 2 * len(self._entry) + 1024:
+            self._compact()
         return pinned
+
+    def _compact(self) -> None:
+        """Drop stale heap entries (left by hits, re-scores and victims) once
+        they outnumber live ones: O(n) every O(n) inserts, O(1) amortized."""
+        entry, pinned = self._entry, self._pinned
+        self._heap = [(2 if i in pinned else e[0], e[1], e[2], e[3], i) for i, e in entry.items()]
+        heapq.heapify(self._heap)
+        for name in ("_exp_t", "_exp_a"):
+            h = [x for x in getattr(self, name) if (e := entry.get(x[2])) is not None and e[3] == x[1]]
+            heapq.heapify(h)
+            setattr(self, name, h)
 
     # ------------------------------------------------------------ removals
     def remove(self, block_id: int) -> None:

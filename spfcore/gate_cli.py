@@ -15,15 +15,16 @@ from spfcore import gate, gate_runner, registry, report
 from spfcore.workloads.options import cache_options, workload_options
 
 #: Presets: the workload, cache and engine of a run. ``seed`` is the SPF
-#: seed's published configuration (DESIGN.md §1; a GPU run: block size 16,
-#: Llama-3.2-3B's architecture); ``quick`` is the same shape scaled down for
-#: a 2-core CPU (block size 32, the tiny model; 32 requests per cell).
+#: seed's published workload (DESIGN.md §1) on the embedded tiny model; its
+#: block size is 16 on a GPU (as the seed) and 32 on CPU (vLLM's CPU attention
+#: needs a multiple of 32). Add ``--model llama-3.2-3b`` for the seed's
+#: architecture. ``quick`` is the same shape scaled down for a 2-core CPU.
 PRESETS = {
     "seed": {
         "workload": "personas",
         "workload_flags": {"personas": 16, "prefix_tokens": 8192, "sessions": 32, "turns": 4,
                            "query_tokens": 128, "output_tokens": 32, "order": "round_robin"},
-        "block_size": 16, "cache_pressure": 2.3, "engine": {"model": "llama-3.2-3b", "max_model_len": 12288},
+        "block_size": "auto", "cache_pressure": 2.3, "engine": {"model": "tiny", "max_model_len": 12288},
     },
     "quick": {
         "workload": "personas",
@@ -32,6 +33,17 @@ PRESETS = {
         "block_size": 32, "cache_pressure": 2.3, "engine": {"model": "tiny"},
     },
 }
+
+
+def _block_size(preset: dict) -> int:
+    """The preset's block size, tokens; ``auto``: 16 with a CUDA GPU, else 32."""
+    if preset["block_size"] != "auto":
+        return preset["block_size"]
+    try:
+        import torch
+    except ImportError:
+        return 32
+    return 16 if torch.cuda.is_available() else 32
 
 
 def _csv(kind):
@@ -106,7 +118,7 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
         cfg = gate_runner.GateConfig(
             workload=ws.name, workload_flags=flags, trace=ws.trace, limit=ws.limit,
             tokens_per_block=ws.tokens_per_block, arms=arms or gate_runner.DEFAULT_ARMS,
-            seeds=seeds or gate_runner.DEFAULT_SEEDS, block_size=cache_spec.block_size or p["block_size"],
+            seeds=seeds or gate_runner.DEFAULT_SEEDS, block_size=cache_spec.block_size or _block_size(p),
             cache_pressure=cache_spec.pressure, num_blocks=cache_spec.num_blocks, mode=mode, engine=engine,
             policy_options=options,
             roles=gate.Roles(candidate, baseline, floor_, oracle), thresholds=gate.GateThresholds(**thr),

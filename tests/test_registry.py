@@ -38,7 +38,9 @@ def test_capabilities_and_hooks_of_shipped_policies():
     assert "spfcore_future_requests" in infos["belady_oracle"].hooks
     assert "spfcore_admit_blocks" in infos["frequency"].hooks
     assert "spfcore_rescore_keys" in infos["session_ttl"].hooks
-    assert "spfcore_prefetch_hints" in infos["spf_expected_utility"].hooks
+    # the default variant ("utility") learns from evictions; hints belong to variant="seed"
+    assert "spfcore_blocks_evicted" in infos["spf_expected_utility"].hooks
+    assert "spfcore_prefetch_hints" not in infos["spf_expected_utility"].hooks
 
 
 def test_allowlist_and_blocklist():

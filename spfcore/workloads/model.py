@@ -26,6 +26,9 @@ class Request:
         hash_block_tokens: Tokens per trace block id (Mooncake: 512).
         num_prompt_tokens: Prompt length, tokens (== len(prompt_token_ids)
             when tokens are given).
+        output_token_ids: The output tokens when the workload defines them
+            (``multiturn``: the next turn's prompt contains them), else ``()``
+            (the simulator then gives decode blocks unique keys).
     """
 
     request_id: str
@@ -37,6 +40,8 @@ class Request:
     hash_ids: tuple | None = None
     hash_block_tokens: int = 0
     num_prompt_tokens: int = attrs.field()
+
+    output_token_ids: tuple = attrs.field(default=(), converter=tuple)
 
     @num_prompt_tokens.default
     def _n(self) -> int:

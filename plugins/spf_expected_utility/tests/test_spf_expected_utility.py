@@ -1,4 +1,4 @@
-"""spf_expected_utility (variant seed): the utility of a tiny case computed
+"""spf_expected_utility, variant="seed" (set explicitly; the default is "utility"): the utility of a tiny case computed
 by hand, whole-chain retention, and prefetch hints for the next session."""
 
 import math
@@ -10,12 +10,13 @@ from spfcore.registry import PolicyConfigError
 from spfcore.testing import MiniCache
 
 LN51 = math.log(51)
+SEED = {"variant": "seed"}
 
 
 def test_seed_formula_by_hand():
     # block_size 4, 1e8 KV bytes per token -> 0.4 GB per block; s = 0.08 ms (retention).
     c = MiniCache("spf_expected_utility", 16,
-                  options={"kv_bytes_per_token": "100000000", "hints": "false"})
+                  options={"variant": "seed", "kv_bytes_per_token": "100000000", "hints": "false"})
     c.serve(["a0", "a1"], "A")        # arrival 0
     c.serve(["b0"], "B")              # arrival 1
     c.serve(["a0", "a1", "a2"], "A")  # arrival 2: hits a0, a1; stores a2
@@ -42,7 +43,7 @@ def test_seed_formula_by_hand():
 
 def test_whole_chain_kept_over_a_later_single_block():
     script = [("A", ["a0", "a1"]), ("A", ["a0", "a1"]), ("B", ["b0"]), ("D", ["d0", "d1", "d2"])]
-    spf, lru = MiniCache("spf_expected_utility", 6), MiniCache("lru", 6)
+    spf, lru = MiniCache("spf_expected_utility", 6, options=SEED), MiniCache("lru", 6)
     # LRU evicts a1 (released at arrival 1); chain a0 (reused, 2 blocks, U ~ 0.13 ms)
     # outranks b0 (U ~ 0.0085 ms), so spf evicts b0.
     assert [spf.serve(k, s) for s, k in script][3] == ["b0"]
@@ -50,7 +51,7 @@ def test_whole_chain_kept_over_a_later_single_block():
 
 
 def test_hint_pins_the_next_sessions_prefix():
-    c = MiniCache("spf_expected_utility", 16)
+    c = MiniCache("spf_expected_utility", 16, options=SEED)
     c.serve(["a0", "a1"], "A")
     c.serve(["b0"], "B")
     c.serve(["a0", "a1"], "A")
@@ -63,7 +64,7 @@ def test_hint_pins_the_next_sessions_prefix():
 
 
 @pytest.mark.parametrize("opt, msg", [
-    ({"variant": "better"}, "bad value 'better' for 'variant' (must be one of ['seed'])"),
+    ({"variant": "better"}, "bad value 'better' for 'variant' (must be one of ['utility', 'seed'])"),
     ({"mode": "x"}, "bad value 'x' for 'mode' (must be one of ['retention', 'prefetch'])"),
     ({"c": "0"}, "'c' must be > 0"),
     ({"gamma": "1"}, "unknown parameter 'gamma'"),
@@ -76,7 +77,7 @@ def test_bad_options(opt, msg):
 
 @pytest.mark.parametrize("mode, issued", [("retention", 0), ("prefetch", 1)])
 def test_evicted_chain_is_hinted_only_in_prefetch_mode(mode, issued):
-    c = MiniCache("spf_expected_utility", 6, options={"mode": mode})
+    c = MiniCache("spf_expected_utility", 6, options={"variant": "seed", "mode": mode})
     for s, keys in [("A", ["a0", "a1"]), ("B", ["b0"]), ("A", ["a0", "a1"])]:
         c.serve(keys, s)
     # the whole pool: b0 (lower utility) first, then chain a0 tail first

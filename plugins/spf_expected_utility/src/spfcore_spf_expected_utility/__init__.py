@@ -1,68 +1,30 @@
-"""The ``spf_expected_utility`` arm: the SPF experiment's ExpectedUtilityScorer.
+"""The ``spf_expected_utility`` arm: expected utility of keeping a KV block.
 
-The seed ranked prefixes by an expected utility and could only ``touch`` the
-first block of a prefix. Here the same utility scores *whole prefix chains*
-(every cached block of a chain gets its chain's utility) and the scorer
-nominates the next predicted session's prefix through prefetch hints, which
-pin that chain's resident free blocks for a few arrivals.
+Two variants, chosen by ``Params.variant`` (see :data:`VARIANTS`):
 
-Variants are small scorer classes in :data:`VARIANTS`; ``Params.variant``
-selects one. A new variant subclasses :class:`SeedScorer` (or implements the
-same two methods) and adds itself to ``VARIANTS`` and to the ``Literal`` of
-``Params.variant``.
+* ``"utility"`` (default): learned hit density, LHD-style (Beckmann et al.,
+  NSDI 2018) in Gittins-index form; see :mod:`spfcore_spf_expected_utility.utility`.
+* ``"seed"``: the SPF experiment's ExpectedUtilityScorer (:class:`SeedScorer`)
+  applied to *whole prefix chains* (every cached block of a chain gets its
+  chain's utility), plus prefetch hints that pin the next predicted session's
+  prefix for a few arrivals (:class:`SeedPolicy`).
+
+One policy class, :class:`ExpectedUtilityPolicy`, is registered under the
+entry point. It builds the variant object and registers the variant's bound
+hook implementations as its own (pluggy accepts bound methods stored on the
+instance), so a hook call costs exactly what it costs on the variant object
+and only the hooks the variant implements are called.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Literal
-
-import attrs
-from attrs import validators as v
 
 from spfcore import Hint, Score, hookimpl
+from spfcore_spf_expected_utility.params import SAVED_MS_PER_BLOCK, VARIANT_NAMES, ExpectedUtilityParams
 
-#: ms of prefill saved per retained block: retention mode (block kept on the
-#: GPU) and prefetch mode (block promoted from a slower tier). Seed constants.
-SAVED_MS_PER_BLOCK = {"retention": 0.08, "prefetch": 2.0}
 LN51 = math.log(51.0)
-
-
-@attrs.frozen
-class ExpectedUtilityParams:
-    """Parameters of ``spf_expected_utility``.
-
-    Attributes:
-        variant: Scorer variant (``"seed"``: the seed's formula, see :class:`SeedScorer`).
-        mode: ``"retention"`` (0.08 ms saved per block) or ``"prefetch"`` (2.0 ms).
-        c: Cap of the probability terms (0 < c <= 1); seed 0.5.
-        h: Recency scale, arrivals (> 0); seed 3.
-        score_ttl_arrivals: A block's score expires this many arrivals after it
-            was computed, so recency-based predictions age (int >= 1).
-        hints: Issue prefetch hints for the next predicted session's prefix.
-        hint_min_p: Least confidence (next-session probability times its
-            prefix-transition probability, 0..1) for a hint.
-        hint_arrivals: A hint issued at arrival ``i`` lapses after arrival
-            ``i + hint_arrivals`` (int >= 1).
-        kv_bytes_per_token: KV-cache bytes per token, all layers, K and V
-            (int > 0); default Llama-3.2-3B in bf16: 2 * 28 layers * 8 KV heads
-            * 128 dims * 2 bytes = 114688.
-        pin_cap_fraction: Most pinned free blocks (hints), share of the pool (0..1).
-    """
-
-    variant: Literal["seed"] = attrs.field(default="seed", validator=v.in_(("seed",)))
-    mode: Literal["retention", "prefetch"] = attrs.field(
-        default="retention", validator=v.in_(tuple(SAVED_MS_PER_BLOCK)))
-    c: float = attrs.field(default=0.5, validator=[v.instance_of((int, float)), v.gt(0), v.le(1)])
-    h: float = attrs.field(default=3.0, validator=[v.instance_of((int, float)), v.gt(0)])
-    score_ttl_arrivals: int = attrs.field(default=4, validator=[v.instance_of(int), v.ge(1)])
-    hints: bool = attrs.field(default=True, validator=v.instance_of(bool))
-    hint_min_p: float = attrs.field(default=0.5, validator=[v.instance_of((int, float)), v.ge(0), v.le(1)])
-    hint_arrivals: int = attrs.field(default=2, validator=[v.instance_of(int), v.ge(1)])
-    kv_bytes_per_token: int = attrs.field(default=114688, validator=[v.instance_of(int), v.gt(0)])
-    pin_cap_fraction: float = attrs.field(
-        default=0.5, validator=[v.instance_of((int, float)), v.ge(0), v.le(1)])
 
 
 class Chain:
@@ -138,11 +100,8 @@ class SeedScorer:
         return prob * saved_ms * blocks - q * victim_saved_ms - q * 0.5 * gb - 0.02
 
 
-VARIANTS = {"seed": SeedScorer}
-
-
-class ExpectedUtilityPolicy:
-    """SPF's expected utility on whole prefix chains, plus prefetch hints.
+class SeedPolicy:
+    """The ``seed`` variant: SPF's expected utility on whole prefix chains, plus prefetch hints.
 
     A chain is identified by its root key (the request's first block hash);
     each block belongs to the chain of the request that stored it. The score of
@@ -163,13 +122,9 @@ class ExpectedUtilityPolicy:
     ``score_ttl_arrivals`` arrivals (in batches); O(prompt blocks) per arrival.
     """
 
-    name = "spf_expected_utility"
-    capabilities = frozenset({"sessions", "prefetch", "pins", "scoring"})
-    Params = ExpectedUtilityParams
-
     def __init__(self, params: ExpectedUtilityParams | None = None) -> None:
-        self.params = params or ExpectedUtilityParams()
-        self.scorer = VARIANTS[self.params.variant](self.params)
+        self.params = params or ExpectedUtilityParams(variant="seed")
+        self.scorer = SeedScorer(self.params)
         self.saved_ms = SAVED_MS_PER_BLOCK[self.params.mode]
         self.block_size = 16
         self._reset()
@@ -315,5 +270,43 @@ class ExpectedUtilityPolicy:
         return out
 
 
-__all__ = ["ExpectedUtilityPolicy", "ExpectedUtilityParams", "SeedScorer", "Chain", "VARIANTS",
-           "SAVED_MS_PER_BLOCK"]
+from spfcore_spf_expected_utility.utility import UtilityPolicy  # noqa: E402
+
+#: variant name -> policy class built from :class:`ExpectedUtilityParams`.
+VARIANTS = {"utility": UtilityPolicy, "seed": SeedPolicy}
+assert set(VARIANTS) == set(VARIANT_NAMES)
+
+_HOOKS = ("spfcore_cache_configured", "spfcore_request_arrived", "spfcore_blocks_hit",
+          "spfcore_blocks_stored", "spfcore_request_finished", "spfcore_blocks_evicted",
+          "spfcore_score_blocks", "spfcore_admit_blocks", "spfcore_choose_victims",
+          "spfcore_rescore_keys", "spfcore_prefetch_hints", "spfcore_future_requests")
+
+
+class ExpectedUtilityPolicy:
+    """Expected utility of keeping a KV block: learned hit density
+    (``variant="utility"``, default) or the SPF seed's scorer with prefetch
+    hints (``variant="seed"``).
+
+    The variant object (``self.impl``, a class of :data:`VARIANTS`) holds the
+    state; its bound hook implementations are copied onto this instance at
+    construction, so pluggy registers them directly (no extra call per hook)
+    and the runtime calls only the hooks that variant implements
+    (``utility``: no hints, no pins; ``seed``: hints and pins).
+    ``capabilities`` is the union of both variants'.
+    """
+
+    name = "spf_expected_utility"
+    capabilities = frozenset({"sessions", "prefetch", "pins", "scoring"})
+    Params = ExpectedUtilityParams
+
+    def __init__(self, params: ExpectedUtilityParams | None = None) -> None:
+        self.params = params or ExpectedUtilityParams()
+        self.impl = VARIANTS[self.params.variant](self.params)
+        for hook in _HOOKS:
+            fn = getattr(self.impl, hook, None)
+            if fn is not None:
+                setattr(self, hook, fn)
+
+
+__all__ = ["ExpectedUtilityPolicy", "ExpectedUtilityParams", "SeedPolicy", "SeedScorer", "UtilityPolicy",
+           "Chain", "VARIANTS", "SAVED_MS_PER_BLOCK"]

@@ -11,8 +11,12 @@ Model (all ages and gaps in arrivals, :attr:`RequestView.arrival_index`, so
 the simulator and the engine decide identically):
 
 * **Classes.** A block's class is fixed at its latest access (store or hit):
-  ``kind`` x ``count`` where ``count = min(accesses, max_count)`` (accesses
-  include those before an eviction, remembered by ghosts) and ``kind`` is
+  ``kind`` x ``g`` with ``max_count`` values of ``g``: 0 for a block seen for
+  the first time, else (``gap_classes``, default) ``1 + floor(log2(gap)) //
+  gap_octaves`` (capped) from the gap of its latest reuse, so a block reused
+  at a short gap is predicted to be reused at a short gap again; or
+  (``gap_classes=False``) ``min(accesses, max_count) - 1``. Accesses and gaps
+  include those across an eviction, remembered by ghosts. ``kind`` is
   0 = decode block (not a prompt block of the accessing request),
   1 = prompt block of a *fresh* request (its prompt's seen prefix, cached or
   ghost, is at most ``root_blocks`` long), 2 = prompt block of a
@@ -37,9 +41,17 @@ the simulator and the engine decide identically):
   (cyclic reuse) ranks above a fresh one, and a block past every observed gap
   falls to ~0 and ages out. A prior of ``prior_weight`` pseudo-observations
   of the pooled distribution keeps sparse classes sane.
-* **Re-scoring.** A score expires when the block's age enters the next bucket
-  (at most ``max_ttl`` arrivals ahead), so scores age with no scan; each
-  block is re-scored O(log age) times.
+* **Re-scoring.** Per class, each rebuild also derives, for each bucket
+  ``i``, the first later bucket whose index differs from bucket ``i``'s by
+  more than ``rel_tol`` (relative; default 0: exactly equal values merge) and,
+  optionally, lies below ``cut_factor`` x the eviction frontier (see
+  :func:`change_points`). A score expires when the block's age reaches that
+  bucket (at most ``max_ttl`` arrivals ahead); if no later bucket differs the
+  score is a plain ``float`` (no expiry heap entry, never re-scored). Blocks
+  with equal (value, expiry) in one batch share one ``Score`` object. Each
+  block is re-scored at most once per bucket it ages through (O(log age)).
+* **Count term** (``count_weight`` > 0, default off): score x ``(1 +
+  count_weight x log2(accesses))``, a frequency tie-break within a class.
 * **Chains.** Within one scored batch a block never outranks its parent (a
   prefix hit needs the whole chain from depth 0).
 
@@ -57,63 +69,63 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 
-import attrs
 import numpy as np
-from attrs import validators as v
 
 from spfcore import Score, hookimpl
+from spfcore_spf_expected_utility.params import ExpectedUtilityParams
 
 NEVER_ARRIVAL = 2**62
 N_KINDS = 3  # decode, fresh prompt, continuation prompt
 
 
-@attrs.frozen
-class UtilityParams:
-    """Parameters of the ``utility`` variant.
+def change_points(row: list[float], lo_int: list[int], rel_tol: float, cut: float = math.inf) -> list[tuple]:
+    """Where one class's index row changes enough to re-score a block.
 
-    Attributes:
-        max_count: Access-count classes 1..max_count (the last holds all
-            higher counts); int >= 1.
-        root_blocks: A request is a *continuation* if more than this many
-            leading prompt blocks were seen before (cached or ghost); int >= 0.
-            Default 1: every Mooncake request shares hash id 0.
-        ghost_factor: Ghost entries for evicted block hashes, as a multiple of
-            the pool (blocks); float > 0.
-        buckets_per_octave: Age buckets per doubling of age (arrivals); int >= 1.
-        max_age_log2: Ages up to 2**max_age_log2 arrivals are resolved; int >= 4.
-        period: Arrivals between table rebuilds (and decays); int >= 1.
-        decay: Factor applied to the histograms per ``period`` (0 < decay <= 1).
-        prior_weight: Pseudo-observations of the pooled distribution added to
-            each class (float >= 0).
-        max_ttl: Longest a score lives before re-scoring, arrivals (int >= 1).
-        chain_monotone: Cap a block's score at its parent's within a batch.
+    Args:
+        row: Index per age bucket (expected hits per block-arrival).
+        lo_int: First integer age (arrivals) of each bucket, and the end.
+        rel_tol: A later bucket ``j`` differs from bucket ``i`` if
+            ``|row[j] - row[i]| > rel_tol * row[i]`` ...
+        cut: ... and ``min(row[i], row[j]) < cut``: among values all above
+            ``cut`` (far above what is being evicted) order does not matter.
+
+    Returns:
+        Per bucket ``i``: ``(row[i], offset)``; ``offset`` = first integer age
+        of the first bucket ``j > i`` that differs, or ``lo_int[-1]`` if none
+        differs only because of ``cut`` (re-score after ``max_ttl``), or
+        ``None`` if the row is flat from ``i`` on (never re-score).
     """
-
-    max_count: int = attrs.field(default=4, validator=[v.instance_of(int), v.ge(1)])
-    root_blocks: int = attrs.field(default=1, validator=[v.instance_of(int), v.ge(0)])
-    ghost_factor: float = attrs.field(default=8.0, validator=[v.instance_of((int, float)), v.gt(0)])
-    buckets_per_octave: int = attrs.field(default=2, validator=[v.instance_of(int), v.ge(1)])
-    max_age_log2: int = attrs.field(default=16, validator=[v.instance_of(int), v.ge(4)])
-    period: int = attrs.field(default=16, validator=[v.instance_of(int), v.ge(1)])
-    decay: float = attrs.field(default=0.98, validator=[v.instance_of((int, float)), v.gt(0), v.le(1)])
-    prior_weight: float = attrs.field(default=1.0, validator=[v.instance_of((int, float)), v.ge(0)])
-    max_ttl: int = attrs.field(default=128, validator=[v.instance_of(int), v.ge(1)])
-    chain_monotone: bool = attrs.field(default=True, validator=v.instance_of(bool))
+    nb = len(row)
+    out = []
+    end = lo_int[nb]
+    for i in range(nb):
+        x = row[i]
+        tol = rel_tol * abs(x)
+        off = None
+        for j in range(i + 1, nb):
+            y = row[j]
+            if abs(y - x) > tol:
+                if x < cut or y < cut:
+                    off = lo_int[j]
+                    break
+                off = end
+        out.append((x, off))
+    return out
 
 
 class UtilityPolicy:
     """Evict the lowest learned hit density first (see the module doc).
 
     Per resident block hash: ``[last access arrival, accesses, class]``; the
-    same record moves to the ghost list on eviction.
+    same record moves to the ghost list on eviction (with the table epoch
+    appended).
+
+    Args:
+        params: :class:`ExpectedUtilityParams`; only its ``utility`` fields are read.
     """
 
-    name = "spf_expected_utility"
-    capabilities = frozenset({"scoring"})
-    Params = UtilityParams
-
-    def __init__(self, params: UtilityParams | None = None) -> None:
-        self.params = p = params or UtilityParams()
+    def __init__(self, params: ExpectedUtilityParams | None = None) -> None:
+        self.params = p = params or ExpectedUtilityParams()
         self.nb = 1 + p.buckets_per_octave * p.max_age_log2
         k = p.buckets_per_octave
         # bucket j >= 1 covers ages [lo_j, lo_{j+1}); bucket 0 is age 0
@@ -127,6 +139,7 @@ class UtilityPolicy:
                 j += 1
             self.bucket_of[age] = j
         self.nc = N_KINDS * p.max_count
+        self.rescored = 0  # blocks scored (first scores and re-scores), for cost accounting
         self._reset(0)
 
     def _reset(self, num_blocks: int) -> None:
@@ -140,21 +153,27 @@ class UtilityPolicy:
         self.hist = np.zeros((self.nc, self.nb))
         self.never = np.zeros(self.nc)
         self.table = [[0.0] * self.nb for _ in range(self.nc)]
+        self.rows = [[(0.0, None)] * self.nb for _ in range(self.nc)]
         self.next_build = 0
         self.epoch = 0  # table builds so far (decay steps)
+        self.theta = 0.0  # eviction frontier: largest victim index in the previous period
+        self.theta_next = 0.0  # ... in the current period
 
     # ------------------------------------------------------------ helpers
     def _bucket(self, age: int) -> int:
         bo = self.bucket_of
         return bo[age] if age < len(bo) else self.nb - 1
 
-    def _cls(self, kind: int, count: int) -> int:
+    def _cls(self, kind: int, count: int, gap: int = 0) -> int:
         m = self.params.max_count
+        if self.params.gap_classes and count > 1:
+            g = 1 + (gap.bit_length() - 1) // self.params.gap_octaves if gap > 0 else 1
+            return kind * m + (g if g < m else m - 1)
         return kind * m + (count if count < m else m) - 1
 
     def _build(self) -> None:
         """Rebuild the per-class index table from the histograms (numpy,
-        O(classes x buckets^2)), then decay the histograms."""
+        O(classes x buckets^2)) and its change points, then decay the histograms."""
         p = self.params
         h, nev = self.hist, self.never
         nb = self.nb
@@ -184,6 +203,10 @@ class UtilityPolicy:
             dens = np.where(valid[None] & (occ > 0), hits / occ, 0.0)
         idx = dens.max(2)
         self.table = idx.tolist()
+        cut = p.cut_factor * self.theta if self.theta > 0 else math.inf
+        self.rows = [change_points(r, self.lo_int, p.rel_tol, cut) for r in self.table]
+        self.theta = self.theta_next
+        self.theta_next = 0.0
         self.hist *= p.decay
         self.never *= p.decay
         self.epoch += 1
@@ -198,7 +221,8 @@ class UtilityPolicy:
         t = self.t = request.arrival_index
         if t >= self.next_build:
             self._build()
-            self.next_build = t + self.params.period
+            # warm-up: rebuild after 1, 2, 3, ... arrivals until ``period``
+            self.next_build = t + min(self.params.period, 1 + t // 4)
         info, ghost = self.info, self.ghost
         seen = 0
         for k in request.block_keys:
@@ -224,10 +248,11 @@ class UtilityPolicy:
             if r is None:
                 info[b.key] = [t, 1, c2(kind, 1)]
                 continue
-            hist[r[2], bucket(t - r[0])] += 1.0
+            gap = t - r[0]
+            hist[r[2], bucket(gap)] += 1.0
             r[0] = t
             r[1] += 1
-            r[2] = c2(kind, r[1])
+            r[2] = c2(kind, r[1], gap)
 
     @hookimpl
     def spfcore_blocks_stored(self, request, blocks, now):
@@ -247,16 +272,25 @@ class UtilityPolicy:
                 nv = self.never[r[2]] - self.params.decay ** (self.epoch - r.pop())
                 self.never[r[2]] = nv if nv > 0.0 else 0.0
                 info[k] = r
-            if t > r[0]:
-                hist[r[2], bucket(t - r[0])] += 1.0
+            gap = t - r[0]
+            if gap > 0:
+                hist[r[2], bucket(gap)] += 1.0
                 r[1] += 1
             r[0] = t
-            r[2] = c2(kd, r[1])
+            r[2] = c2(kd, r[1], gap)
 
     @hookimpl
     def spfcore_blocks_evicted(self, keys, now):
         info, ghost, cap = self.info, self.ghost, self.ghost_cap
         never, ep = self.never, self.epoch
+        if keys:  # the eviction frontier: the last victim ranked highest
+            r = info.get(keys[-1])
+            if r is not None:
+                age = self.t - r[0]
+                bo = self.bucket_of
+                x = self.table[r[2]][bo[age] if age < len(bo) else self.nb - 1]
+                if x > self.theta_next:
+                    self.theta_next = x
         for k in keys:
             r = info.pop(k, None)
             if r is not None:
@@ -268,28 +302,34 @@ class UtilityPolicy:
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
-        info, t, tab = self.info, self.t, self.table
-        lo_int, bo, nbm = self.lo_int, self.bucket_of, self.nb - 1
+        """Index of each block (see the module doc): a plain ``float`` when
+        the index is flat for the rest of the block's life, else a ``Score``
+        expiring (in arrivals) where the index next changes, at most
+        ``max_ttl`` ahead. Equal (value, expiry) pairs share one Score."""
+        info, t, rows = self.info, self.t, self.rows
+        bo, nbm = self.bucket_of, self.nb - 1
         nbo = len(bo)
-        max_ttl = self.params.max_ttl
-        out = []
-        vals = []
-        for b in blocks:
+        p = self.params
+        max_ttl = p.max_ttl
+        cw = p.count_weight
+        n = len(blocks)
+        self.rescored += n
+        vals = [0.0] * n
+        exps = [None] * n
+        for k, b in enumerate(blocks):
             r = info.get(b.key)
             if r is None:  # not seen through a store/hit (cannot happen in a run): neutral
-                vals.append(0.0)
-                out.append(t + max_ttl)
                 continue
             t0 = r[0]
             age = t - t0
-            i = bo[age] if age < nbo else nbm
-            vals.append(tab[r[2]][i])
-            exp = t0 + lo_int[i + 1]
-            if exp - t > max_ttl or i == nbm:
-                exp = t + max_ttl
-            out.append(exp if exp > t else t + 1)
-        n = len(blocks)
-        if n > 1 and self.params.chain_monotone:
+            x, off = rows[r[2]][bo[age] if age < nbo else nbm]
+            if cw:
+                x *= 1.0 + cw * math.log2(r[1])
+            vals[k] = x
+            if off is not None:
+                e = t0 + off
+                exps[k] = e if e - t <= max_ttl else t + max_ttl
+        if n > 1 and p.chain_monotone:
             order = range(n - 1, -1, -1) if blocks[0].depth > blocks[-1].depth else range(n)
             low = {}
             for k in order:
@@ -298,8 +338,18 @@ class UtilityPolicy:
                 if pv is not None and pv < vals[k]:
                     vals[k] = pv
                 low[b.key] = vals[k]
-        out = [Score(x, expires_at_arrival=e) for x, e in zip(vals, out)]
+        cache = {}
+        out = []
+        for x, e in zip(vals, exps):
+            if e is None:
+                out.append(x)
+                continue
+            key = (x, e)
+            sc = cache.get(key)
+            if sc is None:
+                sc = cache[key] = Score(x, expires_at_arrival=e)
+            out.append(sc)
         return out
 
 
-__all__ = ["UtilityPolicy", "UtilityParams"]
+__all__ = ["UtilityPolicy", "change_points"]

@@ -1,0 +1,120 @@
+"""The one ``Params`` class of ``spf_expected_utility`` (both variants).
+
+A field that belongs to the other variant than the selected one is simply
+unused (it is still validated, so a typo is caught whichever variant runs).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import attrs
+from attrs import validators as v
+
+#: ms of prefill saved per retained block: retention mode (block kept on the
+#: GPU) and prefetch mode (block promoted from a slower tier). Seed constants.
+SAVED_MS_PER_BLOCK = {"retention": 0.08, "prefetch": 2.0}
+
+VARIANT_NAMES = ("utility", "seed")
+
+_num = v.instance_of((int, float))
+
+
+@attrs.frozen
+class ExpectedUtilityParams:
+    """Parameters of ``spf_expected_utility``.
+
+    Attributes:
+        variant: ``"utility"`` (default): learned hit density, see
+            :mod:`spfcore_spf_expected_utility.utility`; ``"seed"``: the SPF
+            seed's ExpectedUtilityScorer on whole chains plus prefetch hints,
+            see :class:`~spfcore_spf_expected_utility.SeedScorer`.
+        pin_cap_fraction: Both variants (read by the runtime): most pinned
+            free blocks, share of the pool (0..1). Only ``seed`` pins (hints).
+
+    ``seed`` variant only (unused by ``utility``):
+
+    Attributes:
+        mode: ``"retention"`` (0.08 ms saved per block) or ``"prefetch"`` (2.0 ms).
+        c: Cap of the probability terms (0 < c <= 1); seed 0.5.
+        h: Recency scale, arrivals (> 0); seed 3.
+        score_ttl_arrivals: A block's score expires this many arrivals after it
+            was computed, so recency-based predictions age (int >= 1).
+        hints: Issue prefetch hints for the next predicted session's prefix.
+        hint_min_p: Least confidence (next-session probability times its
+            prefix-transition probability, 0..1) for a hint.
+        hint_arrivals: A hint issued at arrival ``i`` lapses after arrival
+            ``i + hint_arrivals`` (int >= 1).
+        kv_bytes_per_token: KV-cache bytes per token, all layers, K and V
+            (int > 0); default Llama-3.2-3B in bf16: 2 * 28 layers * 8 KV heads
+            * 128 dims * 2 bytes = 114688.
+
+    ``utility`` variant only (unused by ``seed``); arrivals are
+    ``RequestView.arrival_index`` steps:
+
+    Attributes:
+        max_count: Reuse classes per kind (int >= 1): class 0 = seen once,
+            classes 1..max_count-1 = reused, by latest reuse gap (or by access
+            count, ``gap_classes=False``); the last class holds the rest.
+        root_blocks: A request is a *continuation* if more than this many
+            leading prompt blocks were seen before (cached or ghost); int >= 0.
+            Default 1: every Mooncake request shares hash id 0.
+        ghost_factor: Ghost entries for evicted block hashes, as a multiple of
+            the pool (blocks); float > 0.
+        buckets_per_octave: Age buckets per doubling of age (int >= 1).
+        max_age_log2: Ages up to 2**max_age_log2 arrivals are resolved (int >= 4).
+        period: Arrivals between table rebuilds and decays (int >= 1).
+        decay: Factor applied to the histograms per ``period`` (0 < decay <= 1).
+        prior_weight: Pseudo-observations of the pooled distribution added to
+            each class (float >= 0).
+        max_ttl: Longest a score lives before re-scoring, arrivals (int >= 1).
+        rel_tol: Relative change of the index (0 <= rel_tol < 1) below which
+            a later age bucket counts as "the same value": a block's score
+            expires only where the index moves by more than this; a block
+            whose index is flat (within it) for the rest of its resolved life
+            gets a plain float and is never re-scored. Default 0 (exact; only
+            merges buckets of equal index). Measured (sim, sequential): 0.1
+            cuts Mooncake evict time ~15% at -0.002 block-hit but drops the
+            personas workload from 29.6% to 19.7% token hit.
+        cut_factor: Changes of the index among values all above ``cut_factor``
+            x the eviction frontier (the highest victim index of the previous
+            ``period``) do not trigger a re-score before ``max_ttl`` (float > 0;
+            default ``inf`` = off: at 2-8 it cut Mooncake re-scoring but cost
+            the personas workload 3.8 points of token hit).
+        chain_monotone: Cap a block's score at its parent's within a batch.
+        gap_classes: Classes of reused blocks by their latest reuse gap
+            instead of by access count.
+        gap_octaves: Octaves of reuse gap per gap class (int >= 1).
+        count_weight: Tie-break by access count (float >= 0): the score is
+            ``density * (1 + count_weight * log2(accesses))``; 0 = pure density.
+    """
+
+    variant: Literal["utility", "seed"] = attrs.field(default="utility", validator=v.in_(VARIANT_NAMES))
+    pin_cap_fraction: float = attrs.field(default=0.5, validator=[_num, v.ge(0), v.le(1)])
+    # ---- seed
+    mode: Literal["retention", "prefetch"] = attrs.field(
+        default="retention", validator=v.in_(tuple(SAVED_MS_PER_BLOCK)))
+    c: float = attrs.field(default=0.5, validator=[_num, v.gt(0), v.le(1)])
+    h: float = attrs.field(default=3.0, validator=[_num, v.gt(0)])
+    score_ttl_arrivals: int = attrs.field(default=4, validator=[v.instance_of(int), v.ge(1)])
+    hints: bool = attrs.field(default=True, validator=v.instance_of(bool))
+    hint_min_p: float = attrs.field(default=0.5, validator=[_num, v.ge(0), v.le(1)])
+    hint_arrivals: int = attrs.field(default=2, validator=[v.instance_of(int), v.ge(1)])
+    kv_bytes_per_token: int = attrs.field(default=114688, validator=[v.instance_of(int), v.gt(0)])
+    # ---- utility
+    max_count: int = attrs.field(default=8, validator=[v.instance_of(int), v.ge(1)])
+    root_blocks: int = attrs.field(default=1, validator=[v.instance_of(int), v.ge(0)])
+    ghost_factor: float = attrs.field(default=8.0, validator=[_num, v.gt(0)])
+    buckets_per_octave: int = attrs.field(default=2, validator=[v.instance_of(int), v.ge(1)])
+    max_age_log2: int = attrs.field(default=16, validator=[v.instance_of(int), v.ge(4)])
+    period: int = attrs.field(default=16, validator=[v.instance_of(int), v.ge(1)])
+    decay: float = attrs.field(default=0.98, validator=[_num, v.gt(0), v.le(1)])
+    prior_weight: float = attrs.field(default=1.0, validator=[_num, v.ge(0)])
+    max_ttl: int = attrs.field(default=1024, validator=[v.instance_of(int), v.ge(1)])
+    rel_tol: float = attrs.field(default=0.0, validator=[_num, v.ge(0), v.lt(1)])
+    cut_factor: float = attrs.field(default=math.inf, validator=[_num, v.gt(0)])
+    chain_monotone: bool = attrs.field(default=True, validator=v.instance_of(bool))
+    gap_classes: bool = attrs.field(default=True, validator=v.instance_of(bool))
+    gap_octaves: int = attrs.field(default=1, validator=[v.instance_of(int), v.ge(1)])
+    count_weight: float = attrs.field(default=0.0, validator=[_num, v.ge(0)])

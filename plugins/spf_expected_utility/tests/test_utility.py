@@ -1,0 +1,173 @@
+"""utility variant: learned hit density (LHD-style) with ghosts.
+
+Checks: params validation; escaping the cyclic cold start through ghost
+learning (LRU hits nothing); decode blocks ranked below prompt blocks;
+chain-monotone scores with arrival expiries; determinism; bounded ghosts.
+"""
+
+import pytest
+
+from spfcore import BlockView, Score
+from spfcore.registry import new_plugin_manager
+from spfcore.runtime import PolicyRuntime
+from spfcore.testing import MiniCache
+from spfcore_spf_expected_utility import ExpectedUtilityParams as UtilityParams
+from spfcore_spf_expected_utility.utility import UtilityPolicy
+
+
+def cache(num_blocks, **kw):
+    pol = UtilityPolicy(UtilityParams(**kw))
+    pm = new_plugin_manager()
+    pm.register(pol)
+    return MiniCache(PolicyRuntime(pm, num_blocks, 4, policy_name="utility"), num_blocks), pol
+
+
+def cyclic(c, chains=6, length=8, rounds=12):
+    """``chains`` prefixes of ``length`` blocks, served round robin."""
+    for _ in range(rounds):
+        for p in range(chains):
+            c.serve([f"p{p}-{d}" for d in range(length)])
+    return sum(c.hits)
+
+
+@pytest.mark.parametrize("bad", [dict(max_count=0), dict(ghost_factor=0), dict(decay=0.0), dict(decay=1.5),
+                                 dict(period=0), dict(max_ttl=0), dict(buckets_per_octave=0),
+                                 dict(rel_tol=1.0), dict(rel_tol=-0.1), dict(cut_factor=0),
+                                 dict(count_weight=-1), dict(variant="lhd")])
+def test_params_validated(bad):
+    with pytest.raises((ValueError, TypeError)):
+        UtilityParams(**bad)
+
+
+def test_cyclic_cold_start_escaped_by_ghosts():
+    # 6 chains x 8 blocks = 48 blocks in a 30-block pool (+1 hashless per request):
+    # LRU never hits; the policy learns the gap (6 arrivals) from ghost re-stores
+    # and keeps a stable subset (Belady keeps ~3 chains: ~21 of 48 blocks per round).
+    lru = MiniCache("lru", 30)
+    assert cyclic(lru) == 0
+    c, pol = cache(30)
+    hits = cyclic(c)
+    assert hits >= 0.3 * 8 * 6 * 11  # > 30% of the blocks after the first round
+    assert pol.hist.sum() > 0  # reuse learned
+
+
+def test_decode_blocks_score_below_prompt_blocks():
+    c, pol = cache(64)
+    for i in range(40):  # prompt blocks reused at gap 1, "decode" blocks never
+        req = c.view(["root", f"q{i}"])
+        pol.spfcore_request_arrived(req, float(i))
+        pol.spfcore_blocks_stored(req, [BlockView("root", 0, None, 4, None, "r", 1, 0.0, 0.0),
+                                        BlockView(f"q{i}", 1, "root", 4, None, "r", 1, 0.0, 0.0),
+                                        BlockView(f"out{i}", 2, f"q{i}", 4, None, "r", 1, 0.0, 0.0)], float(i))
+        pol.spfcore_blocks_evicted([f"out{i - 1}", f"q{i - 1}"] if i else [], float(i))
+        c.next_index += 1
+    s = pol.spfcore_score_blocks([BlockView("root", 0, None, 4, None, "r", 1, 0.0, 0.0),
+                                  BlockView("out39", 2, "q39", 4, None, "r", 1, 0.0, 0.0)], 39.0)
+    assert all(isinstance(x, Score) for x in s)
+    assert s[0].value > s[1].value
+    assert pol.info["out39"][2] < pol.params.max_count  # decode kind = class row 0
+
+
+def test_scores_chain_monotone_and_expire_ahead():
+    c, pol = cache(40)
+    cyclic(c, chains=4, length=6, rounds=6)
+    t = pol.t
+    blocks = [BlockView(f"p0-{d}", d, f"p0-{d - 1}" if d else None, 4, None, "r", 1, 0.0, 0.0)
+              for d in range(5, -1, -1)]  # tail first, like a release batch
+    for b in blocks:
+        pol.info.setdefault(b.key, [t, 1, 0])
+    s = pol.spfcore_score_blocks(blocks, float(t))
+    vals = [x.value for x in s][::-1]  # depth order
+    assert all(a >= b for a, b in zip(vals, vals[1:]))
+    assert all(t < x.expires_at_arrival <= t + pol.params.max_ttl for x in s)
+
+
+def test_deterministic_and_ghosts_bounded():
+    runs = []
+    for _ in range(2):
+        c, pol = cache(30, ghost_factor=0.5)
+        cyclic(c, rounds=5)
+        runs.append((list(c.evicted), list(c.hits)))
+        assert len(pol.ghost) <= 15
+    assert runs[0] == runs[1]
+
+
+def test_reset_on_configure():
+    c, pol = cache(30)
+    cyclic(c, rounds=3)
+    pol.spfcore_cache_configured(num_blocks=30, block_size=4)
+    assert not pol.info and not pol.ghost and pol.hist.sum() == 0
+
+
+# ---------------------------------------------------------------- cheap re-scoring
+
+from spfcore_spf_expected_utility import ExpectedUtilityPolicy  # noqa: E402
+from spfcore_spf_expected_utility.utility import change_points  # noqa: E402
+
+LO = [0, 1, 2, 4, 8, 32]  # first integer age of buckets 0..4 (1 per octave, max_age_log2 4), and the end
+ROW = [4.0, 2.0, 2.0, 1.0, 1.0]
+
+
+def test_change_points_exact():
+    assert change_points(ROW, LO, 0.0) == [(4.0, 1), (2.0, 4), (2.0, 4), (1.0, None), (1.0, None)]
+    # rel_tol 0.6: 4 -> 2 is within 2.4, 4 -> 1 is not; 2 -> 1 is within 1.2 (flat from bucket 1)
+    assert change_points(ROW, LO, 0.6) == [(4.0, 4), (2.0, None), (2.0, None), (1.0, None), (1.0, None)]
+    # cut 1.5: 4 -> 2 happens above the cut (ignored), 2 -> 1 crosses it
+    assert change_points(ROW, LO, 0.0, 1.5) == [(4.0, 4), (2.0, 4), (2.0, 4), (1.0, None), (1.0, None)]
+    # a change only above the cut: re-score at the end (capped by max_ttl), not never
+    assert change_points([4.0, 2.0], [0, 1, 4], 0.0, 1.0) == [(4.0, 4), (2.0, None)]
+
+
+def scorer(**kw):
+    pol = UtilityPolicy(UtilityParams(buckets_per_octave=1, max_age_log2=4, max_count=1, **kw))
+    assert pol.lo_int == LO
+    pol.rows = [change_points(ROW, LO, 0.0)] * pol.nc
+    pol.t = 10
+    return pol
+
+
+def bv(key, depth=0, parent=None):
+    return BlockView(key, depth, parent, 4, None, "r", 1, 0.0, 0.0)
+
+
+def test_scores_expire_at_change_points_or_are_plain_floats():
+    pol = scorer(chain_monotone=False)
+    pol.info.update(a=[10, 1, 0], b=[9, 1, 0], c=[8, 1, 0], d=[5, 1, 0], e=[9, 1, 0])
+    s = pol.spfcore_score_blocks([bv(k) for k in "abcde"], 10.0)
+    # ages 0, 1, 2, 5, 1 -> buckets 0, 1, 2, 3, 1
+    assert s[0] == Score(4.0, expires_at_arrival=11)   # bucket 1 starts at age 1
+    assert s[1] == Score(2.0, expires_at_arrival=13)   # buckets 1, 2 equal: next change at age 4
+    assert s[2] == Score(2.0, expires_at_arrival=12)
+    assert s[3] == 1.0 and type(s[3]) is float         # flat to the end: never re-scored
+    assert s[4] is s[1]                                # equal (value, expiry) share one Score
+    assert pol.rescored == 5
+
+
+def test_max_ttl_caps_expiry_and_count_weight_scales():
+    pol = scorer(chain_monotone=False, max_ttl=2, count_weight=0.5)
+    pol.info.update(b=[9, 4, 0], d=[5, 2, 0])
+    s = pol.spfcore_score_blocks([bv("b"), bv("d")], 10.0)
+    assert s[0] == Score(2.0 * (1 + 0.5 * 2), expires_at_arrival=12)  # 13 capped at t + 2
+    assert s[1] == 1.0 * 1.5
+
+
+def test_chain_monotone_caps_child_at_parent():
+    pol = scorer()
+    pol.info.update(p=[5, 1, 0], q=[10, 1, 0])  # parent at 1.0 (flat), child at 4.0
+    s = pol.spfcore_score_blocks([bv("q", 1, "p"), bv("p", 0)], 10.0)  # tail first
+    assert s[1] == 1.0
+    assert s[0] == Score(1.0, expires_at_arrival=11)
+
+
+def test_one_policy_class_delegates_per_variant():
+    from spfcore.registry import new_plugin_manager as npm
+    for variant, has_hints in (("utility", False), ("seed", True)):
+        pol = ExpectedUtilityPolicy(UtilityParams(variant=variant))
+        pm = npm()
+        pm.register(pol)
+        names = {h.name for h in pm.get_hookcallers(pol)}
+        assert ("spfcore_prefetch_hints" in names) is has_hints
+        assert ("spfcore_blocks_hit" in names) is not has_hints
+        assert pol.spfcore_score_blocks.__self__ is pol.impl  # no wrapper call
+    assert ExpectedUtilityPolicy().params.variant == "utility"
+    assert isinstance(ExpectedUtilityPolicy().impl, UtilityPolicy)

@@ -1,0 +1,574 @@
+"""A model of vLLM v1's paged prefix cache, driving a policy through
+:class:`~spfcore.runtime.PolicyRuntime`.
+
+What is modelled, and where vLLM 0.32 does it (``vllm/v1/core/``):
+
+* **Pool.** ``num_blocks`` is vLLM's ``num_gpu_blocks``; block 0 is the null
+  block (``BlockPool.__init__`` pops it), so ids ``1 .. num_blocks-1`` are
+  usable. At start they are all hashless free blocks, id 1 first.
+* **Lookup** (``KVCacheManager.get_computed_blocks`` /
+  ``FullAttentionManager.find_longest_cache_hit``): the longest chain of cached
+  block hashes from block 0, at most ``(prompt_len - 1) // block_size`` blocks
+  (the last prompt token is always computed, so a fully cached prompt whose
+  length is a multiple of the block size recomputes its whole last block).
+  Hit blocks that are free leave the free queue (``BlockPool.touch``); every
+  hit raises the block's ref count.
+* **Allocation** (``allocate_slots``): a request holds ``cdiv(tokens, block_size)``
+  blocks for the tokens whose KV it computes. Prefill needs ``cdiv(P, bs)``
+  blocks; decode step ``k`` (``k = 1 .. O-1``, ``O`` output tokens) computes
+  position ``P + k - 1``, so a request ends holding ``cdiv(P + O - 1, bs)``
+  blocks. The last output token's KV is never computed.
+* **Caching** (``cache_blocks`` -> ``BlockPool.cache_full_blocks``): after a
+  step, the full blocks of ``min(computed + new, num_tokens)`` tokens carry a
+  hash: ``P // bs`` after prefill, ``(P + k) // bs`` after decode step ``k``,
+  ``(P + O - 1) // bs`` at the end. A block that becomes full and whose hash
+  is already cached (the last-token case, or two running requests computing
+  the same prefix) is cached *as well*: vLLM does not de-duplicate
+  (``BlockHashToBlockMap`` keeps several blocks per hash; a lookup returns the
+  earliest inserted one still cached; evicting one keeps the others).
+* **Decode-block keys** continue the chain: from the workload's output tokens
+  when it defines them (``Request.output_token_ids``, e.g. ``multiturn``, so
+  the next turn can hit them), else unique content
+  ``hash((parent, ("out", request_id, depth)))``. (The engine generates its
+  own output tokens, so there decode blocks never match workload outputs; only
+  prompt hits take part in the engine agreement test.)
+* **Release** (``SingleTypeKVCacheManager.free`` -> ``BlockPool.free_blocks``):
+  a finished request's blocks in reverse order (tail first); blocks whose ref
+  count reaches 0 go to the free queue: hashed ones appended (LRU tail),
+  hashless ones prepended (reused first).
+
+Time: sequential mode uses a virtual clock of one second per request
+(``now = arrival index``); policies should decide by arrival index anyway.
+
+Concurrent mode (continuous batching, a deliberately simple model of vLLM's
+``Scheduler.schedule``): steps on a virtual clock. A step of ``n`` scheduled
+tokens lasts ``step_overhead_s + n * per_token_s`` seconds. Requests enter the
+waiting queue at ``arrival_s`` (``runtime.arrived`` then). In each step the
+running requests are served first, in admission order (a decode needs 1
+token; a prefill takes a chunk of at most the remaining token budget), then
+waiting requests are admitted FIFO while fewer than ``max_running`` run and
+budget is left; a request whose first chunk does not fit in the free blocks
+waits. A running request that needs a block when none is free preempts the
+most recently admitted running request (itself if it is the last): its blocks
+are released tail first (no ``finished`` event), it goes back to the front of
+the waiting queue and recomputes from its prefix-cache hit. A request's cached
+tokens are those of its first lookup (vLLM ``num_cached_tokens``). TTFT = end
+of the step that computed its last prompt token - ``arrival_s``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections import deque
+
+import attrs
+
+from spfcore.keys import chain_keys
+from spfcore.runtime import PolicyRuntime
+from spfcore.views import RequestView
+from spfcore.workloads.model import Workload, block_keys
+
+
+@attrs.frozen
+class Prepared:
+    """A workload with everything the simulator needs precomputed, once per
+    block size (keys are the expensive part).
+
+    Attributes:
+        workload: The source workload.
+        block_size: Tokens per block.
+        views: RequestView per request (arrival_time = arrival index, s).
+        full_keys: Per request, the block hashes of the prompt's full blocks.
+        decode_keys: Per request, keys of the blocks that become full during
+            decode (depths ``P // bs .. (P + O - 1) // bs - 1``).
+        prompt_tokens, output_tokens: Per request, tokens.
+        plans: Per request ``(view, lookup_keys, full_keys, decode_keys,
+            prompt_blocks, total_blocks)``: ``lookup_keys`` = the first
+            ``min(F, (P - 1) // bs)`` full keys (the last-token rule),
+            ``prompt_blocks = cdiv(P, bs)``, ``total_blocks = cdiv(P + O - 1, bs)``.
+    """
+
+    workload: Workload
+    block_size: int
+    views: tuple
+    full_keys: tuple
+    decode_keys: tuple
+    prompt_tokens: tuple
+    output_tokens: tuple
+    plans: tuple
+
+    @property
+    def blocks_needed(self) -> list[int]:
+        """Per request, blocks held at the end: ``cdiv(P + O - 1, bs)``."""
+        bs = self.block_size
+        return [-(-(p + o - 1) // bs) for p, o in zip(self.prompt_tokens, self.output_tokens)]
+
+
+def prepare(workload: Workload | Prepared, block_size: int) -> Prepared:
+    """Precompute keys and views of ``workload`` at ``block_size`` (no-op for
+    a :class:`Prepared` of the same block size).
+
+    Raises:
+        ValueError: bad block size, a request whose keys cannot be computed at
+            this block size (hash-id traces need block size 512), or a
+            :class:`Prepared` of another block size.
+    """
+    if isinstance(workload, Prepared):
+        if workload.block_size != block_size:
+            raise ValueError(f"workload prepared at block size {workload.block_size}, asked for {block_size}")
+        return workload
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    views, fulls, decs, ps, os_ = [], [], [], [], []
+    for i, r in enumerate(workload.requests):
+        keys = block_keys(r, block_size)
+        p, o = r.num_prompt_tokens, r.output_tokens
+        if p < 1 or o < 1:
+            raise ValueError(f"request {r.request_id}: needs >= 1 prompt and output token (got {p}, {o})")
+        f = min(len(keys), p // block_size)
+        nf = (p + o - 1) // block_size
+        if r.output_token_ids and r.prompt_token_ids:
+            toks = r.prompt_token_ids + r.output_token_ids[: o - 1]
+            dec = chain_keys(toks[f * block_size: nf * block_size], block_size, keys[f - 1] if f else None)
+        else:
+            dec, parent = [], keys[f - 1] if f else None
+            for d in range(f, nf):
+                parent = hash((parent, ("out", r.request_id, d)))
+                dec.append(parent)
+        views.append(RequestView(r.request_id, r.session_id, i, float(i), p, keys, r.prefix_group))
+        fulls.append(keys[:f])
+        decs.append(tuple(dec))
+        ps.append(p)
+        os_.append(o)
+    plans = tuple((v, fk[: min(len(fk), (p - 1) // block_size)], fk, dk, -(-p // block_size),
+                   -(-(p + o - 1) // block_size)) for v, fk, dk, p, o in zip(views, fulls, decs, ps, os_))
+    return Prepared(workload, block_size, tuple(views), tuple(fulls), tuple(decs), tuple(ps), tuple(os_), plans)
+
+
+class _Cache:
+    """Block-hash -> block-id map with vLLM's duplicate semantics, plus the
+    per-block key and ref count."""
+
+    __slots__ = ("first", "dups", "key_of", "ref")
+
+    def __init__(self, num_blocks: int) -> None:
+        self.first: dict = {}  # key -> earliest-inserted cached block id
+        self.dups: dict = {}  # key -> later block ids with the same key, insertion order
+        self.key_of: list = [None] * num_blocks
+        self.ref: list[int] = [0] * num_blocks
+
+    def insert(self, i: int, k) -> None:
+        self.key_of[i] = k
+        if k in self.first:
+            self.dups.setdefault(k, []).append(i)
+        else:
+            self.first[k] = i
+
+    def drop(self, ids) -> None:
+        """Forget the hashes of reused blocks (vLLM ``_maybe_evict_cached_block``)."""
+        key_of, first = self.key_of, self.first
+        for i in ids:
+            k = key_of[i]
+            if k is None:
+                continue
+            key_of[i] = None
+            if first[k] == i:
+                more = self.dups.get(k)
+                if more:
+                    first[k] = more.pop(0)
+                    if not more:
+                        del self.dups[k]
+                else:
+                    del first[k]
+            else:
+                more = self.dups[k]
+                more.remove(i)
+                if not more:
+                    del self.dups[k]
+
+
+def _record(arm, seed, prep: Prepared, hits: list[int], runtime: PolicyRuntime, mode: str, num_blocks: int,
+            extra: dict | None = None) -> dict:
+    bs = prep.block_size
+    ps = prep.prompt_tokens
+    cached = [h * bs for h in hits]
+    prompt = sum(ps)
+    refs = sum(len(v.block_keys) for v in prep.views)
+    ctok = sum(cached)
+    rec = {
+        "arm": arm, "seed": seed, "mode": mode, "num_blocks": num_blocks, "block_size": bs,
+        "num_requests": len(ps), "prompt_tokens": prompt, "cached_tokens": ctok,
+        "token_hit_rate": ctok / prompt if prompt else 0.0,
+        "block_refs": refs, "hit_blocks": sum(hits),
+        "block_hit_rate": sum(hits) / refs if refs else 0.0,
+        "prefill_tokens_recomputed": prompt - ctok,
+    }
+    rec.update(runtime.stats())
+    reqs = []
+    for j, (r, v) in enumerate(zip(prep.workload.requests, prep.views)):
+        d = {"request_id": v.request_id, "session_id": v.session_id, "prefix_group": v.prefix_group,
+             "arrival_s": r.arrival_s, "prompt_tokens": ps[j], "cached_tokens": cached[j]}
+        if extra:
+            d.update({k: vals[j] for k, vals in extra.items()})
+        reqs.append(d)
+    rec["requests"] = reqs
+    return rec
+
+
+def _check_fits(prep: Prepared, num_blocks: int) -> None:
+    need = prep.blocks_needed
+    worst = max(range(len(need)), key=need.__getitem__, default=None)
+    if worst is not None and need[worst] > num_blocks - 1:
+        raise ValueError(f"request {prep.views[worst].request_id} needs {need[worst]} blocks of "
+                         f"{prep.block_size} tokens but the cache has {num_blocks - 1} usable "
+                         f"(num_blocks={num_blocks} includes the null block)")
+
+
+def _run_sequential(prep: Prepared, rt: PolicyRuntime, num_blocks: int) -> list[int]:
+    """The sequential replay; returns hit blocks per request. Written for
+    speed: local bindings, no per-block objects, the cache map inlined."""
+    bs = prep.block_size
+    c = _Cache(num_blocks)
+    first, dups, key_of, ref = c.first, c.dups, c.key_of, c.ref
+    first_get, slow_drop = first.get, c.drop
+    ev_remove = rt.evictor.remove
+    arrived, hit, evict, stored, finished, release = rt.arrived, rt.hit, rt.evict, rt.stored, rt.finished, rt.release
+    rt.release([], list(range(1, num_blocks)), 0.0)
+    hits_out: list[int] = []
+    append_hits = hits_out.append
+    now = -1.0
+    for view, lookup, fk, dk, n_prompt, n_total in prep.plans:
+        now += 1.0
+        arrived(view, now)
+        blocks = []
+        for k in lookup:  # the longest cached chain, at most (P - 1) // bs blocks
+            b = first_get(k)
+            if b is None:
+                break
+            blocks.append(b)
+        for b in blocks:
+            if ref[b]:
+                ref[b] += 1
+            else:
+                ev_remove(b)  # vLLM touch(): a free hit block leaves the free queue
+                ref[b] = 1
+        hit(view, blocks, now)
+        h = len(blocks)
+        append_hits(h)
+        new = evict(n_prompt - h, now)
+        for b in new:
+            ref[b] = 1
+            k = key_of[b]
+            if k is not None:  # the block's old hash leaves the prefix cache
+                if first[k] == b and (not dups or k not in dups):
+                    del first[k]
+                    key_of[b] = None
+                else:
+                    slow_drop((b,))
+        nf = len(fk)
+        if nf > h:  # newly computed full prompt blocks (the last-token case may duplicate a hash)
+            ids = new[: nf - h]
+            keys = fk[h:]
+            for b, k in zip(ids, keys):
+                key_of[b] = k
+                if first.setdefault(k, b) != b:
+                    dups.setdefault(k, []).append(b)
+            stored(view, ids, keys, h, fk[h - 1] if h else None, bs, now)
+        blocks += new
+        if n_total > n_prompt or dk:  # decode: block j-1 fills (is cached), then block j is allocated
+            done, nf_all = nf, nf + len(dk)  # blocks 0..done-1 hold a hash
+            parent = fk[-1] if fk else None
+            for j in range(n_prompt, n_total + 1):
+                if done < j and done < nf_all:
+                    k = dk[done - nf]
+                    b = blocks[done]
+                    key_of[b] = k
+                    if first.setdefault(k, b) != b:
+                        dups.setdefault(k, []).append(b)
+                    stored(view, (b,), (k,), done, parent, bs, now)
+                    parent = k
+                    done += 1
+                if j < n_total:
+                    got = evict(1, now)
+                    b = got[0]
+                    if key_of[b] is not None:
+                        slow_drop(got)
+                    ref[b] = 1
+                    blocks.append(b)
+        finished(view, now)
+        cached_ids, hashless = [], []
+        for b in reversed(blocks):  # tail first, as vLLM's free_blocks(reversed(blocks))
+            r = ref[b] - 1
+            ref[b] = r
+            if not r:
+                (hashless if key_of[b] is None else cached_ids).append(b)
+        release(cached_ids, hashless, now)
+    return hits_out
+
+
+class _Req:
+    __slots__ = ("j", "blocks", "computed", "outputs", "done_hash", "first_lookup", "first_token")
+
+    def __init__(self, j):
+        self.j, self.blocks, self.computed, self.outputs, self.done_hash = j, [], 0, 0, 0
+        self.first_lookup = self.first_token = None
+
+
+def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, max_running: int,
+                    token_budget: int, step_overhead_s: float, per_token_s: float):
+    bs = prep.block_size
+    c = _Cache(num_blocks)
+    first, key_of, ref = c.first, c.key_of, c.ref
+    ev = rt.evictor
+    rt.release([], list(range(1, num_blocks)), 0.0)
+    P, O, FK, DK = prep.prompt_tokens, prep.output_tokens, prep.full_keys, prep.decode_keys
+    arr = [r.arrival_s for r in prep.workload.requests]
+    n = len(views)
+    hits = [0] * n
+    ttft = [0.0] * n
+    waiting: deque[_Req] = deque()
+    running: list[_Req] = []
+    nxt, finished_n, t = 0, 0, 0.0
+
+    def key_at(j, d):
+        fk = FK[j]
+        return fk[d] if d < len(fk) else DK[j][d - len(fk)]
+
+    def cache_upto(r: _Req, ntok: int, now: float):
+        nfull = ntok // bs
+        if nfull <= r.done_hash:
+            return
+        j, d0 = r.j, r.done_hash
+        ids = r.blocks[d0:nfull]
+        keys = [key_at(j, d) for d in range(d0, nfull)]
+        for b, k in zip(ids, keys):
+            c.insert(b, k)
+        rt.stored(views[j], ids, keys, d0, key_at(j, d0 - 1) if d0 else None, bs, now)
+        r.done_hash = nfull
+
+    def grab(r: _Req, ntok: int, now: float) -> bool:
+        need = -(-ntok // bs) - len(r.blocks)
+        while need > len(ev):
+            victim = running[-1]
+            preempt(victim, now)
+            if victim is r:
+                return False
+        if need > 0:
+            new = rt.evict(need, now)
+            c.drop(new)
+            for b in new:
+                ref[b] = 1
+            r.blocks += new
+        return True
+
+    def free(r: _Req, now: float):
+        cached_ids, hashless = [], []
+        for b in reversed(r.blocks):
+            ref[b] -= 1
+            if not ref[b]:
+                (hashless if key_of[b] is None else cached_ids).append(b)
+        rt.release(cached_ids, hashless, now)
+        r.blocks, r.computed, r.outputs, r.done_hash = [], 0, 0, 0
+
+    def preempt(r: _Req, now: float):
+        running.remove(r)
+        free(r, now)
+        waiting.appendleft(r)
+
+    while finished_n < n:
+        while nxt < n and arr[nxt] <= t:
+            rt.arrived(views[nxt], arr[nxt])
+            waiting.append(_Req(nxt))
+            nxt += 1
+        if not running and not waiting:
+            t = arr[nxt]
+            continue
+        budget = token_budget
+        sched: list[tuple[_Req, int]] = []
+        for r in list(running):
+            if budget <= 0:
+                break
+            if r not in running:  # preempted by an earlier request this step
+                continue
+            j = r.j
+            if r.computed < P[j]:
+                ntok = min(P[j] - r.computed, budget)
+                total = r.computed + ntok
+                cache_to = total
+            else:
+                ntok = 1
+                total = r.computed + 1
+                cache_to = P[j] + r.outputs
+            if not grab(r, total, t):
+                continue
+            cache_upto(r, min(total, cache_to), t)
+            sched.append((r, ntok))
+            budget -= ntok
+        while waiting and len(running) < max_running and budget > 0:
+            r = waiting[0]
+            j = r.j
+            fk = FK[j]
+            maxhit = min(len(fk), (P[j] - 1) // bs)
+            hb = []
+            for k in fk[:maxhit]:
+                b = first.get(k)
+                if b is None:
+                    break
+                hb.append(b)
+            h = len(hb)
+            ntok = min(P[j] - h * bs, budget)
+            need = -(-(h * bs + ntok) // bs) - h + sum(1 for b in hb if not ref[b])
+            if need > len(ev):
+                break
+            waiting.popleft()
+            for b in hb:
+                if not ref[b]:
+                    ev.remove(b)
+                ref[b] += 1
+            rt.hit(views[j], hb, t)
+            if r.first_lookup is None:
+                r.first_lookup = h
+                hits[j] = h
+            r.blocks = hb
+            r.computed, r.done_hash = h * bs, h
+            running.append(r)
+            grab(r, r.computed + ntok, t)
+            cache_upto(r, r.computed + ntok, t)
+            sched.append((r, ntok))
+            budget -= ntok
+        ntoks = token_budget - budget
+        t_end = t + step_overhead_s + ntoks * per_token_s
+        for r, ntok in sched:
+            if r not in running:
+                continue
+            j = r.j
+            was_prefill = r.computed < P[j]
+            r.computed += ntok
+            if was_prefill and r.computed < P[j]:
+                continue
+            r.outputs += 1
+            if was_prefill and r.outputs == 1 and r.first_token is None:
+                r.first_token = t_end
+                ttft[j] = t_end - arr[j]
+            if r.outputs >= O[j]:
+                running.remove(r)
+                rt.finished(views[j], t_end)
+                free(r, t_end)
+                finished_n += 1
+        t = t_end
+    return hits, ttft
+
+
+@contextlib.contextmanager
+def _no_gc():
+    """Pause the cyclic garbage collector during a replay: the loop creates no
+    reference cycles (refcounting frees everything), while collections that
+    walk a large prepared workload cost more than the replay itself."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_size: int,
+             options: dict | None = None, mode: str = "sequential", max_running: int = 16,
+             token_budget: int = 8192, seed: int = 0, step_overhead_s: float = 0.01,
+             per_token_s: float = 1e-5) -> dict:
+    """Replay ``workload`` through the prefix-cache model under policy ``arm``.
+
+    Args:
+        workload: Requests in arrival order (or a :func:`prepare` result).
+        arm: Installed policy name (see ``spfcore list-policies``).
+        num_blocks: vLLM ``num_gpu_blocks``, null block included (usable:
+            ``num_blocks - 1``).
+        block_size: Tokens per block.
+        options: The arm's string options (``{"key": "value"}``).
+        mode: ``"sequential"`` (one request at a time) or ``"concurrent"``
+            (continuous batching, see the module doc).
+        max_running: Concurrent mode: most requests running at once.
+        token_budget: Concurrent mode: tokens scheduled per step (chunked prefill).
+        seed: Recorded in the result (the workload's own seed decides its content).
+        step_overhead_s, per_token_s: Concurrent mode cost model, seconds.
+
+    Returns:
+        A cell record: ``arm, seed, mode, num_blocks, block_size, num_requests,
+        prompt_tokens, cached_tokens, token_hit_rate`` (cached prompt tokens /
+        prompt tokens), ``block_refs, hit_blocks, block_hit_rate`` (hit blocks /
+        prompt block references; a reference is a ``RequestView.block_keys``
+        entry), ``prefill_tokens_recomputed`` (prompt - cached tokens),
+        ``evictions`` and the other :meth:`PolicyRuntime.stats` fields, and
+        ``requests``: per request ``request_id, session_id, prefix_group,
+        arrival_s, prompt_tokens, cached_tokens`` (+ ``ttft_s`` in concurrent mode).
+
+    Raises:
+        spfcore.registry.PolicyConfigError: unknown/broken arm or bad option.
+        spfcore.runtime.PolicyError: the policy failed during the run.
+        ValueError: bad mode or sizes, or a request that does not fit in the cache.
+    """
+    if mode not in ("sequential", "concurrent"):
+        raise ValueError(f"mode must be 'sequential' or 'concurrent', got {mode!r}")
+    if num_blocks < 2:
+        raise ValueError(f"num_blocks must be >= 2 (null block + 1), got {num_blocks}")
+    prep = prepare(workload, block_size)
+    _check_fits(prep, num_blocks)
+    rt = PolicyRuntime.for_policy(arm, num_blocks, block_size, options)
+    if mode == "sequential":
+        if rt.needs_future:
+            rt.set_future(prep.views)
+        with _no_gc():
+            hits = _run_sequential(prep, rt, num_blocks)
+        return _record(arm, seed, prep, hits, rt, mode, num_blocks)
+    if max_running < 1 or token_budget < 1:
+        raise ValueError(f"max_running and token_budget must be >= 1, got {max_running}, {token_budget}")
+    arr = [r.arrival_s for r in prep.workload.requests]
+    if any(b < a for a, b in zip(arr, arr[1:])):
+        raise ValueError("concurrent mode needs requests in arrival order (arrival_s non-decreasing)")
+    views = [attrs.evolve(v, arrival_time=a) for v, a in zip(prep.views, arr)]
+    if rt.needs_future:
+        rt.set_future(views)
+    with _no_gc():
+        hits, ttft = _run_concurrent(prep, rt, num_blocks, views, max_running, token_budget,
+                                     step_overhead_s, per_token_s)
+    rec = _record(arm, seed, prep, hits, rt, mode, num_blocks, {"ttft_s": ttft})
+    rec.update(max_running=max_running, token_budget=token_budget)
+    return rec
+
+
+def infinite_blocks(workload: Workload | Prepared, block_size: int) -> int:
+    """A cache size (null block included) at which nothing is ever evicted in
+    sequential mode: every block a request ever holds, plus the null block."""
+    return sum(prepare(workload, block_size).blocks_needed) + 1
+
+
+def ceilings(workload: Workload | Prepared, *, num_blocks: int, block_size: int,
+             belady: str = "belady_oracle", belady_record: dict | None = None) -> dict:
+    """Upper bounds for ``workload`` in sequential mode.
+
+    Returns:
+        ``{"infinite": {...}, "belady": {...}}``, each with ``token_hit_rate``,
+        ``block_hit_rate``, ``prefill_tokens_recomputed``, ``cached_tokens``.
+        ``infinite`` is LRU on a cache that never evicts; ``belady`` is the
+        ``belady_oracle`` arm at ``num_blocks`` (``{"error": ...}`` if that
+        plugin is not installed or fails); ``belady_record``, a sequential
+        :func:`simulate` result of that arm on the same input, is reused
+        instead of a new run.
+    """
+    from spfcore.registry import PolicyConfigError
+    from spfcore.runtime import PolicyError
+
+    prep = prepare(workload, block_size)
+    keys = ("token_hit_rate", "block_hit_rate", "prefill_tokens_recomputed", "cached_tokens")
+    inf = simulate(prep, "lru", num_blocks=infinite_blocks(prep, block_size), block_size=block_size)
+    if inf["evictions"]:
+        raise RuntimeError(f"infinite-cache run evicted {inf['evictions']} blocks (simulator bug)")
+    out = {"infinite": {k: inf[k] for k in keys}}
+    try:
+        bel = belady_record or simulate(prep, belady, num_blocks=num_blocks, block_size=block_size)
+        out["belady"] = {k: bel[k] for k in keys}
+    except (PolicyConfigError, PolicyError) as exc:
+        out["belady"] = {"error": str(exc)}
+    return out

@@ -1,0 +1,291 @@
+"""Deterministic workload generators.
+
+Every generator is a pure function of its flags and ``seed``: it draws from
+``numpy.random.default_rng([seed, stream])`` only (never ``hash()`` or global
+state), so the same seed and flags give identical requests in any process.
+Token ids lie in ``[3, vocab)`` (ids 0..2 are left to special tokens).
+
+Generators (flags and defaults in :data:`GENERATORS`; common flags in
+:data:`COMMON_FLAGS`):
+
+* ``personas`` - the SPF seed workload: ``personas`` shared prefixes of
+  ``prefix_tokens`` tokens, ``sessions`` sessions of ``turns`` turns; session
+  ``s`` uses persona ``s mod personas``; every prompt is the persona prefix +
+  a fresh ``query_tokens`` query (turns do not accumulate). ``order``:
+  ``round_robin`` (turn by turn, sessions 0..S-1) or ``shuffled`` (a random
+  interleaving that keeps each session's turns in order).
+* ``zipf`` - like ``personas``, but session ``s`` draws its persona from a
+  Zipf law over personas (probability of rank ``r`` (1-based) proportional to
+  ``r**-alpha``), so a few personas are hot.
+* ``bursty`` - like ``personas``, but a session's turns come back to back
+  (session-major order); with a timed arrival process bursts start at the
+  arrival process's times and turns inside a burst are ``turn_gap_s`` apart.
+* ``revisit`` - ``sessions`` sessions, each with its own ``prefix_tokens``
+  context; between two turns of a session come ``gap_requests`` one-off
+  requests of ``noise_tokens`` fresh tokens (the other traffic).
+* ``multiturn`` - growing history: turn 0 is persona prefix + query, turn
+  ``t`` is the previous prompt + the previous output + a new query. Output
+  tokens are drawn by the workload (``Request.output_token_ids``).
+
+Arrival processes (flag ``arrival``): ``sequential`` (every ``arrival_s`` is
+0; sequential runners ignore it), ``rate`` (request ``i`` at ``i / rate``
+seconds), ``poisson`` (exponential gaps of mean ``1 / rate`` seconds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+import numpy as np
+
+from spfcore.workloads.model import Request, Workload
+
+#: First usable token id (0..2 are special ids).
+MIN_TOKEN = 3
+
+
+@attrs.frozen
+class Flag:
+    """One generator flag: name, Python type, default, help text and, for
+    string flags, the allowed values."""
+
+    name: str
+    type: type
+    default: object
+    help: str
+    choices: tuple | None = None
+
+    def convert(self, raw):
+        """Convert a CLI string (or a Python value) to this flag's type.
+
+        Raises:
+            ValueError: naming the flag and what is allowed.
+        """
+        try:
+            value = self.type(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"flag {self.name!r}: bad value {raw!r} (must be a {self.type.__name__})") from None
+        if self.choices is not None and value not in self.choices:
+            raise ValueError(f"flag {self.name!r}: bad value {raw!r} (must be one of {list(self.choices)})")
+        if self.type in (int, float) and value < 0:
+            raise ValueError(f"flag {self.name!r}: must be >= 0, got {raw!r}")
+        return value
+
+
+@attrs.frozen
+class Generator:
+    """A registered generator: ``fn(rng, **flags) -> list[Request]`` plus its
+    own flags (the common flags are added by :func:`make`)."""
+
+    name: str
+    fn: Callable
+    flags: tuple
+    doc: str
+
+    def all_flags(self) -> dict[str, Flag]:
+        """Own flags then common flags, by name."""
+        return {f.name: f for f in (*self.flags, *COMMON_FLAGS)}
+
+
+COMMON_FLAGS = (
+    Flag("vocab", int, 32000, "token ids are drawn from [3, vocab)"),
+    Flag("arrival", str, "sequential", "arrival process", ("sequential", "rate", "poisson")),
+    Flag("rate", float, 1.0, "requests per second for arrival=rate|poisson"),
+)
+
+_PERSONA_FLAGS = (
+    Flag("personas", int, 16, "number of shared prefixes (personas)"),
+    Flag("prefix_tokens", int, 8192, "tokens per persona prefix"),
+    Flag("sessions", int, 32, "number of sessions"),
+    Flag("turns", int, 4, "turns (requests) per session"),
+    Flag("query_tokens", int, 128, "fresh query tokens per prompt"),
+    Flag("output_tokens", int, 32, "tokens to generate per request"),
+)
+_ORDER = Flag("order", str, "round_robin", "request order", ("round_robin", "shuffled"))
+
+
+def _tokens(rng: np.random.Generator, n: int, vocab: int) -> tuple:
+    return tuple(rng.integers(MIN_TOKEN, vocab, size=n).tolist())
+
+
+def _order(rng, sessions: int, turns: int, order: str) -> list[tuple[int, int]]:
+    """(session, turn) pairs in arrival order."""
+    if order == "round_robin":
+        return [(s, t) for t in range(turns) for s in range(sessions)]
+    slots = np.repeat(np.arange(sessions), turns)
+    rng.shuffle(slots)
+    seen = [0] * sessions
+    out = []
+    for s in slots.tolist():
+        out.append((s, seen[s]))
+        seen[s] += 1
+    return out
+
+
+def _persona_requests(rng, pairs, persona_of, prefixes, query_tokens, output_tokens, vocab):
+    out = []
+    for s, t in pairs:
+        p = persona_of[s]
+        out.append(Request(f"s{s}-t{t}", 0.0, prefixes[p] + _tokens(rng, query_tokens, vocab),
+                           output_tokens, session_id=f"s{s}", prefix_group=f"p{p}"))
+    return out
+
+
+def _personas(rng, *, personas, prefix_tokens, sessions, turns, query_tokens, output_tokens, order, vocab):
+    prefixes = [_tokens(rng, prefix_tokens, vocab) for _ in range(personas)]
+    pairs = _order(rng, sessions, turns, order)
+    return _persona_requests(rng, pairs, [s % personas for s in range(sessions)], prefixes,
+                             query_tokens, output_tokens, vocab)
+
+
+def _zipf(rng, *, personas, prefix_tokens, sessions, turns, query_tokens, output_tokens, order, alpha, vocab):
+    prefixes = [_tokens(rng, prefix_tokens, vocab) for _ in range(personas)]
+    w = np.arange(1, personas + 1, dtype=float) ** -alpha
+    persona_of = rng.choice(personas, size=sessions, p=w / w.sum()).tolist()
+    pairs = _order(rng, sessions, turns, order)
+    return _persona_requests(rng, pairs, persona_of, prefixes, query_tokens, output_tokens, vocab)
+
+
+def _bursty(rng, *, personas, prefix_tokens, sessions, turns, query_tokens, output_tokens, turn_gap_s, vocab):
+    prefixes = [_tokens(rng, prefix_tokens, vocab) for _ in range(personas)]
+    pairs = [(s, t) for s in range(sessions) for t in range(turns)]
+    return _persona_requests(rng, pairs, [s % personas for s in range(sessions)], prefixes,
+                             query_tokens, output_tokens, vocab)
+
+
+def _revisit(rng, *, sessions, turns, prefix_tokens, query_tokens, output_tokens, gap_requests,
+             noise_tokens, vocab):
+    out, k = [], 0
+    for s in range(sessions):
+        ctx = _tokens(rng, prefix_tokens, vocab)
+        for t in range(turns):
+            out.append(Request(f"s{s}-t{t}", 0.0, ctx + _tokens(rng, query_tokens, vocab), output_tokens,
+                               session_id=f"s{s}", prefix_group=f"s{s}"))
+            if t < turns - 1:
+                for _ in range(gap_requests):
+                    out.append(Request(f"noise-{k}", 0.0, _tokens(rng, noise_tokens, vocab), output_tokens,
+                                       session_id=f"noise-{k}", prefix_group=None))
+                    k += 1
+    return out
+
+
+def _multiturn(rng, *, personas, prefix_tokens, sessions, turns, query_tokens, output_tokens, order, vocab):
+    prefixes = [_tokens(rng, prefix_tokens, vocab) for _ in range(personas)]
+    history: dict[int, tuple] = {}
+    out = []
+    for s, t in _order(rng, sessions, turns, order):
+        prev = history.get(s, prefixes[s % personas])
+        prompt = prev + _tokens(rng, query_tokens, vocab)
+        output = _tokens(rng, output_tokens, vocab)
+        history[s] = prompt + output
+        out.append(Request(f"s{s}-t{t}", 0.0, prompt, output_tokens, session_id=f"s{s}",
+                           prefix_group=f"p{s % personas}", output_token_ids=output))
+    return out
+
+
+GENERATORS: dict[str, Generator] = {
+    g.name: g
+    for g in (
+        Generator("personas", _personas, (*_PERSONA_FLAGS, _ORDER),
+                  "SPF seed workload: persona prefix + fresh query, turns do not accumulate"),
+        Generator("zipf", _zipf, (*_PERSONA_FLAGS, _ORDER,
+                                  Flag("alpha", float, 1.0, "Zipf exponent of persona popularity")),
+                  "personas with Zipf-distributed persona popularity per session"),
+        Generator("bursty", _bursty, (*_PERSONA_FLAGS,
+                                      Flag("turn_gap_s", float, 0.5, "seconds between turns of a burst")),
+                  "a session's turns back to back; bursts arrive by the arrival process"),
+        Generator("revisit", _revisit, (
+            Flag("sessions", int, 8, "number of sessions"),
+            Flag("turns", int, 4, "turns per session"),
+            Flag("prefix_tokens", int, 2048, "tokens of a session's own context"),
+            Flag("query_tokens", int, 128, "fresh query tokens per turn"),
+            Flag("output_tokens", int, 32, "tokens to generate per request"),
+            Flag("gap_requests", int, 8, "one-off requests between two turns of a session"),
+            Flag("noise_tokens", int, 2048, "prompt tokens of a one-off request"),
+        ), "sessions come back after a gap of one-off traffic"),
+        Generator("multiturn", _multiturn, (
+            Flag("personas", int, 4, "number of shared system prefixes"),
+            Flag("prefix_tokens", int, 1024, "tokens per system prefix"),
+            Flag("sessions", int, 8, "number of sessions"),
+            Flag("turns", int, 4, "turns per session"),
+            Flag("query_tokens", int, 128, "new query tokens per turn"),
+            Flag("output_tokens", int, 32, "tokens generated per turn (by the workload)"),
+            _ORDER,
+        ), "growing history: prompt = previous prompt + previous output + new query"),
+    )
+}
+
+
+def defaults(name: str) -> dict:
+    """Every flag of generator ``name`` with its default.
+
+    Raises:
+        ValueError: unknown generator.
+    """
+    return {k: f.default for k, f in _generator(name).all_flags().items()}
+
+
+def _generator(name: str) -> Generator:
+    try:
+        return GENERATORS[name]
+    except KeyError:
+        raise ValueError(f"unknown workload generator {name!r} (available: {', '.join(GENERATORS)})") from None
+
+
+def _arrivals(n: int, seed: int, arrival: str, rate: float) -> list[float]:
+    if arrival == "sequential":
+        return [0.0] * n
+    if rate <= 0:
+        raise ValueError(f"flag 'rate': must be > 0 for arrival={arrival}, got {rate}")
+    if arrival == "rate":
+        return [i / rate for i in range(n)]
+    gaps = np.random.default_rng([seed, 1]).exponential(1.0 / rate, size=n)
+    gaps[0] = 0.0
+    return np.cumsum(gaps).tolist()
+
+
+def make(name: str, *, seed: int, **flags) -> Workload:
+    """Build workload ``name`` deterministically.
+
+    Args:
+        name: A key of :data:`GENERATORS`.
+        seed: Seed of every random draw (int >= 0).
+        **flags: Generator flags (strings are converted, e.g. from the CLI);
+            missing ones take their defaults.
+
+    Returns:
+        A :class:`Workload` whose ``params`` hold every flag (defaults
+        included) and ``seed``; requests in arrival order.
+
+    Raises:
+        ValueError: unknown generator, unknown flag or bad flag value (naming
+            the flag and what is allowed).
+    """
+    gen = _generator(name)
+    spec = gen.all_flags()
+    unknown = set(flags) - set(spec)
+    if unknown:
+        raise ValueError(f"workload {name!r}: unknown flag(s) {sorted(unknown)} (allowed: {', '.join(spec)})")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"workload {name!r}: seed must be an int >= 0, got {seed!r}")
+    values = {k: (f.convert(flags[k]) if k in flags else f.default) for k, f in spec.items()}
+    if values["vocab"] <= MIN_TOKEN:
+        raise ValueError(f"flag 'vocab': must be > {MIN_TOKEN}, got {values['vocab']}")
+    if name != "revisit" and values.get("personas", 1) < 1:
+        raise ValueError("flag 'personas': must be >= 1")
+    if values["output_tokens"] < 1:
+        raise ValueError("flag 'output_tokens': must be >= 1")
+    own = {k: values[k] for k in (f.name for f in gen.flags)}
+    reqs = gen.fn(np.random.default_rng([seed, 0]), vocab=values["vocab"], **own)
+    if any(r.num_prompt_tokens < 1 for r in reqs):
+        raise ValueError(f"workload {name!r}: flags give an empty prompt ({own})")
+    if name == "bursty" and values["arrival"] != "sequential":
+        starts = _arrivals(values["sessions"], seed, values["arrival"], values["rate"])
+        times = [starts[s] + t * values["turn_gap_s"] for s in range(values["sessions"]) for t in range(values["turns"])]
+    else:
+        times = _arrivals(len(reqs), seed, values["arrival"], values["rate"])
+    reqs = [attrs.evolve(r, arrival_s=float(a)) for r, a in zip(reqs, times)]
+    if name == "bursty":  # bursts may overlap in time: keep arrival order
+        reqs.sort(key=lambda r: r.arrival_s)
+    return Workload(name, {"generator": name, "seed": seed, **values}, reqs)

@@ -1,0 +1,281 @@
+"""Trace readers and writers: Mooncake FAST'25 JSONL and spfcore's own JSONL.
+
+Mooncake (kvcache-ai/Mooncake, FAST25-release/traces): one JSON object per
+line with ``timestamp`` (ms since the trace start), ``input_length`` and
+``output_length`` (tokens) and ``hash_ids`` (ids of the prompt's 512-token
+blocks, the last, partial block included; equal ids at equal positions mean an
+identical prefix).
+
+* ``tokens_per_block=None`` keeps the hash ids only (``Request.hash_ids``,
+  ``hash_block_tokens=512``, no token ids): for the simulator at block size
+  512, where each id is one block key (:func:`spfcore.workloads.block_keys`).
+* ``tokens_per_block=T`` materializes each hash id to a deterministic block of
+  ``T`` token ids (drawn from ``numpy.random.default_rng([seed, id])`` in
+  ``[3, vocab)``: equal ids give equal tokens in any process) for engine
+  replay. Lengths are scaled by ``T / 512``: the prompt is the concatenation
+  of the id blocks cut to ``ceil(input_length * T / 512)`` tokens (which keeps
+  every id, since ``len(hash_ids) == ceil(input_length / 512)``), and
+  ``output_tokens = max(1, ceil(output_length * T / 512))``.
+
+spfcore's own JSONL holds one :class:`~spfcore.workloads.model.Request` per
+line with all its fields (``attrs.asdict``). Both writers are atomic: the file
+is written to a temporary file in the same folder and moved into place with
+``os.replace``, so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+from spfcore.workloads.generators import MIN_TOKEN
+from spfcore.workloads.model import Request, Workload
+
+#: Tokens per ``hash_ids`` block in Mooncake traces.
+MOONCAKE_BLOCK_TOKENS = 512
+
+
+class TraceError(ValueError):
+    """A malformed trace line; the message reads ``FILE:LINE: field 'NAME': problem``."""
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _lines(path: Path, limit: int | None):
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    with open(path, encoding="utf-8") as fh:
+        n = 0
+        for lineno, line in enumerate(fh, 1):
+            if limit is not None and n >= limit:
+                return
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TraceError(f"{path.name}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(obj, dict):
+                raise TraceError(f"{path.name}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            n += 1
+            yield lineno, obj
+
+
+def detect_format(path: str | os.PathLike) -> str:
+    """``"mooncake"`` or ``"spfcore"`` from the first non-empty line's fields.
+
+    Raises:
+        TraceError: empty file or a first line of neither format.
+    """
+    path = Path(path)
+    for lineno, obj in _lines(path, 1):
+        if "hash_ids" in obj and "input_length" in obj:
+            return "mooncake"
+        if "request_id" in obj:
+            return "spfcore"
+        raise TraceError(f"{path.name}:{lineno}: neither a Mooncake line (hash_ids, input_length) "
+                         f"nor an spfcore line (request_id); fields: {sorted(obj)}")
+    raise TraceError(f"{path.name}: empty trace")
+
+
+def _field(path, lineno, obj, name, check, what):
+    if name not in obj:
+        raise TraceError(f"{path.name}:{lineno}: field {name!r}: missing")
+    v = obj[name]
+    if not check(v):
+        raise TraceError(f"{path.name}:{lineno}: field {name!r}: expected {what}, got {v!r:.60}")
+    return v
+
+
+def _block_tokens(cache: dict, hid: int, seed: int, tokens_per_block: int, vocab: int) -> list:
+    b = cache.get(hid)
+    if b is None:
+        b = cache[hid] = np.random.default_rng([seed, hid]).integers(
+            MIN_TOKEN, vocab, size=tokens_per_block).tolist()
+    return b
+
+
+def read_mooncake(path: str | os.PathLike, *, limit: int | None = None, tokens_per_block: int | None = None,
+                  seed: int = 0, vocab: int = 32000) -> Workload:
+    """Read a Mooncake FAST'25 JSONL trace.
+
+    Args:
+        path: The trace file.
+        limit: Keep the first ``limit`` requests (None: all).
+        tokens_per_block: None keeps hash ids only (simulator at 512 tokens
+            per block); an int materializes token ids, see the module doc.
+        seed: Seed of the id -> tokens map (materialized traces only).
+        vocab: Token ids lie in ``[3, vocab)``.
+
+    Returns:
+        Workload ``mooncake``; ``arrival_s = timestamp / 1000``; request ids
+        ``mc-<line>``; no session ids (the trace has none).
+
+    Raises:
+        TraceError: a malformed line (file, line and field named), timestamps
+            going backwards, or ``hash_ids`` not covering ``input_length``.
+        OSError: the file cannot be read.
+    """
+    path = Path(path)
+    if tokens_per_block is not None and tokens_per_block < 1:
+        raise ValueError(f"tokens_per_block must be >= 1, got {tokens_per_block}")
+    nonneg = lambda v: _is_int(v) and v >= 0  # noqa: E731
+    cache: dict[int, list] = {}
+    out: list[Request] = []
+    last_t = -math.inf
+    for lineno, obj in _lines(path, limit):
+        ts = _field(path, lineno, obj, "timestamp", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+                    and v >= 0, "a number of milliseconds >= 0")
+        n_in = _field(path, lineno, obj, "input_length", lambda v: _is_int(v) and v >= 1, "an int >= 1")
+        n_out = _field(path, lineno, obj, "output_length", nonneg, "an int >= 0")
+        hids = _field(path, lineno, obj, "hash_ids", lambda v: isinstance(v, list) and all(map(nonneg, v)),
+                      "a list of ints >= 0")
+        if len(hids) != math.ceil(n_in / MOONCAKE_BLOCK_TOKENS):
+            raise TraceError(f"{path.name}:{lineno}: field 'hash_ids': {len(hids)} ids for input_length "
+                             f"{n_in} (expected ceil({n_in}/{MOONCAKE_BLOCK_TOKENS}))")
+        if ts < last_t:
+            raise TraceError(f"{path.name}:{lineno}: field 'timestamp': {ts} goes back in time (previous {last_t})")
+        last_t = ts
+        common = dict(request_id=f"mc-{lineno}", arrival_s=ts / 1000.0, hash_ids=tuple(hids),
+                      hash_block_tokens=MOONCAKE_BLOCK_TOKENS)
+        if tokens_per_block is None:
+            out.append(Request(prompt_token_ids=(), output_tokens=max(1, n_out), num_prompt_tokens=n_in, **common))
+        else:
+            n = math.ceil(n_in * tokens_per_block / MOONCAKE_BLOCK_TOKENS)
+            toks: list[int] = []
+            for h in hids:
+                toks.extend(_block_tokens(cache, h, seed, tokens_per_block, vocab))
+            out.append(Request(prompt_token_ids=toks[:n],
+                               output_tokens=max(1, math.ceil(n_out * tokens_per_block / MOONCAKE_BLOCK_TOKENS)),
+                               **common))
+    params = {"trace": str(path), "format": "mooncake", "limit": limit, "tokens_per_block": tokens_per_block,
+              "seed": seed, "vocab": vocab}
+    return Workload("mooncake", params, out)
+
+
+_REQ_FIELDS = {f.name: f for f in attrs.fields(Request)}
+
+
+def _request_from(path: Path, lineno: int, obj: dict) -> Request:
+    unknown = set(obj) - set(_REQ_FIELDS)
+    if unknown:
+        raise TraceError(f"{path.name}:{lineno}: field {sorted(unknown)[0]!r}: unknown (allowed: {', '.join(_REQ_FIELDS)})")
+    ints = lambda v: isinstance(v, list) and all(_is_int(x) and x >= 0 for x in v)  # noqa: E731
+    opt_str = lambda v: v is None or isinstance(v, str)  # noqa: E731
+    kw = {
+        "request_id": _field(path, lineno, obj, "request_id", lambda v: isinstance(v, str) and v, "a non-empty string"),
+        "arrival_s": _field(path, lineno, obj, "arrival_s", lambda v: isinstance(v, (int, float))
+                            and not isinstance(v, bool) and v >= 0, "a number of seconds >= 0"),
+        "prompt_token_ids": _field(path, lineno, obj, "prompt_token_ids", ints, "a list of ints >= 0"),
+        "output_tokens": _field(path, lineno, obj, "output_tokens", lambda v: _is_int(v) and v >= 1, "an int >= 1"),
+    }
+    checks = {"session_id": (opt_str, "a string or null"), "prefix_group": (opt_str, "a string or null"),
+              "hash_ids": (lambda v: v is None or ints(v), "a list of ints or null"),
+              "hash_block_tokens": (lambda v: _is_int(v) and v >= 0, "an int >= 0"),
+              "num_prompt_tokens": (lambda v: _is_int(v) and v >= 1, "an int >= 1"),
+              "output_token_ids": (ints, "a list of ints >= 0")}
+    for name, (check, what) in checks.items():
+        if name in obj:
+            kw[name] = _field(path, lineno, obj, name, check, what)
+    if kw["prompt_token_ids"] and "num_prompt_tokens" in kw and kw["num_prompt_tokens"] != len(kw["prompt_token_ids"]):
+        raise TraceError(f"{path.name}:{lineno}: field 'num_prompt_tokens': {kw['num_prompt_tokens']} differs from "
+                         f"len(prompt_token_ids) = {len(kw['prompt_token_ids'])}")
+    if not kw["prompt_token_ids"] and (kw.get("hash_ids") is None or "num_prompt_tokens" not in kw):
+        raise TraceError(f"{path.name}:{lineno}: field 'prompt_token_ids': empty, and no hash_ids + num_prompt_tokens")
+    if kw.get("hash_ids") is not None:
+        kw["hash_ids"] = tuple(kw["hash_ids"])
+    return Request(**kw)
+
+
+def read_jsonl(path: str | os.PathLike, *, limit: int | None = None) -> Workload:
+    """Read spfcore's own JSONL (one Request per line, fields as in
+    :class:`~spfcore.workloads.model.Request`).
+
+    Raises:
+        TraceError: a malformed line (file, line and field named), a repeated
+            request id, or arrival times going backwards.
+    """
+    path = Path(path)
+    out: list[Request] = []
+    seen: set[str] = set()
+    last = 0.0
+    for lineno, obj in _lines(path, limit):
+        r = _request_from(path, lineno, obj)
+        if r.request_id in seen:
+            raise TraceError(f"{path.name}:{lineno}: field 'request_id': {r.request_id!r} repeats")
+        if r.arrival_s < last:
+            raise TraceError(f"{path.name}:{lineno}: field 'arrival_s': {r.arrival_s} goes back in time")
+        seen.add(r.request_id)
+        last = r.arrival_s
+        out.append(r)
+    return Workload(path.stem, {"trace": str(path), "format": "spfcore", "limit": limit}, out)
+
+
+def read_trace(path: str | os.PathLike, *, limit: int | None = None, tokens_per_block: int | None = None,
+               seed: int = 0) -> Workload:
+    """Read a Mooncake or spfcore JSONL trace (format auto-detected from the
+    first line). ``tokens_per_block`` and ``seed`` apply to Mooncake only.
+
+    Raises:
+        TraceError: see :func:`read_mooncake`, :func:`read_jsonl`.
+    """
+    if detect_format(path) == "mooncake":
+        return read_mooncake(path, limit=limit, tokens_per_block=tokens_per_block, seed=seed)
+    return read_jsonl(path, limit=limit)
+
+
+def _atomic_write(path: str | os.PathLike, lines: Iterable[str]) -> Path:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for line in lines:
+                fh.write(line)
+                fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path
+
+
+def write_jsonl(workload: Workload, path: str | os.PathLike) -> Path:
+    """Write ``workload`` as spfcore JSONL (one Request per line, all fields),
+    atomically. Returns the path."""
+    def lines():
+        for r in workload.requests:
+            d = attrs.asdict(r)
+            for k in ("prompt_token_ids", "output_token_ids", "hash_ids"):
+                if d[k] is not None:
+                    d[k] = list(d[k])
+            yield json.dumps(d, separators=(",", ":"))
+    return _atomic_write(path, lines())
+
+
+def write_mooncake(workload: Workload, path: str | os.PathLike) -> Path:
+    """Write ``workload`` as Mooncake JSONL, atomically. Every request needs
+    ``hash_ids`` at 512 tokens per id; ``timestamp = round(arrival_s * 1000)``.
+
+    Raises:
+        ValueError: a request without hash ids at 512 tokens per id (nothing
+            is written).
+    """
+    rows = []
+    for r in workload.requests:
+        if r.hash_ids is None or r.hash_block_tokens != MOONCAKE_BLOCK_TOKENS:
+            raise ValueError(f"request {r.request_id}: no hash_ids at {MOONCAKE_BLOCK_TOKENS} tokens per id; "
+                             "cannot write a Mooncake trace")
+        rows.append(json.dumps({"timestamp": round(r.arrival_s * 1000), "input_length": r.num_prompt_tokens,
+                                "output_length": r.output_tokens, "hash_ids": list(r.hash_ids)}))
+    return _atomic_write(path, rows)

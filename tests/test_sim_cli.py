@@ -1,0 +1,36 @@
+"""``spfcore simulate`` end to end (click runner, real simulator)."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from spfcore.cli import main
+
+ARGS = ["simulate", "--set", "personas=2", "--set", "prefix_tokens=64", "--set", "sessions=4", "--set", "turns=2",
+        "--set", "query_tokens=16", "--num-blocks", "30", "--seeds", "1,2"]
+
+
+def test_json_records_every_flag_and_reports_failing_arm():
+    res = CliRunner().invoke(main, [*ARGS, "--arms", "lru,nope", "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["workload"]["personas"] == 2 and d["workload"]["output_tokens"] == 32  # defaults echoed too
+    assert d["workload_params"]["1"]["seed"] == 1 and d["workload_params"]["2"]["query_tokens"] == 16
+    assert d["cache"]["num_blocks"] == {"1": 30, "2": 30}
+    cells = {(c["arm"], c["seed"]): c for c in d["cells"]}
+    assert "not installed" in cells["nope", 1]["error"]
+    # 4 sessions x 2 turns, prompts of 64 + 16 tokens; sessions s and s+2 share persona s mod 2 (4 blocks)
+    lru = cells["lru", 1]
+    assert lru["prompt_tokens"] == 8 * 80 and "requests" not in lru
+    assert d["summary"]["ceiling:infinite"]["token_hit_rate"] == 6 * 64 / 640  # all but the 2 first uses hit
+
+
+def test_table_and_bad_flag():
+    ok = CliRunner().invoke(main, [*ARGS, "--arms", "lru"])
+    assert ok.exit_code == 0 and "ceiling:infinite" in ok.output
+    bad = CliRunner().invoke(main, ["simulate", "--set", "sesions=3"])
+    assert bad.exit_code == 2 and "unknown flag 'sesions'" in bad.output
+    both = CliRunner().invoke(main, ["simulate", "--num-blocks", "9", "--cache-pressure", "2"])
+    assert both.exit_code == 2 and "not both" in both.output

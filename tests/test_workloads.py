@@ -1,0 +1,144 @@
+"""Workload generators and cache pressure."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from spfcore.workloads import block_keys
+from spfcore.workloads.generators import GENERATORS, defaults, make
+from spfcore.workloads.pressure import num_blocks_for_pressure, reusable_prefix_tokens
+
+SMALL = dict(personas=4, prefix_tokens=64, sessions=8, turns=3, query_tokens=16, output_tokens=4)
+
+
+def digest(wl) -> str:
+    h = hashlib.sha256()
+    for r in wl.requests:
+        h.update(json.dumps([r.request_id, r.arrival_s, list(r.prompt_token_ids), r.output_tokens, r.session_id,
+                             r.prefix_group, list(r.output_token_ids)]).encode())
+    return h.hexdigest()
+
+
+def test_personas_seed_shape():
+    wl = make("personas", seed=42)
+    reqs = wl.requests
+    assert len(reqs) == 32 * 4
+    assert all(r.num_prompt_tokens == 8192 + 128 and r.output_tokens == 32 for r in reqs)
+    # round robin: turn by turn, sessions 0..31; session s uses persona s mod 16
+    assert [r.request_id for r in reqs[:3]] == ["s0-t0", "s1-t0", "s2-t0"]
+    assert reqs[32].request_id == "s0-t1"
+    assert reqs[17].prefix_group == "p1"
+    assert reqs[0].prompt_token_ids[:8192] == reqs[16].prompt_token_ids[:8192]  # s0 and s16: persona 0
+    assert reqs[0].prompt_token_ids[:8192] != reqs[1].prompt_token_ids[:8192]
+    assert reqs[0].prompt_token_ids[8192:] != reqs[32].prompt_token_ids[8192:]  # a fresh query per turn
+    toks = [t for r in reqs for t in r.prompt_token_ids]
+    assert min(toks) >= 3 and max(toks) < 32000
+    assert wl.params == {"generator": "personas", "seed": 42, **defaults("personas")}
+    assert all(r.arrival_s == 0.0 for r in reqs)
+
+
+def test_same_seed_same_requests_in_another_process():
+    here = digest(make("multiturn", seed=7, **{k: v for k, v in SMALL.items() if k != "personas"}))
+    code = ("import sys; sys.path.insert(0, 'tests'); from test_workloads import digest, SMALL; "
+            "from spfcore.workloads.generators import make; "
+            "print(digest(make('multiturn', seed=7, **{k: v for k, v in SMALL.items() if k != 'personas'})))")
+    env = dict(os.environ, PYTHONHASHSEED="123")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=os.path.dirname(os.path.dirname(__file__)), check=True)
+    assert out.stdout.strip() == here
+    assert digest(make("multiturn", seed=8)) != digest(make("multiturn", seed=7))
+
+
+@pytest.mark.parametrize("name", sorted(GENERATORS))
+def test_every_generator_is_deterministic_and_records_flags(name):
+    a, b = make(name, seed=3), make(name, seed=3)
+    assert digest(a) == digest(b)
+    assert set(a.params) == {"generator", "seed", *defaults(name)}
+    assert len({r.request_id for r in a.requests}) == len(a.requests)
+
+
+def test_shuffled_keeps_turn_order_within_sessions():
+    wl = make("personas", seed=1, order="shuffled", **SMALL)
+    turns: dict[str, list[int]] = {}
+    for r in wl.requests:
+        turns.setdefault(r.session_id, []).append(int(r.request_id.split("-t")[1]))
+    assert all(v == list(range(3)) for v in turns.values()) and len(turns) == 8
+    assert [r.request_id for r in wl.requests] != [r.request_id for r in make("personas", seed=1, **SMALL).requests]
+
+
+def test_multiturn_prompt_is_history_plus_output_plus_query():
+    wl = make("multiturn", seed=5, personas=2, prefix_tokens=32, sessions=3, turns=3, query_tokens=8, output_tokens=5)
+    by_id = {r.request_id: r for r in wl.requests}
+    for s in range(3):
+        for t in (1, 2):
+            prev, cur = by_id[f"s{s}-t{t - 1}"], by_id[f"s{s}-t{t}"]
+            assert cur.prompt_token_ids[: prev.num_prompt_tokens + 5] == prev.prompt_token_ids + prev.output_token_ids
+            assert cur.num_prompt_tokens == prev.num_prompt_tokens + 5 + 8
+    assert by_id["s0-t0"].num_prompt_tokens == 32 + 8
+
+
+def test_revisit_gap_of_other_traffic():
+    wl = make("revisit", seed=0, sessions=2, turns=3, gap_requests=4, prefix_tokens=32, noise_tokens=32)
+    ids = [r.request_id for r in wl.requests]
+    assert ids.index("s0-t1") - ids.index("s0-t0") == 5  # 4 one-off requests in between
+    assert len(ids) == 2 * 3 + 2 * 2 * 4
+
+
+def test_zipf_skews_persona_popularity():
+    wl = make("zipf", seed=0, alpha=3.0, personas=8, sessions=64, turns=1, prefix_tokens=16, query_tokens=4)
+    groups = [r.prefix_group for r in wl.requests]
+    assert groups.count("p0") > 64 * 0.6  # rank 1 has 1/sum(r^-3) = 0.83 of the mass
+    flat = make("zipf", seed=0, alpha=0.0, personas=8, sessions=64, turns=1, prefix_tokens=16, query_tokens=4)
+    assert [r.prefix_group for r in flat.requests].count("p0") < 64 * 0.4
+
+
+def test_arrival_processes():
+    wl = make("personas", seed=0, arrival="rate", rate=4, **SMALL)
+    assert [r.arrival_s for r in wl.requests[:3]] == [0.0, 0.25, 0.5]
+    po = make("personas", seed=0, arrival="poisson", rate=2, **SMALL)
+    t = [r.arrival_s for r in po.requests]
+    assert t == sorted(t) and t[0] == 0.0 and len(set(t)) == len(t)
+    b = make("bursty", seed=0, arrival="rate", rate=0.1, turn_gap_s=1.0, **SMALL)
+    assert [r.arrival_s for r in b.requests[:4]] == [0.0, 1.0, 2.0, 10.0]
+    assert [r.request_id for r in b.requests[:4]] == ["s0-t0", "s0-t1", "s0-t2", "s1-t0"]
+
+
+def test_bad_flags_name_the_flag():
+    with pytest.raises(ValueError, match="unknown flag.*'persona'"):
+        make("personas", seed=0, persona=3)
+    with pytest.raises(ValueError, match="flag 'order': bad value 'random'"):
+        make("personas", seed=0, order="random")
+    with pytest.raises(ValueError, match="flag 'sessions': bad value 'x'"):
+        make("personas", seed=0, sessions="x")
+    with pytest.raises(ValueError, match="unknown workload generator 'nope'"):
+        make("nope", seed=0)
+
+
+def test_string_flags_are_converted():
+    assert digest(make("personas", seed=2, personas="4", prefix_tokens="64", sessions="8", turns="3",
+                       query_tokens="16", output_tokens="4")) == digest(make("personas", seed=2, **SMALL))
+
+
+def test_pressure_of_the_seed_workload():
+    wl = make("personas", seed=42)
+    assert reusable_prefix_tokens(wl, 16) == 16 * 8192  # 16 personas x 512 shared blocks x 16 tokens
+    assert num_blocks_for_pressure(wl, 2.3, 16) == 3561  # floor(131072 / 36.8)
+    assert num_blocks_for_pressure(wl, 1.0, 16) == 8192
+
+
+def test_pressure_counts_keys_shared_by_two_requests_only():
+    wl = make("personas", seed=0, **SMALL)  # 64-token prefixes at block size 16: 4 shared blocks per persona
+    assert reusable_prefix_tokens(wl, 16) == 4 * 64
+    assert reusable_prefix_tokens(wl, 32) == 4 * 64  # 2 blocks of 32 per persona
+    assert len(block_keys(wl.requests[0], 16)) == (64 + 16) // 16
+    lonely = make("personas", seed=0, personas=1, sessions=1, turns=1, prefix_tokens=64)
+    with pytest.raises(ValueError, match="no reusable prefix"):
+        num_blocks_for_pressure(lonely, 2.0, 16)
+    with pytest.raises(ValueError, match="must be > 0"):
+        num_blocks_for_pressure(wl, 0, 16)
