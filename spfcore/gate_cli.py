@@ -18,7 +18,8 @@ from spfcore.workloads.options import cache_options, workload_options
 #: seed's published workload (DESIGN.md §1) on the embedded tiny model; its
 #: block size is 16 on a GPU (as the seed) and 32 on CPU (vLLM's CPU attention
 #: needs a multiple of 32). Add ``--model llama-3.2-3b`` for the seed's
-#: architecture. ``quick`` is the same shape scaled down for a 2-core CPU.
+#: architecture. ``quick`` is the same shape (16 personas, 32 sessions x 4
+#: turns, round robin, pressure 2.3) with 16x shorter prompts, for a 2-core CPU.
 PRESETS = {
     "seed": {
         "workload": "personas",
@@ -28,7 +29,7 @@ PRESETS = {
     },
     "quick": {
         "workload": "personas",
-        "workload_flags": {"personas": 8, "prefix_tokens": 512, "sessions": 16, "turns": 2,
+        "workload_flags": {"personas": 16, "prefix_tokens": 512, "sessions": 32, "turns": 4,
                            "query_tokens": 32, "output_tokens": 4, "order": "round_robin"},
         "block_size": 32, "cache_pressure": 2.3, "engine": {"model": "tiny"},
     },
