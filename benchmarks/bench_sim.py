@@ -23,7 +23,7 @@ from spfcore import registry
 from spfcore.sim import prepare, simulate
 from spfcore.workloads.traces import read_mooncake
 
-TRACE = Path("/work/shared/traces/mooncake_conversation_trace.jsonl")
+TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
 
 
 def main() -> None:

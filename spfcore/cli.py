@@ -54,6 +54,25 @@ def describe(name: str) -> None:
     click.echo(info.doc)
 
 
+@main.command("results-page")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--title", default="spfcore results", show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write here (atomically).")
+def results_page(files, title, output) -> None:
+    """Render a markdown page from `spfcore simulate --json` outputs and gate
+    results files (e.g. docs/results.md)."""
+    from spfcore import report
+
+    try:
+        text = report.results_page(files, title=title)
+    except report.ResultsError as exc:
+        raise click.ClickException(str(exc)) from None
+    if output:
+        report.write_atomic(output, text)
+    else:
+        click.echo(text, nl=False)
+
+
 # Commands of other areas register here (one line each).
 from spfcore.gate_cli import gate_command  # noqa: E402
 from spfcore.sim.cli import simulate  # noqa: E402

@@ -27,17 +27,24 @@ class PolicyError(RuntimeError):
 
 
 class _Meta:
+    """Mutable metadata of one cached block; ``view()`` caches its frozen
+    BlockView until the next hit changes the block."""
+
     __slots__ = ("key", "depth", "parent", "num_tokens", "session_id", "request_id",
-                 "access_count", "last_access", "stored_at")
+                 "access_count", "last_access", "stored_at", "_view")
 
     def __init__(self, key, depth, parent, num_tokens, session_id, request_id, now):
         self.key, self.depth, self.parent, self.num_tokens = key, depth, parent, num_tokens
         self.session_id, self.request_id = session_id, request_id
         self.access_count, self.last_access, self.stored_at = 1, now, now
+        self._view = None
 
     def view(self) -> BlockView:
-        return BlockView(self.key, self.depth, self.parent, self.num_tokens, self.session_id,
-                         self.request_id, self.access_count, self.last_access, self.stored_at)
+        v = self._view
+        if v is None:
+            v = self._view = BlockView(self.key, self.depth, self.parent, self.num_tokens, self.session_id,
+                                       self.request_id, self.access_count, self.last_access, self.stored_at)
+        return v
 
 
 class PolicyRuntime:
@@ -183,6 +190,7 @@ class PolicyRuntime:
             m = meta[i]
             m.access_count += 1
             m.last_access = now
+            m._view = None
         if self._hints:
             for i in ids:
                 rec = self._hints.pop(meta[i].key, None)

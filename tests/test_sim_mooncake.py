@@ -1,5 +1,5 @@
 """The simulator against an independent block-level replay of the Mooncake
-conversation trace (/work/shared/traces/SOURCE.md), 512 tokens per block,
+conversation trace (../shared/traces/SOURCE.md), 512 tokens per block,
 one request at a time.
 
 That replay inserts every hash id of a request (the last, partial block
@@ -23,7 +23,7 @@ from spfcore import registry
 from spfcore.sim import ceilings, prepare, simulate
 from spfcore.workloads.traces import read_mooncake
 
-TRACE = Path("/work/shared/traces/mooncake_conversation_trace.jsonl")
+TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake_conversation_trace.jsonl"  # ../shared beside the checkout
 HAVE_BELADY = any(p.name == "belady_oracle" and p.status == "ok" for p in registry.discover())
 
 

@@ -13,7 +13,7 @@ from spfcore.workloads.generators import make
 from spfcore.workloads.traces import (TraceError, detect_format, read_jsonl, read_mooncake, read_trace,
                                       write_jsonl, write_mooncake)
 
-TRACE = Path("/work/shared/traces/mooncake_conversation_trace.jsonl")
+TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake_conversation_trace.jsonl"  # ../shared beside the checkout
 needs_trace = pytest.mark.skipif(not TRACE.exists(), reason="shared Mooncake trace not present")
 
 

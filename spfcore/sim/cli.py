@@ -5,7 +5,9 @@ ceilings."""
 from __future__ import annotations
 
 import json
+import shlex
 import statistics
+import sys
 
 import click
 from rich.console import Console
@@ -103,7 +105,8 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
             raise click.ClickException(str(exc)) from None
 
     summary = _summary(arm_list, cells, ceils)
-    result = {"workload": workload_spec.describe(), "workload_params": params,
+    result = {"kind": "spfcore-simulate", "command": shlex.join(["spfcore", *sys.argv[1:]]),
+              "workload": workload_spec.describe(), "workload_params": params,
               "cache": {"block_size": spec.block_size, "num_blocks": sizes, "cache_pressure": cache_spec.pressure},
               "mode": mode, "seeds": seeds, "policy_options": options, "cells": cells,
               "ceilings": ceils, "summary": summary}

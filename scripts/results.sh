@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Regenerate docs/results.md from fresh runs: the simulator on every workload
+# (arms x workloads, with Belady and infinite-cache ceilings) and the survival
+# gate on the CPU engine (embedded tiny model) where the simulator shows >= 10
+# points of Belady headroom over session_ttl. About 30 minutes on 2 cores.
+# `--sim-only` skips the engine gates (keeps existing gate JSON).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_LOGGING_LEVEL=${VLLM_LOGGING_LEVEL:-ERROR}
+S=.venv/bin/spfcore
+D=docs/results
+mkdir -p "$D"
+TRACE=${SPFCORE_TRACE:-../shared/traces/mooncake_conversation_trace.jsonl}
+sim() { local name=$1; shift; "$S" simulate "$@" --json > "$D/sim-$name.json.tmp" && mv "$D/sim-$name.json.tmp" "$D/sim-$name.json"; }
+
+# Simulator, generator defaults (DESIGN.md §1 scale), block size 16, pressure 2.3, seeds 42-44.
+for w in personas zipf bursty revisit multiturn; do
+  sim "$w" --workload "$w" --block-size 16 --cache-pressure 2.3 --seeds 42,43,44
+done
+sim personas-shuffled --workload personas --set order=shuffled --block-size 16 --cache-pressure 2.3 --seeds 42,43,44
+if [ -f "$TRACE" ]; then
+  sim mooncake-9139 --trace "$TRACE" --num-blocks 9140
+  sim mooncake-1827 --trace "$TRACE" --num-blocks 1828
+fi
+
+# Engine gates on CPU (block size 32, tiny model), prompts scaled down 16x (personas: the quick preset).
+if [ "${1:-}" != "--sim-only" ]; then
+  small=(--set prefix_tokens=512 --set query_tokens=32 --set output_tokens=4)
+  "$S" gate --preset quick --no-progress --output "$D/gate-personas/results.json"
+  "$S" gate --preset quick --workload zipf "${small[@]}" --no-progress --output "$D/gate-zipf/results.json"
+  "$S" gate --preset quick --workload revisit --set prefix_tokens=512 --set noise_tokens=512 \
+    --set query_tokens=32 --set output_tokens=4 --no-progress --output "$D/gate-revisit/results.json"
+  "$S" gate --preset quick --workload multiturn --set prefix_tokens=256 --set query_tokens=32 \
+    --set output_tokens=4 --no-progress --output "$D/gate-multiturn/results.json"
+  if [ -f "$TRACE" ]; then  # real input: the first 200 Mooncake requests, hash-id blocks scaled to 32 tokens
+    "$S" gate --preset quick --trace "$TRACE" --limit 200 --tokens-per-block 32 --no-progress \
+      --output "$D/gate-mooncake/results.json"
+  fi
+fi
+
+gates=$(ls "$D"/gate-*/results.json 2>/dev/null || true)
+"$S" results-page "$D"/sim-*.json $gates --title "spfcore results" --output docs/results.md
+echo "wrote docs/results.md"
