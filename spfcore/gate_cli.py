@@ -4,7 +4,6 @@ results JSON and plots."""
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 import attrs
@@ -12,7 +11,7 @@ import click
 from rich.console import Console
 
 from spfcore import gate, gate_runner, registry, report
-from spfcore.workloads.options import cache_options, workload_options
+from spfcore.workloads.options import RecordingCommand, cache_options, command_line, workload_options
 
 #: Presets: the workload, cache and engine of a run. ``seed`` is the SPF
 #: seed's published workload (DESIGN.md §1) on the embedded tiny model; its
@@ -67,15 +66,7 @@ def _threshold_options(f):
     return f
 
 
-class _RecordingCommand(click.Command):
-    """Keeps the raw arguments, so results can record the exact command line."""
-
-    def parse_args(self, ctx, args):
-        ctx.meta["spfcore_raw_args"] = list(args)
-        return super().parse_args(ctx, args)
-
-
-@click.command("gate", cls=_RecordingCommand)
+@click.command("gate", cls=RecordingCommand)
 @click.option("--preset", type=click.Choice(sorted(PRESETS)), default="seed", show_default=True,
               help="seed: the SPF seed's configuration (GPU scale); quick: the same shape for a 2-core CPU.")
 @click.option("--model", default=None, help="Model preset (tiny, llama-3.2-3b) or checkpoint folder.")
@@ -123,7 +114,7 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
             cache_pressure=cache_spec.pressure, num_blocks=cache_spec.num_blocks, mode=mode, engine=engine,
             policy_options=options,
             roles=gate.Roles(candidate, baseline, floor_, oracle), thresholds=gate.GateThresholds(**thr),
-            preset=preset, command=shlex.join(["spfcore", "gate", *ctx.meta.get("spfcore_raw_args", [])]),
+            preset=preset, command=command_line(ctx),
             simulate=not no_sim)
         out = Path(output or f"runs/gate-{preset}/results.json")
         results = gate_runner.run_gate(cfg, out, fresh=fresh, progress=not no_progress)

@@ -34,3 +34,30 @@ def test_table_and_bad_flag():
     assert bad.exit_code == 2 and "unknown flag 'sesions'" in bad.output
     both = CliRunner().invoke(main, ["simulate", "--num-blocks", "9", "--cache-pressure", "2"])
     assert both.exit_code == 2 and "not both" in both.output
+
+
+def test_results_page_from_simulate_json(tmp_path):
+    """`spfcore results-page` turns `simulate --json` into arms x workloads tables
+    whose cells are the JSON's seed means, with the reproducing command."""
+    args = ["simulate", "--workload", "personas", "--set", "personas=2", "--set", "prefix_tokens=64",
+            "--set", "sessions=4", "--set", "turns=2", "--set", "query_tokens=16", "--set", "output_tokens=2",
+            "--block-size", "16", "--num-blocks", "12", "--arms", "lru,belady_oracle", "--seeds", "1,2", "--json"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["kind"] == "spfcore-simulate" and data["command"].startswith("spfcore ")
+    f = tmp_path / "sim-tiny.json"
+    f.write_text(res.output)
+    out = tmp_path / "page.md"
+    res = CliRunner().invoke(main, ["results-page", str(f), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    page = out.read_text()
+    lru = data["summary"]["lru"]["token_hit_rate"]
+    bel = data["summary"]["belady_oracle"]["token_hit_rate"]
+    inf = data["summary"]["ceiling:infinite"]["token_hit_rate"]
+    assert f"| tiny | {lru:.2%} | {bel:.2%} | {inf:.2%} |" in page
+    assert data["command"] in page
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    res = CliRunner().invoke(main, ["results-page", str(bad)])
+    assert res.exit_code != 0 and "neither" in res.output

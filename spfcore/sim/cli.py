@@ -5,9 +5,7 @@ ceilings."""
 from __future__ import annotations
 
 import json
-import shlex
 import statistics
-import sys
 
 import click
 from rich.console import Console
@@ -16,7 +14,8 @@ from rich.table import Table
 from spfcore import registry
 from spfcore.runtime import PolicyError
 from spfcore.sim.simulator import ceilings, prepare, simulate as run_arm
-from spfcore.workloads.options import CacheSpec, WorkloadSpec, cache_options, workload_options
+from spfcore.workloads.options import (CacheSpec, RecordingCommand, WorkloadSpec, cache_options, command_line,
+                                       workload_options)
 
 METRICS = ("token_hit_rate", "block_hit_rate", "prefill_tokens_recomputed", "evictions")
 BELADY = "belady_oracle"
@@ -40,7 +39,7 @@ def _block_size(cache_spec: CacheSpec, wl) -> CacheSpec:
     return cache_spec
 
 
-@click.command("simulate")
+@click.command("simulate", cls=RecordingCommand)
 @workload_options
 @cache_options(default_block_size=None)
 @click.option("--arms", default=None, help="Comma-separated policies (default: every installed ok policy).")
@@ -105,7 +104,7 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
             raise click.ClickException(str(exc)) from None
 
     summary = _summary(arm_list, cells, ceils)
-    result = {"kind": "spfcore-simulate", "command": shlex.join(["spfcore", *sys.argv[1:]]),
+    result = {"kind": "spfcore-simulate", "command": command_line(click.get_current_context()),
               "workload": workload_spec.describe(), "workload_params": params,
               "cache": {"block_size": spec.block_size, "num_blocks": sizes, "cache_pressure": cache_spec.pressure},
               "mode": mode, "seeds": seeds, "policy_options": options, "cells": cells,

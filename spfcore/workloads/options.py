@@ -21,8 +21,10 @@ spfcore JSONL, auto-detected; replaces ``--workload``), ``--limit N`` and
 from __future__ import annotations
 
 import functools
+import shlex
 
 import attrs
+
 import click
 
 from spfcore.workloads import generators
@@ -185,3 +187,17 @@ def cache_options(default_block_size: int = 16, default_pressure: float = 2.3):
         return wrapper
 
     return deco
+
+
+class RecordingCommand(click.Command):
+    """A click command that keeps its raw arguments, so results can record
+    the exact command line that reproduces them (see :func:`command_line`)."""
+
+    def parse_args(self, ctx, args):
+        ctx.meta["spfcore_raw_args"] = list(args)
+        return super().parse_args(ctx, args)
+
+
+def command_line(ctx: click.Context) -> str:
+    """``spfcore <command> <args>`` as typed, shell-quoted."""
+    return shlex.join(["spfcore", ctx.info_name or "", *ctx.meta.get("spfcore_raw_args", [])])
