@@ -202,11 +202,51 @@ def workload_label(config: GateConfig, workload: Workload, num_blocks: int) -> s
 
 def default_engine_factory(arm: str, options: Mapping | None, *, num_blocks: int, block_size: int,
                            engine: Mapping):
-    """Open a real vLLM engine for ``arm`` (:func:`spfcore.engine.runner.open_engine`)."""
+    """Open a real vLLM engine for ``arm`` (:func:`spfcore.engine.runner.open_engine`);
+    later arms reuse it through ``EngineSession.use_policy``."""
     from spfcore.engine.runner import EngineSpec, open_engine
 
     spec = EngineSpec(block_size=block_size, num_blocks=num_blocks, **dict(engine))
     return open_engine(spec, arm, dict(options or {}))
+
+
+def _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks) -> None:
+    """Run the engine cells not yet done, on ONE engine, interleaved: for each
+    seed every arm in turn (``use_policy`` switches the arm; each run starts
+    from an empty cache), the arm order rotated by one per seed. A slow spell
+    of the machine then hits every arm alike instead of one arm's seeds, which
+    is what the TTFT and throughput criteria compare.
+    """
+    arms, session, start_error = list(config.arms), None, None
+    try:
+        for k, seed in enumerate(config.seeds):
+            for arm in arms[k % len(arms):] + arms[:k % len(arms)]:
+                if ("engine", arm, seed) in side.done:
+                    continue
+                opts = config.policy_options.get(arm)
+                bar.set_description(f"engine {arm} seed {seed}")
+                try:
+                    if start_error is not None:  # no engine: do not retry a start per cell
+                        raise start_error
+                    if session is None:
+                        bar.set_description("engine: starting")
+                        try:
+                            session = engine_factory(arm, opts, num_blocks=num_blocks,
+                                                     block_size=config.block_size, engine=config.engine)
+                        except Exception as exc:  # noqa: BLE001
+                            start_error = exc
+                            raise
+                    else:
+                        session.use_policy(arm, dict(opts or {}))
+                    cell = dict(session.run(workloads[seed], seed=seed, mode=config.mode))
+                    cell.update(arm=arm, seed=seed)
+                except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
+                    cell = {"arm": arm, "seed": seed, "error": _err(exc)}
+                side.put("engine", arm, seed, cell)
+                bar.update()
+    finally:
+        if session is not None:
+            session.close()
 
 
 def default_sim(workload, arm, *, num_blocks, block_size, options=None, mode="sequential", seed=0):
@@ -369,31 +409,7 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
                 cell = {"arm": arm, "seed": seed, "error": _err(exc)}
             side.put(kind, arm, seed, cell)
             bar.update()
-        for arm in config.arms:
-            seeds = [s for s in config.seeds if ("engine", arm, s) not in side.done]
-            if not seeds:
-                continue
-            bar.set_description(f"engine {arm}: starting")
-            try:
-                session = engine_factory(arm, config.policy_options.get(arm), num_blocks=num_blocks,
-                                         block_size=config.block_size, engine=config.engine)
-            except Exception as exc:  # noqa: BLE001
-                for s in seeds:
-                    side.put("engine", arm, s, {"arm": arm, "seed": s, "error": _err(exc)})
-                    bar.update()
-                continue
-            try:
-                for s in seeds:
-                    bar.set_description(f"engine {arm} seed {s}")
-                    try:
-                        cell = dict(session.run(workloads[s], seed=s, mode=config.mode))
-                        cell.update(arm=arm, seed=s)
-                    except Exception as exc:  # noqa: BLE001
-                        cell = {"arm": arm, "seed": s, "error": _err(exc)}
-                    side.put("engine", arm, s, cell)
-                    bar.update()
-            finally:
-                session.close()
+        _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks)
     finally:
         bar.close()
 

@@ -55,8 +55,15 @@ class PolicyInfo:
     def to_json(self) -> dict:
         d = attrs.asdict(self, recurse=False, filter=lambda a, v: a.name != "cls")
         d["hooks"], d["capabilities"] = list(self.hooks), list(self.capabilities)
-        d["parameters"] = [dict(p) for p in self.parameters]
+        d["parameters"] = [{**p, "default": _jsonable(p["default"])} for p in self.parameters]
         return d
+
+
+def _jsonable(v):
+    """Parameter defaults for strict JSON: non-finite floats as strings ("inf")."""
+    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+        return str(v)
+    return v
 
 
 def _names(var: str, env) -> set[str] | None:

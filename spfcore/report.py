@@ -303,6 +303,9 @@ def print_report(results: Mapping, console: Console | None = None) -> None:
     v = results.get("verdict")
     if v:
         console.print(verdict_table(v))
+        console.print("  rule: SURVIVES iff (ttft_p95_improvement OR prefill_reduction) AND throughput_regression "
+                      "AND wasted_hints pass, with >= min_seeds seeds; headroom and harness must pass first",
+                      markup=False)
         for r in v.get("reasons", ()):
             console.print(f"  - {r}", markup=False)
 

@@ -52,6 +52,13 @@ class Session:
                 "throughput_rps": len(reqs) / sum(x["e2e_s"] for x in reqs), "hints_issued": 0,
                 "hints_used": 0, "evictions": 0, "evict_seconds": 0.0, "evict_calls": 1, "requests": reqs}
 
+    def use_policy(self, arm, options=None):
+        self.log.append(("use_policy", arm, options))
+        exc = self.fail.get((arm, "use_policy"))
+        if exc is not None:
+            raise exc
+        self.arm = arm
+
     def close(self):
         self.closed = True
 
@@ -87,7 +94,12 @@ def test_full_run_sizes_the_cache_by_pressure_and_judges(tmp_path):
     # reusable prefix: 2 personas x 64 tokens = 8 blocks of 16 shared by >= 2 requests;
     # pressure 2 -> floor(128 / (2 * 16)) = 4 blocks
     assert res["config"]["num_blocks"] == 4
-    assert opened == [(a, 4, 16, None) for a in ARMS]  # one engine per arm
+    assert opened == [("lru", 4, 16, None)]  # one engine serves every arm (use_policy switches)
+    # interleaved: per seed every arm, the order rotated by one per seed
+    runs = [x for x in log if x[0] not in ("sim", "use_policy")]
+    assert runs == [("lru", 1), ("session_ttl", 1), ("spf_expected_utility", 1), ("belady_oracle", 1),
+                    ("session_ttl", 2), ("spf_expected_utility", 2), ("belady_oracle", 2), ("lru", 2),
+                    ("spf_expected_utility", 3), ("belady_oracle", 3), ("lru", 3), ("session_ttl", 3)]
     assert [(c["arm"], c["seed"]) for c in res["cells"]] == [(a, s) for a in ARMS for s in (1, 2, 3)]
     # stand-in: 72-token prompts; turn 1 hits floor(72 * share / 16) * 16 tokens:
     # spf 32, session_ttl 16, oracle 48. Prefill per seed: spf 4*72 + 4*40 = 448,
@@ -108,15 +120,15 @@ def test_resume_after_interrupt_gives_the_same_cells(tmp_path):
 
     log = []
     out = tmp_path / "run" / "r.json"
-    with pytest.raises(KeyboardInterrupt):  # Ctrl-C in the 6th engine cell (session_ttl seed 3)
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C in the last engine cell (session_ttl seed 3)
         run(config(), out, log, engine_factory=factory(log, fail={("session_ttl", 3): KeyboardInterrupt()}))
     assert not out.exists()
     lines = gate_runner.sidecar_path(out).read_text().splitlines()
-    assert len(lines) == 1 + 3 + 12 + 5  # header, ceilings, sim cells, 5 engine cells
+    assert len(lines) == 1 + 3 + 12 + 11  # header, ceilings, sim cells, 11 engine cells
 
     log2 = []
     res = run(config(), out, log2)
-    assert log2 == [("session_ttl", 3)] + [(a, s) for a in ARMS[2:] for s in (1, 2, 3)]
+    assert log2 == [("session_ttl", 3)]  # the only cell left
     strip = lambda r: json.loads(json.dumps({k: r[k] for k in ("cells", "sim", "summary", "verdict")}))  # noqa: E731
     assert strip(res) == strip(ref)
     # a third run has nothing left to do
@@ -144,17 +156,26 @@ def test_policy_error_is_recorded_and_retried_on_resume(tmp_path):
     assert res["verdict"]["status"] == "SURVIVES"
 
 
-def test_engine_that_cannot_start_fails_its_arm_only(tmp_path):
+def test_an_arm_that_cannot_be_selected_fails_its_cells_only(tmp_path):
     log = []
+    err = RuntimeError("bad policy\nlong traceback")
+    res = run(config(), tmp_path / "r.json", log, engine_factory=factory(log, fail={("belady_oracle", "use_policy"): err}))
+    assert [c["error"] for c in res["cells"] if c["arm"] == "belady_oracle"] == ["RuntimeError: bad policy"] * 3
+    assert all("error" not in c for c in res["cells"] if c["arm"] != "belady_oracle")
+    assert res["verdict"]["status"] == "INCOMPLETE"
+
+
+def test_engine_that_cannot_start_fails_every_cell(tmp_path):
+    starts = []
 
     def make(arm, options, **kw):
-        if arm == "belady_oracle":
-            raise RuntimeError("engine start failed\nlong traceback")
-        return Session(log, arm)
+        starts.append(arm)
+        raise RuntimeError("engine start failed\nlong traceback")
 
-    res = run(config(), tmp_path / "r.json", log, engine_factory=make)
-    assert [c["error"] for c in res["cells"] if c["arm"] == "belady_oracle"] == ["RuntimeError: engine start failed"] * 3
-    assert res["verdict"]["status"] == "INCOMPLETE"
+    res = run(config(), tmp_path / "r.json", [], engine_factory=make)
+    assert starts == ["lru"]  # tried once, not once per cell
+    assert {c["error"] for c in res["cells"]} == {"RuntimeError: engine start failed"}
+    assert len(res["cells"]) == 12 and res["verdict"]["status"] == "INCOMPLETE"
 
 
 def test_config_mismatch_needs_a_new_output_or_fresh(tmp_path):
@@ -165,10 +186,10 @@ def test_config_mismatch_needs_a_new_output_or_fresh(tmp_path):
     # more seeds and other thresholds are no mismatch: only the new cells run
     log2 = []
     run(config(seeds=(1, 2, 3, 4)), out, log2)
-    assert [x for x in log2 if x[0] != "sim"] == [(a, 4) for a in ARMS]
+    assert [x for x in log2 if x[0] not in ("sim", "use_policy")] == [(a, 4) for a in ARMS[3:] + ARMS[:3]]
     log3 = []
     res = run(config(block_size=32, num_blocks=8), out, log3, fresh=True)
-    assert len([x for x in log3 if x[0] != "sim"]) == 12 and res["config"]["num_blocks"] == 8
+    assert len([x for x in log3 if x[0] not in ("sim", "use_policy")]) == 12 and res["config"]["num_blocks"] == 8
 
 
 def test_policy_options_reach_the_engine_and_the_simulator(tmp_path):
@@ -182,7 +203,7 @@ def test_policy_options_reach_the_engine_and_the_simulator(tmp_path):
              engine_factory=factory(log, opened=opened), sim_fn=sim, ceilings_fn=ceilings_fn, progress=False,
              plots=False)
     assert ("session_ttl", {"ttl_s": "5"}) in seen and ("lru", None) in seen
-    assert opened[1] == ("session_ttl", 4, 16, {"ttl_s": "5"})
+    assert ("use_policy", "session_ttl", {"ttl_s": "5"}) in log and ("use_policy", "lru", {}) in log
 
 
 def test_bad_config_names_the_field():

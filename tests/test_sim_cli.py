@@ -14,8 +14,9 @@ ARGS = ["simulate", "--set", "personas=2", "--set", "prefix_tokens=64", "--set",
 
 def test_json_records_every_flag_and_reports_failing_arm():
     res = CliRunner().invoke(main, [*ARGS, "--arms", "lru,nope", "--json"])
-    assert res.exit_code == 0, res.output
-    d = json.loads(res.output)
+    assert res.exit_code == 1, res.output  # a requested arm failed: the JSON says why, the status says so
+    assert "arm(s) failed: nope" in res.stderr
+    d = json.loads(res.stdout)
     assert d["workload"]["personas"] == 2 and d["workload"]["output_tokens"] == 32  # defaults echoed too
     assert d["workload_params"]["1"]["seed"] == 1 and d["workload_params"]["2"]["query_tokens"] == 16
     assert d["cache"]["num_blocks"] == {"1": 30, "2": 30}

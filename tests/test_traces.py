@@ -138,3 +138,10 @@ def test_failed_write_leaves_old_file_and_no_temp(tmp_path):
         write_jsonl(bad, target)  # fails on the 2nd line, after the temp file was opened
     assert target.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["keep.jsonl"]
+
+
+def test_non_utf8_trace_names_file_and_line(tmp_path):
+    bad = tmp_path / "bin.jsonl"
+    bad.write_bytes(b'{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [0]}\n\xff\xfe{}\n')
+    with pytest.raises(TraceError, match=rf"{bad}:2: not UTF-8 text \(byte 1"):
+        read_mooncake(bad)

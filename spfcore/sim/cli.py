@@ -111,8 +111,12 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
               "ceilings": ceils, "summary": summary}
     if as_json:
         click.echo(json.dumps(result, indent=2, default=str))
-        return
-    _table(result)
+    else:
+        _table(result)
+    failed = sorted({c["arm"] for c in cells if "error" in c})
+    if failed:  # the table/JSON above names each error; the exit status says it too
+        click.echo(f"error: arm(s) failed: {', '.join(failed)}", err=True)
+        raise SystemExit(1)
 
 
 def _mean(vals):

@@ -477,7 +477,7 @@ def _no_gc():
 def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_size: int,
              options: dict | None = None, mode: str = "sequential", max_running: int = 16,
              token_budget: int = 8192, seed: int = 0, step_overhead_s: float = 0.01,
-             per_token_s: float = 1e-5) -> dict:
+             per_token_s: float = 1e-5, env: dict | None = None) -> dict:
     """Replay ``workload`` through the prefix-cache model under policy ``arm``.
 
     Args:
@@ -515,7 +515,7 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
         raise ValueError(f"num_blocks must be >= 2 (null block + 1), got {num_blocks}")
     prep = prepare(workload, block_size)
     _check_fits(prep, num_blocks)
-    rt = PolicyRuntime.for_policy(arm, num_blocks, block_size, options)
+    rt = PolicyRuntime.for_policy(arm, num_blocks, block_size, options, env=env)
     if mode == "sequential":
         if rt.needs_future:
             rt.set_future(prep.views)
@@ -562,12 +562,13 @@ def ceilings(workload: Workload | Prepared, *, num_blocks: int, block_size: int,
 
     prep = prepare(workload, block_size)
     keys = ("token_hit_rate", "block_hit_rate", "prefill_tokens_recomputed", "cached_tokens")
-    inf = simulate(prep, "lru", num_blocks=infinite_blocks(prep, block_size), block_size=block_size)
+    # ceilings are measurements, not arms: they ignore SPFCORE_POLICIES / SPFCORE_DISABLE_POLICIES
+    inf = simulate(prep, "lru", num_blocks=infinite_blocks(prep, block_size), block_size=block_size, env={})
     if inf["evictions"]:
         raise RuntimeError(f"infinite-cache run evicted {inf['evictions']} blocks (simulator bug)")
     out = {"infinite": {k: inf[k] for k in keys}}
     try:
-        bel = belady_record or simulate(prep, belady, num_blocks=num_blocks, block_size=block_size)
+        bel = belady_record or simulate(prep, belady, num_blocks=num_blocks, block_size=block_size, env={})
         out["belady"] = {k: bel[k] for k in keys}
     except (PolicyConfigError, PolicyError) as exc:
         out["belady"] = {"error": str(exc)}

@@ -53,19 +53,23 @@ def _is_int(v) -> bool:
 def _lines(path: Path, limit: int | None):
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
-    with open(path, encoding="utf-8") as fh:
+    with open(path, "rb") as fh:
         n = 0
-        for lineno, line in enumerate(fh, 1):
+        for lineno, raw in enumerate(fh, 1):
             if limit is not None and n >= limit:
                 return
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TraceError(f"{path}:{lineno}: not UTF-8 text (byte {exc.start + 1}: {exc.reason})") from None
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise TraceError(f"{path.name}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+                raise TraceError(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
             if not isinstance(obj, dict):
-                raise TraceError(f"{path.name}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+                raise TraceError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
             n += 1
             yield lineno, obj
 
@@ -82,17 +86,17 @@ def detect_format(path: str | os.PathLike) -> str:
             return "mooncake"
         if "request_id" in obj:
             return "spfcore"
-        raise TraceError(f"{path.name}:{lineno}: neither a Mooncake line (hash_ids, input_length) "
+        raise TraceError(f"{path}:{lineno}: neither a Mooncake line (hash_ids, input_length) "
                          f"nor an spfcore line (request_id); fields: {sorted(obj)}")
     raise TraceError(f"{path.name}: empty trace")
 
 
 def _field(path, lineno, obj, name, check, what):
     if name not in obj:
-        raise TraceError(f"{path.name}:{lineno}: field {name!r}: missing")
+        raise TraceError(f"{path}:{lineno}: field {name!r}: missing")
     v = obj[name]
     if not check(v):
-        raise TraceError(f"{path.name}:{lineno}: field {name!r}: expected {what}, got {v!r:.60}")
+        raise TraceError(f"{path}:{lineno}: field {name!r}: expected {what}, got {v!r:.60}")
     return v
 
 
@@ -140,10 +144,10 @@ def read_mooncake(path: str | os.PathLike, *, limit: int | None = None, tokens_p
         hids = _field(path, lineno, obj, "hash_ids", lambda v: isinstance(v, list) and all(map(nonneg, v)),
                       "a list of ints >= 0")
         if len(hids) != math.ceil(n_in / MOONCAKE_BLOCK_TOKENS):
-            raise TraceError(f"{path.name}:{lineno}: field 'hash_ids': {len(hids)} ids for input_length "
+            raise TraceError(f"{path}:{lineno}: field 'hash_ids': {len(hids)} ids for input_length "
                              f"{n_in} (expected ceil({n_in}/{MOONCAKE_BLOCK_TOKENS}))")
         if ts < last_t:
-            raise TraceError(f"{path.name}:{lineno}: field 'timestamp': {ts} goes back in time (previous {last_t})")
+            raise TraceError(f"{path}:{lineno}: field 'timestamp': {ts} goes back in time (previous {last_t})")
         last_t = ts
         common = dict(request_id=f"mc-{lineno}", arrival_s=ts / 1000.0, hash_ids=tuple(hids),
                       hash_block_tokens=MOONCAKE_BLOCK_TOKENS)
@@ -168,7 +172,7 @@ _REQ_FIELDS = {f.name: f for f in attrs.fields(Request)}
 def _request_from(path: Path, lineno: int, obj: dict) -> Request:
     unknown = set(obj) - set(_REQ_FIELDS)
     if unknown:
-        raise TraceError(f"{path.name}:{lineno}: field {sorted(unknown)[0]!r}: unknown (allowed: {', '.join(_REQ_FIELDS)})")
+        raise TraceError(f"{path}:{lineno}: field {sorted(unknown)[0]!r}: unknown (allowed: {', '.join(_REQ_FIELDS)})")
     ints = lambda v: isinstance(v, list) and all(_is_int(x) and x >= 0 for x in v)  # noqa: E731
     opt_str = lambda v: v is None or isinstance(v, str)  # noqa: E731
     kw = {
@@ -187,10 +191,10 @@ def _request_from(path: Path, lineno: int, obj: dict) -> Request:
         if name in obj:
             kw[name] = _field(path, lineno, obj, name, check, what)
     if kw["prompt_token_ids"] and "num_prompt_tokens" in kw and kw["num_prompt_tokens"] != len(kw["prompt_token_ids"]):
-        raise TraceError(f"{path.name}:{lineno}: field 'num_prompt_tokens': {kw['num_prompt_tokens']} differs from "
+        raise TraceError(f"{path}:{lineno}: field 'num_prompt_tokens': {kw['num_prompt_tokens']} differs from "
                          f"len(prompt_token_ids) = {len(kw['prompt_token_ids'])}")
     if not kw["prompt_token_ids"] and (kw.get("hash_ids") is None or "num_prompt_tokens" not in kw):
-        raise TraceError(f"{path.name}:{lineno}: field 'prompt_token_ids': empty, and no hash_ids + num_prompt_tokens")
+        raise TraceError(f"{path}:{lineno}: field 'prompt_token_ids': empty, and no hash_ids + num_prompt_tokens")
     if kw.get("hash_ids") is not None:
         kw["hash_ids"] = tuple(kw["hash_ids"])
     return Request(**kw)
@@ -211,9 +215,9 @@ def read_jsonl(path: str | os.PathLike, *, limit: int | None = None) -> Workload
     for lineno, obj in _lines(path, limit):
         r = _request_from(path, lineno, obj)
         if r.request_id in seen:
-            raise TraceError(f"{path.name}:{lineno}: field 'request_id': {r.request_id!r} repeats")
+            raise TraceError(f"{path}:{lineno}: field 'request_id': {r.request_id!r} repeats")
         if r.arrival_s < last:
-            raise TraceError(f"{path.name}:{lineno}: field 'arrival_s': {r.arrival_s} goes back in time")
+            raise TraceError(f"{path}:{lineno}: field 'arrival_s': {r.arrival_s} goes back in time")
         seen.add(r.request_id)
         last = r.arrival_s
         out.append(r)
