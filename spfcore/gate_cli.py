@@ -4,6 +4,7 @@ results JSON and plots."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import attrs
@@ -97,6 +98,9 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
     the simulator, then judge the candidate (SURVIVES, FAILS, INVALID-HARNESS,
     NO-HEADROOM or INCOMPLETE). Exit status 0 for any verdict."""
     p = PRESETS[preset]
+    # vLLM logs at INFO by default (and a harmless tokenizer warning per engine); keep the
+    # verdict readable unless the user asked otherwise.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     try:
         options = registry.parse_options(policy_opt)
         ws = workload_spec

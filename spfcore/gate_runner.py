@@ -331,6 +331,34 @@ class _Sidecar:
 # ------------------------------------------------------------------ run
 
 
+def _preflight(config: GateConfig, workloads: Mapping, num_blocks: int) -> None:
+    """Check, before any engine starts, what would otherwise fail every cell.
+
+    Raises:
+        GateConfigError: a role arm missing from ``arms``; an arm that is not
+            installed, not allowed or broken; a bad policy option; a request that
+            does not fit in the cache.
+    """
+    from spfcore import registry
+    from spfcore.sim.simulator import _check_fits, prepare
+
+    roles = attrs.asdict(config.roles)
+    missing = {r: a for r, a in roles.items() if a not in config.arms}
+    if missing:
+        raise GateConfigError("field 'arms': the gate's roles need these arms too: "
+                              + ", ".join(f"{r}={a}" for r, a in missing.items()))
+    for arm in config.arms:
+        try:
+            registry.make_params(registry.get(arm), config.policy_options.get(arm))
+        except registry.PolicyConfigError as exc:
+            raise GateConfigError(f"field 'arms' / --policy-opt: {exc}") from None
+    for seed, wl in workloads.items():
+        try:
+            _check_fits(prepare(wl, config.block_size), num_blocks)
+        except ValueError as exc:
+            raise GateConfigError(f"field 'num_blocks' (cache too small, seed {seed}): {exc}") from None
+
+
 def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = False,
              engine_factory: Callable | None = None, sim_fn: Callable | None = None,
              ceilings_fn: Callable | None = None, progress: bool = True, plots: bool = True) -> dict:
@@ -372,6 +400,7 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
         from spfcore.workloads.pressure import num_blocks_for_pressure
 
         num_blocks = num_blocks_for_pressure(first, config.cache_pressure, config.block_size)
+    _preflight(config, workloads, num_blocks)
     wparams = {k: v for k, v in first.params.items() if k != "seed"}
     vers = versions(config.arms)
     fingerprint = {"workload": first.name, "workload_params": wparams, "trace": config.trace,

@@ -23,7 +23,7 @@ SHARE = {"lru": 0.0, "session_ttl": 0.25, "spf_expected_utility": 0.5, "belady_o
 
 def config(**kw):
     base = dict(workload="personas", workload_flags=FLAGS, arms=ARMS, seeds=(1, 2, 3), block_size=16,
-                cache_pressure=2.0, command="spfcore gate --test")
+                cache_pressure=1.0, command="spfcore gate --test")
     return GateConfig(**{**base, **kw})
 
 
@@ -92,9 +92,9 @@ def test_full_run_sizes_the_cache_by_pressure_and_judges(tmp_path):
     log, opened = [], []
     res = run(config(), tmp_path / "r.json", log, engine_factory=factory(log, opened=opened))
     # reusable prefix: 2 personas x 64 tokens = 8 blocks of 16 shared by >= 2 requests;
-    # pressure 2 -> floor(128 / (2 * 16)) = 4 blocks
-    assert res["config"]["num_blocks"] == 4
-    assert opened == [("lru", 4, 16, None)]  # one engine serves every arm (use_policy switches)
+    # pressure 1 -> floor(128 / (1 * 16)) = 8 blocks
+    assert res["config"]["num_blocks"] == 8
+    assert opened == [("lru", 8, 16, None)]  # one engine serves every arm (use_policy switches)
     # interleaved: per seed every arm, the order rotated by one per seed
     runs = [x for x in log if x[0] not in ("sim", "use_policy")]
     assert runs == [("lru", 1), ("session_ttl", 1), ("spf_expected_utility", 1), ("belady_oracle", 1),
@@ -182,14 +182,14 @@ def test_config_mismatch_needs_a_new_output_or_fresh(tmp_path):
     log, out = [], tmp_path / "r.json"
     run(config(), out, log)
     with pytest.raises(GateResumeError, match=r"differs in: block_size, num_blocks\).*--output or --fresh"):
-        run(config(block_size=32, num_blocks=8), out, [])
+        run(config(block_size=32, num_blocks=9), out, [])
     # more seeds and other thresholds are no mismatch: only the new cells run
     log2 = []
     run(config(seeds=(1, 2, 3, 4)), out, log2)
     assert [x for x in log2 if x[0] not in ("sim", "use_policy")] == [(a, 4) for a in ARMS[3:] + ARMS[:3]]
     log3 = []
-    res = run(config(block_size=32, num_blocks=8), out, log3, fresh=True)
-    assert len([x for x in log3 if x[0] not in ("sim", "use_policy")]) == 12 and res["config"]["num_blocks"] == 8
+    res = run(config(block_size=32, num_blocks=9), out, log3, fresh=True)
+    assert len([x for x in log3 if x[0] not in ("sim", "use_policy")]) == 12 and res["config"]["num_blocks"] == 9
 
 
 def test_policy_options_reach_the_engine_and_the_simulator(tmp_path):
@@ -199,11 +199,11 @@ def test_policy_options_reach_the_engine_and_the_simulator(tmp_path):
         seen.append((arm, options))
         return {"token_hit_rate": SHARE[arm]}
 
-    run_gate(config(policy_options={"session_ttl": {"ttl_s": "5"}}), tmp_path / "r.json",
+    run_gate(config(policy_options={"session_ttl": {"ttl_arrivals": "5"}}), tmp_path / "r.json",
              engine_factory=factory(log, opened=opened), sim_fn=sim, ceilings_fn=ceilings_fn, progress=False,
              plots=False)
-    assert ("session_ttl", {"ttl_s": "5"}) in seen and ("lru", None) in seen
-    assert ("use_policy", "session_ttl", {"ttl_s": "5"}) in log and ("use_policy", "lru", {}) in log
+    assert ("session_ttl", {"ttl_arrivals": "5"}) in seen and ("lru", None) in seen
+    assert ("use_policy", "session_ttl", {"ttl_arrivals": "5"}) in log and ("use_policy", "lru", {}) in log
 
 
 def test_bad_config_names_the_field():
@@ -282,3 +282,23 @@ def test_spfcore_gate_end_to_end_through_vllm(tmp_path):
     assert v["status"] in ("SURVIVES", "FAILS", "INVALID-HARNESS", "NO-HEADROOM")
     assert v["seeds"] == [1, 2, 3] and v["roles"]["candidate"] == cand
     assert (out.parent / "cache.png").exists() and (out.parent / "ttft_cdf.png").exists()
+
+
+def test_preflight_stops_before_any_engine_starts(tmp_path):
+    starts = []
+
+    def make(arm, options, **kw):
+        starts.append(arm)
+        return Session([], arm)
+
+    def go(**kw):
+        return run_gate(config(**kw), tmp_path / "r.json", engine_factory=make, sim_fn=sim_fn([]),
+                        ceilings_fn=ceilings_fn, progress=False, plots=False)
+
+    with pytest.raises(GateConfigError, match=r"field 'num_blocks'.*needs 5 blocks of 16 tokens but the cache has 2"):
+        go(num_blocks=3)
+    with pytest.raises(GateConfigError, match=r"field 'arms'.*candidate=spf_expected_utility"):
+        go(arms=("lru", "session_ttl", "belady_oracle"))
+    with pytest.raises(GateConfigError, match=r"frequency.*unknown parameter 'nosuch'"):
+        go(arms=ARMS + ("frequency",), policy_options={"frequency": {"nosuch": "1"}})
+    assert starts == []
