@@ -97,7 +97,8 @@ def test_full_run_sizes_the_cache_by_pressure_and_judges(tmp_path):
     assert opened == [("lru", 8, 16, None)]  # one engine serves every arm (use_policy switches)
     # interleaved: per seed every arm, the order rotated by one per seed
     runs = [x for x in log if x[0] not in ("sim", "use_policy")]
-    assert runs == [("lru", 1), ("session_ttl", 1), ("spf_expected_utility", 1), ("belady_oracle", 1),
+    assert runs == [("lru", 1),  # the unrecorded warm-up run, then the cells
+                    ("lru", 1), ("session_ttl", 1), ("spf_expected_utility", 1), ("belady_oracle", 1),
                     ("session_ttl", 2), ("spf_expected_utility", 2), ("belady_oracle", 2), ("lru", 2),
                     ("spf_expected_utility", 3), ("belady_oracle", 3), ("lru", 3), ("session_ttl", 3)]
     assert [(c["arm"], c["seed"]) for c in res["cells"]] == [(a, s) for a in ARMS for s in (1, 2, 3)]
@@ -128,7 +129,7 @@ def test_resume_after_interrupt_gives_the_same_cells(tmp_path):
 
     log2 = []
     res = run(config(), out, log2)
-    assert log2 == [("session_ttl", 3)]  # the only cell left
+    assert log2 == [("session_ttl", 3)] * 2  # warm-up + the only cell left
     strip = lambda r: json.loads(json.dumps({k: r[k] for k in ("cells", "sim", "summary", "verdict")}))  # noqa: E731
     assert strip(res) == strip(ref)
     # a third run has nothing left to do
@@ -152,7 +153,7 @@ def test_policy_error_is_recorded_and_retried_on_resume(tmp_path):
 
     log2 = []
     res = run(config(), out, log2)
-    assert log2 == [("spf_expected_utility", 2)]
+    assert log2 == [("spf_expected_utility", 2)] * 2  # warm-up + the failed cell, retried
     assert res["verdict"]["status"] == "SURVIVES"
 
 
@@ -186,10 +187,10 @@ def test_config_mismatch_needs_a_new_output_or_fresh(tmp_path):
     # more seeds and other thresholds are no mismatch: only the new cells run
     log2 = []
     run(config(seeds=(1, 2, 3, 4)), out, log2)
-    assert [x for x in log2 if x[0] not in ("sim", "use_policy")] == [(a, 4) for a in ARMS[3:] + ARMS[:3]]
+    assert [x for x in log2 if x[0] not in ("sim", "use_policy")] == [("belady_oracle", 4)] + [(a, 4) for a in ARMS[3:] + ARMS[:3]]  # warm-up first
     log3 = []
     res = run(config(block_size=32, num_blocks=9), out, log3, fresh=True)
-    assert len([x for x in log3 if x[0] not in ("sim", "use_policy")]) == 12 and res["config"]["num_blocks"] == 9
+    assert len([x for x in log3 if x[0] not in ("sim", "use_policy")]) == 1 + 12 and res["config"]["num_blocks"] == 9
 
 
 def test_policy_options_reach_the_engine_and_the_simulator(tmp_path):
