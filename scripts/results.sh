@@ -34,7 +34,7 @@ if [ "${1:-}" != "--sim-only" ]; then
   "$S" gate --preset quick --workload multiturn --set prefix_tokens=256 --set query_tokens=32 \
     --set output_tokens=4 --no-progress --output "$D/gate-multiturn/results.json"
   if [ -f "$TRACE" ]; then  # real input: the first 200 Mooncake requests, hash-id blocks scaled to 32 tokens
-    "$S" gate --preset quick --trace "$TRACE" --limit 200 --tokens-per-block 32 --no-progress \
+    "$S" gate --preset quick --trace "$TRACE" --limit 200 --tokens-per-block 32 --num-blocks 600 --no-progress \
       --output "$D/gate-mooncake/results.json"
   fi
 fi
