@@ -2,7 +2,8 @@
 # Regenerate docs/results.md from fresh runs: the simulator on every workload
 # (arms x workloads, with Belady and infinite-cache ceilings) and the survival
 # gate on the CPU engine (embedded tiny model) where the simulator shows >= 10
-# points of Belady headroom over session_ttl. About 30 minutes on 2 cores.
+# points of Belady headroom over session_ttl, and on the first 200 Mooncake
+# requests. About 45 minutes on 2 cores (the Mooncake gate alone ~20).
 # `--sim-only` skips the engine gates (keeps existing gate JSON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
