@@ -81,7 +81,8 @@ class Evictor:
         return len(self._hashless) + (len(self._lru) if self.fifo else len(self._entry))
 
     def __contains__(self, block_id: int) -> bool:
-        return block_id in self._hashless or block_id in (self._lru if self.fifo else self._entry)
+        # O(1) cached lookup first; the hashless deque is short once the cache warms up
+        return block_id in (self._lru if self.fifo else self._entry) or block_id in self._hashless
 
     def free_ids(self) -> list[int]:
         """All free block ids, hashless first then cached in no fixed order."""
