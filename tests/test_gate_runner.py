@@ -303,3 +303,26 @@ def test_preflight_stops_before_any_engine_starts(tmp_path):
     with pytest.raises(GateConfigError, match=r"frequency.*unknown parameter 'nosuch'"):
         go(arms=ARMS + ("frequency",), policy_options={"frequency": {"nosuch": "1"}})
     assert starts == []
+
+
+def test_time_limit_leaves_cells_for_a_later_call(tmp_path):
+    out = tmp_path / "r.json"
+    log = []
+    res = run(config(), out, log, time_limit_s=0)  # simulator units run, no engine cell starts
+    assert [x for x in log if x[0] != "sim"] == []
+    assert res["verdict"]["status"] == "INCOMPLETE" and res["cells"] == []
+    log2 = []
+    res2 = run(config(), out, log2)  # the same command without a limit finishes the run
+    assert [x for x in log2 if x[0] == "sim"] == []  # simulator cells came from the sidecar
+    assert len([x for x in log2 if x[0] not in ("sim", "use_policy")]) == 1 + 12  # warm-up + every cell
+    assert res2["verdict"]["status"] == "SURVIVES"
+
+
+def test_warmup_is_the_first_quarter_of_the_workload():
+    from spfcore.workloads.generators import make
+
+    wl = make("personas", seed=1, **{**FLAGS, "sessions": 16, "turns": 4})
+    w = gate_runner.warmup_slice(wl)
+    assert len(wl.requests) == 64 and w.requests == wl.requests[:16] and w.params == wl.params
+    small = make("personas", seed=1, **FLAGS)  # 8 requests: at least 8 -> all of them
+    assert gate_runner.warmup_slice(small).requests == small.requests
