@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -58,13 +59,16 @@ def describe(name: str) -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--title", default="spfcore results", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write here (atomically).")
-def results_page(files, title, output) -> None:
+@click.option("--include", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="A text file (benchmark output, commands run) to append verbatim (repeatable).")
+def results_page(files, title, output, include) -> None:
     """Render a markdown page from `spfcore simulate --json` outputs and gate
-    results files (e.g. docs/results.md)."""
+    results files (e.g. docs/results.md); plots beside gate results are linked."""
     from spfcore import report
 
     try:
-        text = report.results_page(files, title=title)
+        text = report.results_page(files, title=title, include=include,
+                                   page_dir=Path(output).parent if output else Path.cwd())
     except report.ResultsError as exc:
         raise click.ClickException(str(exc)) from None
     if output:

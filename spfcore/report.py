@@ -390,11 +390,13 @@ def _md_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def markdown(paths: Sequence[str | os.PathLike], *, title: str = "spfcore gate results") -> str:
+def markdown(paths: Sequence[str | os.PathLike], *, title: str = "spfcore gate results",
+             page_dir: str | os.PathLike | None = None) -> str:
     """A markdown page for one or more results files (for ``docs/results.md``
     or ``results/gpu-h200/README.md``): per file, the exact command that
     reproduces it, the setup, the arms table, the simulator's ceilings and the
-    verdict with every criterion.
+    verdict with every criterion. With ``page_dir`` (the folder the page will
+    live in), the plots found beside each results file are linked from it.
 
     Raises:
         ResultsError: a file that :func:`read_results` rejects.
@@ -434,6 +436,11 @@ def markdown(paths: Sequence[str | os.PathLike], *, title: str = "spfcore gate r
                              {True: "yes", False: "no", None: "-"}[c["passed"]], c["note"]])
             out += [_md_table(["criterion", "value", "threshold", "95% CI", "pass", "what"], crow), ""]
             out += [f"- {x}" for x in v.get("reasons", ())] + ([""] if v.get("reasons") else [])
+        if page_dir is not None:
+            for png in ("cache.png", "ttft_cdf.png"):
+                f = Path(path).parent / png
+                if f.exists():
+                    out += [f"![{png}]({os.path.relpath(f, page_dir)})", ""]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -466,11 +473,15 @@ def _sim_section(runs: Sequence[tuple[str, Mapping]]) -> list[str]:
     return out + [""]
 
 
-def results_page(paths: Sequence[str | os.PathLike], *, title: str = "spfcore results") -> str:
+def results_page(paths: Sequence[str | os.PathLike], *, title: str = "spfcore results",
+                 include: Sequence[str | os.PathLike] = (), page_dir: str | os.PathLike | None = None) -> str:
     """One markdown page from ``spfcore simulate --json`` outputs (arms x
     workloads tables with the Belady and infinite-cache ceilings) and
     ``spfcore gate`` results files (one section per gate run, see
-    :func:`markdown`). Every table names the command that reproduces it.
+    :func:`markdown`; plots linked relative to ``page_dir`` when given). Every
+    table names the command that reproduces it. Each ``include`` file (e.g. a
+    benchmark's printed figures, the commands that ran it) follows verbatim in
+    a code block under its file name.
 
     Raises:
         ResultsError: a file that is neither kind, or a bad gate results file.
@@ -491,9 +502,15 @@ def results_page(paths: Sequence[str | os.PathLike], *, title: str = "spfcore re
     if sims:
         out += ["## Simulator: arms x workloads", ""] + _sim_section(sims)
     if gates:
-        body = markdown(gates, title="").splitlines()
+        body = markdown(gates, title="", page_dir=page_dir).splitlines()
         out += ["## Survival gate on the engine", ""] + [ln.replace("## ", "### ", 1) if ln.startswith("## ") else ln
                                                          for ln in body if ln != "# "]
+    for p in include:
+        try:
+            text = Path(p).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ResultsError(f"{p}: {exc}") from None
+        out += ([""] if out[-1] else []) + [f"## {Path(p).name}", "", "```text", text.rstrip("\n"), "```", ""]
     return "\n".join(out).rstrip() + "\n"
 
 

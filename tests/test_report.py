@@ -137,3 +137,23 @@ def test_markdown_command_line(results, tmp_path, capsys):
     assert capsys.readouterr().out == report.markdown([p], title="T")
     assert report.main([str(tmp_path)]) == 1
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_results_page_links_plots_and_includes_files_verbatim(results, tmp_path):
+    from click.testing import CliRunner
+
+    from spfcore.cli import main
+
+    run = tmp_path / "gpu"
+    p = report.write_results(run / "results.json", results)
+    report.plot_results(results, run)
+    (run / "bench.txt").write_text("wall ratio 1.0063\n", encoding="utf-8")
+    page = run / "README.md"
+    r = CliRunner().invoke(main, ["results-page", str(p), "--include", str(run / "bench.txt"), "-o", str(page)])
+    assert r.exit_code == 0, r.output
+    md = page.read_text()
+    assert "![cache.png](cache.png)" in md and "![ttft_cdf.png](ttft_cdf.png)" in md  # relative to the page
+    assert md.endswith("## bench.txt\n\n```text\nwall ratio 1.0063\n```\n")
+    (run / "bad.txt").write_bytes(b"\xff\xfe")
+    r = CliRunner().invoke(main, ["results-page", str(p), "--include", str(run / "bad.txt")])
+    assert r.exit_code == 1 and "bad.txt" in r.output
