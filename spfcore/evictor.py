@@ -10,17 +10,23 @@ handed out. Victims are taken in this order:
    1 = admitted, 2 = pinned.
 
 With no score, admission or victim hook the order is plain release order
-(vLLM's LRU) kept in an ``OrderedDict`` (O(1) per operation). Otherwise a
-binary heap with lazy deletion gives O(log n) per insert and per victim.
-Scores may expire (in seconds or in arrivals): expired blocks are re-scored
-in one batch before victims are chosen, so stale predictions age out without
-an O(n) scan.
+(vLLM's LRU) kept in an ``OrderedDict`` (O(1) per operation). Otherwise the
+free cached blocks are grouped by ``(tier, value)``: per tier a binary heap of
+the distinct values (lazy deletion of emptied groups), and per value the
+blocks sorted by release order (two parallel lists: orders, ids). Policies
+give few distinct values (table lookups), so taking victims is a slice of the
+lowest group (no per-victim Python work beyond forgetting the block), and an
+insert, re-score or hit is O(log g) comparisons plus memmoves of the group's
+``g`` entries (C speed), O(log v) more when the value is new. Scores may expire (in seconds or in
+arrivals): expired blocks are re-scored in one batch before victims are
+chosen, so stale predictions age out without an O(n) scan.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from numbers import Integral
@@ -66,11 +72,21 @@ class Evictor:
         self.pin_cap = int(pin_cap_fraction * num_blocks)
         self._hashless: deque[int] = deque()
         self._lru: OrderedDict[int, None] = OrderedDict()  # fifo mode
-        # scored mode: id -> [tier, value, order, version]; heap of (tier, value, order, version, id)
+        # scored mode: id -> [tier, value, order, version]. Eviction order, per
+        # heap tier (2 if pinned else tier): value -> group ``(orders, ids)``,
+        # two parallel lists sorted by release order, and a heap of the values
+        # that have a group (a group may be empty).
+        # Expiries, per clock (seconds, arrivals): a heap of the distinct
+        # expiries and expiry -> flat list [version, id, version, id, ...] in
+        # insertion (= version) order; a version mismatch = stale.
         self._entry: dict[int, list] = {}
-        self._heap: list[tuple] = []
-        self._exp_t: list[tuple[float, int, int]] = []
-        self._exp_a: list[tuple[int, int, int]] = []
+        self._groups: tuple[dict, dict, dict] = ({}, {}, {})
+        self._vheap: tuple[list, list, list] = ([], [], [])
+        self._exp_t: list[float] = []
+        self._exp_a: list[int] = []
+        self._exp_t_at: dict[float, list[int]] = {}
+        self._exp_a_at: dict[int, list[int]] = {}
+        self._exp_n = 0  # (version, id) pairs held, stale ones included
         self._pinned: set[int] = set()
         self._order = 0
         self._version = 0
@@ -132,6 +148,11 @@ class Evictor:
         return done
 
     def _insert(self, i: int, tier: int, s, order: int) -> bool:
+        """(Re-)insert block ``i`` with score ``s`` at release order ``order``;
+        returns whether it is pinned."""
+        old = self._entry.get(i)
+        if old is not None:
+            self._unlink(i, old)
         self._version += 1
         v = self._version
         pinned = False
@@ -140,9 +161,9 @@ class Evictor:
         elif isinstance(s, Score):
             value = s.value
             if s.expires_at != math.inf:
-                heapq.heappush(self._exp_t, (s.expires_at, v, i))
+                self._expire(self._exp_t, self._exp_t_at, s.expires_at, v, i)
             if s.expires_at_arrival < NEVER_ARRIVAL:
-                heapq.heappush(self._exp_a, (s.expires_at_arrival, v, i))
+                self._expire(self._exp_a, self._exp_a_at, s.expires_at_arrival, v, i)
             if s.pinned:
                 if s.expires_at == math.inf and s.expires_at_arrival >= NEVER_ARRIVAL:
                     raise ValueError("a pinned Score must carry an expiry (expires_at or expires_at_arrival)")
@@ -157,22 +178,72 @@ class Evictor:
         else:
             self._pinned.discard(i)
         self._entry[i] = [tier, value, order, v]
-        heap = self._heap
-        heapq.heappush(heap, (2 if pinned else tier, value, order, v, i))
-        if len(heap) > 2 * len(self._entry) + 1024:
+        self._link(i, 2 if pinned else tier, value, order)
+        if self._exp_n > 2 * len(self._entry) + 1024:
             self._compact()
         return pinned
 
+    def _expire(self, heap: list, at: dict, x, v: int, i: int) -> None:
+        """Re-score block ``i`` (entry version ``v``) at expiry ``x``."""
+        self._exp_n += 1
+        lst = at.get(x)
+        if lst is None:
+            at[x] = [v, i]
+            heapq.heappush(heap, x)
+        else:
+            lst.append(v)
+            lst.append(i)
+
+    def _link(self, i: int, ht: int, value, order: int) -> None:
+        """Put block ``i`` into the eviction order at heap tier ``ht``."""
+        groups = self._groups[ht]
+        g = groups.get(value)
+        if g is None:
+            groups[value] = ([order], [i])
+            heap = self._vheap[ht]
+            heapq.heappush(heap, value)
+            if len(heap) > 2 * len(self._entry) + 1024:
+                self._compact()
+        else:
+            orders, gids = g
+            if not orders or order > orders[-1]:  # a release: the latest order so far
+                orders.append(order)
+                gids.append(i)
+            else:
+                k = bisect_left(orders, order)
+                orders.insert(k, order)
+                gids.insert(k, i)
+
+    def _unlink(self, i: int, e: list) -> None:
+        """Take block ``i`` (entry ``e``, still in the order) out of the eviction order."""
+        orders, gids = self._groups[2 if i in self._pinned else e[0]][e[1]]
+        k = bisect_left(orders, e[2])
+        del orders[k]
+        del gids[k]
+
     def _compact(self) -> None:
-        """Drop stale heap entries (left by hits, re-scores and victims) once
-        they outnumber live ones: O(n) every O(n) inserts, O(1) amortized."""
-        entry, pinned = self._entry, self._pinned
-        self._heap = [(2 if i in pinned else e[0], e[1], e[2], e[3], i) for i, e in entry.items()]
-        heapq.heapify(self._heap)
-        for name in ("_exp_t", "_exp_a"):
-            h = [x for x in getattr(self, name) if (e := entry.get(x[2])) is not None and e[3] == x[1]]
-            heapq.heapify(h)
-            setattr(self, name, h)
+        """Drop emptied value groups and stale expiry entries (left by hits,
+        re-scores and victims) once they outnumber live ones: O(n) every O(n)
+        inserts, O(1) amortized."""
+        for groups, heap in zip(self._groups, self._vheap):
+            for value in [value for value, g in groups.items() if not g[0]]:
+                del groups[value]
+            heap[:] = groups  # the dict's own key objects (a NaN value is found by identity)
+            heapq.heapify(heap)
+        entry = self._entry
+        n = 0
+        for heap, at in ((self._exp_t, self._exp_t_at), (self._exp_a, self._exp_a_at)):
+            for x in list(at):
+                it = iter(at[x])
+                keep = [y for v, i in zip(it, it) if (e := entry.get(i)) is not None and e[3] == v for y in (v, i)]
+                if keep:
+                    at[x] = keep
+                    n += len(keep) >> 1
+                else:
+                    del at[x]
+            heap[:] = at  # in place: callers may hold the lists
+            heapq.heapify(heap)
+        self._exp_n = n
 
     # ------------------------------------------------------------ removals
     def remove(self, block_id: int) -> None:
@@ -187,9 +258,12 @@ class Evictor:
                 return
             except KeyError:
                 pass
-        elif self._entry.pop(block_id, None) is not None:
-            self._pinned.discard(block_id)
-            return
+        else:
+            e = self._entry.pop(block_id, None)
+            if e is not None:
+                self._unlink(block_id, e)
+                self._pinned.discard(block_id)
+                return
         try:  # hashless blocks are never hit; this path serves reset/cleanup only
             self._hashless.remove(block_id)
         except ValueError:
@@ -200,12 +274,85 @@ class Evictor:
         batch. Returns how many were re-scored."""
         if self.fifo:
             return 0
-        ids = [i for i in dict.fromkeys(ids) if i in self._entry]
-        if ids:
-            scores = self._score(ids, now) if self._score is not None else None
+        entry = self._entry
+        ids = [i for i in dict.fromkeys(ids) if i in entry]
+        if not ids:
+            return 0
+        scores = self._score(ids, now) if self._score is not None else None
+        if scores is None or self._pinned:
             for k, i in enumerate(ids):
-                e = self._entry[i]
+                e = entry[i]
                 self._insert(i, e[0], scores[k] if scores is not None else None, e[2])
+            return len(ids)
+        # Fast path (no pinned block): _insert inlined for plain floats and
+        # unpinned Scores; same versions, expiry entries and order as _insert.
+        all_groups, vheaps = self._groups, self._vheap
+        exp_t, exp_a, exp_t_at, exp_a_at = self._exp_t, self._exp_a, self._exp_t_at, self._exp_a_at
+        heappush, inf = heapq.heappush, math.inf
+        v = self._version
+        ne = 0  # expiry pairs added
+        for i, s in zip(ids, scores):
+            e = entry[i]
+            if type(s) is float:
+                value = s
+                v += 1
+            elif type(s) is Score and not s.pinned:
+                value = s.value
+                v += 1
+                if s.expires_at != inf:
+                    self._exp_n += 1
+                    x = s.expires_at
+                    lst = exp_t_at.get(x)
+                    if lst is None:
+                        exp_t_at[x] = [v, i]
+                        heappush(exp_t, x)
+                    else:
+                        lst.append(v)
+                        lst.append(i)
+                x = s.expires_at_arrival
+                if x < NEVER_ARRIVAL:
+                    ne += 1
+                    lst = exp_a_at.get(x)
+                    if lst is None:
+                        exp_a_at[x] = [v, i]
+                        heappush(exp_a, x)
+                    else:
+                        lst.append(v)
+                        lst.append(i)
+            else:  # anything else (a pin, an int, a Score subclass): the general path
+                self._version = v
+                self._insert(i, e[0], s, e[2])
+                v = self._version
+                continue
+            e[3] = v
+            old = e[1]
+            e[1] = value
+            if value == old:  # same rank: stays where it is
+                continue
+            groups = all_groups[e[0]]
+            order = e[2]
+            orders, gids = groups[old]
+            k = bisect_left(orders, order)
+            del orders[k]
+            del gids[k]
+            g = groups.get(value)
+            if g is None:
+                groups[value] = ([order], [i])
+                heappush(vheaps[e[0]], value)
+            else:
+                orders, gids = g
+                if order > orders[-1] if orders else True:
+                    orders.append(order)
+                    gids.append(i)
+                else:
+                    k = bisect_left(orders, order)
+                    orders.insert(k, order)
+                    gids.insert(k, i)
+        self._version = v
+        self._exp_n += ne
+        n = len(entry)
+        if self._exp_n > 2 * n + 1024 or any(len(h) > 2 * n + 1024 for h in vheaps):
+            self._compact()
         return len(ids)
 
     def rescore_expired(self, now: float, arrival: int) -> int:
@@ -214,12 +361,16 @@ class Evictor:
         if self.fifo or (not self._exp_t and not self._exp_a):
             return 0
         due: dict[int, None] = {}
-        for heap, clock in ((self._exp_t, now), (self._exp_a, arrival)):
-            while heap and heap[0][0] <= clock:
-                _, v, i = heapq.heappop(heap)
-                e = self._entry.get(i)
-                if e is not None and e[3] == v:
-                    due[i] = None
+        entry = self._entry
+        for heap, at, clock in ((self._exp_t, self._exp_t_at, now), (self._exp_a, self._exp_a_at, arrival)):
+            while heap and heap[0] <= clock:  # earliest expiry first, then insertion order
+                lst = at.pop(heapq.heappop(heap))
+                self._exp_n -= len(lst) >> 1
+                it = iter(lst)
+                for v, i in zip(it, it):
+                    e = entry.get(i)
+                    if e is not None and e[3] == v:
+                        due[i] = None
         return self.rescore(due, now) if due else 0
 
     def pop(self, n: int, now: float, arrival: int) -> list[int]:
@@ -242,13 +393,19 @@ class Evictor:
             pop = self._lru.popitem
             out.extend(pop(last=False)[0] for _ in range(need))
             return out
-        self.rescore_expired(now, arrival)
+        ea, et = self._exp_a, self._exp_t
+        if (ea and ea[0] <= arrival) or (et and et[0] <= now):  # else rescore_expired does nothing
+            self.rescore_expired(now, arrival)
         if self._choose is None:
-            got = self._pop_heap(need)
-            self._forget(got)
-            out.extend(got)
+            got = self._take(need)
+            entry = self._entry
+            for i in got:  # _forget, inlined
+                del entry[i]
+            if self._pinned:
+                self._pinned.difference_update(got)
+            out += got
             return out
-        cands = self._pop_heap(min(len(self._entry), 4 * need))
+        cands = self._take(min(len(self._entry), 4 * need))
         try:
             idx = self._choose(cands, need, now)
             chosen = set(range(need)) if idx is None else set(idx)
@@ -268,22 +425,43 @@ class Evictor:
         return out
 
     def _push_back(self, ids: Iterable[int]) -> None:
-        """Put popped heap entries back in, same rank."""
+        """Put taken blocks back into the order, same rank."""
+        entry, pinned = self._entry, self._pinned
         for i in ids:
-            e = self._entry[i]
-            heapq.heappush(self._heap, (2 if i in self._pinned else e[0], e[1], e[2], e[3], i))
+            e = entry[i]
+            self._link(i, 2 if i in pinned else e[0], e[1], e[2])
 
-    def _pop_heap(self, k: int) -> list[int]:
-        heap, entry, res = self._heap, self._entry, []
-        while len(res) < k:
-            t, value, order, v, i = heapq.heappop(heap)
-            e = entry.get(i)
-            if e is None or e[3] != v:
-                continue  # stale
-            res.append(i)
+    def _take(self, k: int) -> list[int]:
+        """Take the ``k`` lowest-ranked cached blocks out of the order, lowest
+        first; their entries stay (``_forget`` or ``_push_back`` next).
+        ``k`` <= free cached blocks."""
+        vh = self._vheap
+        if not vh[0] and not vh[2] and vh[1]:  # fast path: one tier, enough blocks in the lowest group
+            orders, gids = self._groups[1][vh[1][0]]
+            if len(gids) > k:
+                res = gids[:k]
+                del gids[:k]
+                del orders[:k]
+                return res
+        res: list[int] = []
+        for groups, heap in zip(self._groups, vh):
+            while heap and k > 0:
+                orders, gids = groups[heap[0]]
+                if len(gids) > k:
+                    res += gids[:k]
+                    del gids[:k]
+                    del orders[:k]
+                    return res
+                res += gids
+                k -= len(gids)
+                del groups[heapq.heappop(heap)]
+            if k <= 0:
+                break
         return res
 
     def _forget(self, ids: Iterable[int]) -> None:
+        entry, pinned = self._entry, self._pinned
         for i in ids:
-            del self._entry[i]
-            self._pinned.discard(i)
+            del entry[i]
+        if pinned:
+            pinned.difference_update(ids)

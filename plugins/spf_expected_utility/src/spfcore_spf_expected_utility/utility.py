@@ -59,13 +59,18 @@ Units: score value = expected hits per block per arrival of residence
 (x ``block_size`` tokens = expected prefill tokens saved per block-arrival).
 
 Costs: O(1) per block in every observation hook (dict + OrderedDict), O(1)
-per scored block (table lookup), O(prompt blocks) per arrival for the seen
-prefix, O(classes x buckets^2) numpy work per ``period`` arrivals; victims
-O(log n) in the evictor heap.
+per scored block (table lookup; one pass per batch, chain cap included),
+O(prompt blocks) per arrival for the seen prefix, O(classes x buckets^2)
+numpy work per ``period`` arrivals (index table and change points, both
+vectorized); the age-bucket layout is built once per (``buckets_per_octave``,
+``max_age_log2``) and shared. Victims: the index takes few distinct values
+(table entries), so the evictor's per-value groups hand them out in O(1)
+amortized each.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import OrderedDict
 
@@ -95,22 +100,64 @@ def change_points(row: list[float], lo_int: list[int], rel_tol: float, cut: floa
         differs only because of ``cut`` (re-score after ``max_ttl``), or
         ``None`` if the row is flat from ``i`` on (never re-score).
     """
-    nb = len(row)
-    out = []
+    return change_points_all([row], lo_int, rel_tol, cut)[0]
+
+
+def change_points_all(rows: list[list[float]], lo_int: list[int], rel_tol: float,
+                      cut: float = math.inf) -> list[list[tuple]]:
+    """:func:`change_points` of every row at once (numpy, O(rows x buckets^2)
+    elementwise work in a few array operations); same floats, same result.
+
+    Args:
+        rows: ``(classes, buckets)`` index table, Python floats.
+        lo_int, rel_tol, cut: As in :func:`change_points`.
+
+    Returns:
+        Per row, the list :func:`change_points` returns for it.
+    """
+    r = np.asarray(rows, dtype=np.float64)  # (nc, nb)
+    nc, nb = r.shape
+    x = r[:, :, None]  # row[i]
+    y = r[:, None, :]  # row[j]
+    later = np.triu(np.ones((nb, nb), dtype=bool), 1)  # j > i
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN compares False, as in Python
+        differs = (np.abs(y - x) > rel_tol * np.abs(x)) & later  # (nc, i, j)
+    if cut == math.inf:  # every value is below an infinite cut
+        crosses = differs
+    else:
+        crosses = differs & ((x < cut) | (y < cut))
+    first = crosses.argmax(2)  # first such j (0 if none)
+    has_cross = crosses.any(2)
+    has_diff = differs.any(2)
     end = lo_int[nb]
-    for i in range(nb):
-        x = row[i]
-        tol = rel_tol * abs(x)
-        off = None
-        for j in range(i + 1, nb):
-            y = row[j]
-            if abs(y - x) > tol:
-                if x < cut or y < cut:
-                    off = lo_int[j]
-                    break
-                off = end
-        out.append((x, off))
+    lo = lo_int
+    out = []
+    for c in range(nc):
+        fc, hc, hd = first[c].tolist(), has_cross[c].tolist(), has_diff[c].tolist()
+        out.append([(v, lo[f] if h else (end if d else None))
+                    for v, f, h, d in zip(rows[c], fc, hc, hd)])
     return out
+
+
+@functools.lru_cache(maxsize=8)
+def _age_buckets(buckets_per_octave: int, max_age_log2: int) -> tuple:
+    """``(nb, lo, lo_int, bucket_of)`` of an age-bucket layout, built once per
+    layout (a policy instance only reads them). ``lo``: float lower edges of
+    buckets ``0 .. nb-1`` and the end (arrivals, numpy); ``lo_int``: first
+    integer age of each bucket and the end; ``bucket_of[age]``: bucket of each
+    integer age ``0 .. lo_int[-1]``."""
+    k = buckets_per_octave
+    nb = 1 + k * max_age_log2
+    # bucket j >= 1 covers ages [lo_j, lo_{j+1}); bucket 0 is age 0
+    lo = np.array([0.0] + [2.0 ** ((j - 1) / k) for j in range(1, nb)] + [2.0 ** (nb / k)])
+    lo.setflags(write=False)
+    lo_int = [0] + [math.ceil(x) for x in lo[1:]]
+    bucket_of = [0] * (lo_int[-1] + 1)  # small ages: direct lookup
+    for j in range(nb):  # the largest j with lo_int[j] <= age (an empty bucket gets no age)
+        a, b = lo_int[j], (lo_int[j + 1] if j + 1 < nb else len(bucket_of))
+        if b > a:
+            bucket_of[a:b] = [j] * (b - a)
+    return nb, lo, tuple(lo_int), tuple(bucket_of)
 
 
 class UtilityPolicy:
@@ -126,18 +173,10 @@ class UtilityPolicy:
 
     def __init__(self, params: ExpectedUtilityParams | None = None) -> None:
         self.params = p = params or ExpectedUtilityParams()
-        self.nb = 1 + p.buckets_per_octave * p.max_age_log2
-        k = p.buckets_per_octave
-        # bucket j >= 1 covers ages [lo_j, lo_{j+1}); bucket 0 is age 0
-        self.lo = np.array([0.0] + [2.0 ** ((j - 1) / k) for j in range(1, self.nb)] + [2.0 ** (self.nb / k)])
-        lo_int = [0] + [math.ceil(x) for x in self.lo[1:]]
-        self.lo_int = lo_int  # first integer age of each bucket, and the end
-        self.bucket_of = [0] * (lo_int[-1] + 1)  # small ages: direct lookup
-        j = 0
-        for age in range(len(self.bucket_of)):
-            while j + 1 < self.nb and age >= lo_int[j + 1]:
-                j += 1
-            self.bucket_of[age] = j
+        # lo: bucket lower edges (float); lo_int: first integer age of each bucket, and the end;
+        # bucket_of: bucket per small integer age (direct lookup); shared read-only per layout
+        self.nb, self.lo, lo_int, self.bucket_of = _age_buckets(p.buckets_per_octave, p.max_age_log2)
+        self.lo_int = list(lo_int)
         self.nc = N_KINDS * p.max_count
         self.rescored = 0  # blocks scored (first scores and re-scores), for cost accounting
         self._reset(0)
@@ -204,7 +243,7 @@ class UtilityPolicy:
         idx = dens.max(2)
         self.table = idx.tolist()
         cut = p.cut_factor * self.theta if self.theta > 0 else math.inf
-        self.rows = [change_points(r, self.lo_int, p.rel_tol, cut) for r in self.table]
+        self.rows = change_points_all(self.table, self.lo_int, p.rel_tol, cut)
         self.theta = self.theta_next
         self.theta_next = 0.0
         self.hist *= p.decay
@@ -310,46 +349,48 @@ class UtilityPolicy:
         bo, nbm = self.bucket_of, self.nb - 1
         nbo = len(bo)
         p = self.params
-        max_ttl = p.max_ttl
+        cap = t + p.max_ttl  # latest expiry (arrival index)
         cw = p.count_weight
         n = len(blocks)
         self.rescored += n
-        vals = [0.0] * n
-        exps = [None] * n
-        for k, b in enumerate(blocks):
-            r = info.get(b.key)
-            if r is None:  # not seen through a store/hit (cannot happen in a run): neutral
-                continue
-            t0 = r[0]
-            age = t - t0
-            x, off = rows[r[2]][bo[age] if age < nbo else nbm]
-            if cw:
-                x *= 1.0 + cw * math.log2(r[1])
-            vals[k] = x
-            if off is not None:
-                e = t0 + off
-                exps[k] = e if e - t <= max_ttl else t + max_ttl
+        out: list = [0.0] * n
+        # one pass in chain order (parents first: a released chain comes tail first)
         if n > 1 and p.chain_monotone:
             order = range(n - 1, -1, -1) if blocks[0].depth > blocks[-1].depth else range(n)
-            low = {}
-            for k in order:
-                b = blocks[k]
+            low: dict | None = {}  # key -> (capped) value of the blocks seen so far
+        else:
+            order, low = range(n), None
+        cache: dict = {}  # (value, expiry) -> shared Score
+        for k in order:
+            b = blocks[k]
+            r = info.get(b.key)
+            e = None
+            if r is None:  # not seen through a store/hit (cannot happen in a run): neutral
+                x = 0.0
+            else:
+                t0 = r[0]
+                age = t - t0
+                x, off = rows[r[2]][bo[age] if age < nbo else nbm]
+                if cw:
+                    x *= 1.0 + cw * math.log2(r[1])
+                if off is not None:
+                    e = t0 + off
+                    if e > cap:
+                        e = cap
+            if low is not None:
                 pv = low.get(b.parent)
-                if pv is not None and pv < vals[k]:
-                    vals[k] = pv
-                low[b.key] = vals[k]
-        cache = {}
-        out = []
-        for x, e in zip(vals, exps):
+                if pv is not None and pv < x:
+                    x = pv
+                low[b.key] = x
             if e is None:
-                out.append(x)
-                continue
-            key = (x, e)
-            sc = cache.get(key)
-            if sc is None:
-                sc = cache[key] = Score(x, expires_at_arrival=e)
-            out.append(sc)
+                out[k] = x
+            else:
+                key = (x, e)
+                sc = cache.get(key)
+                if sc is None:
+                    sc = cache[key] = Score(x, expires_at_arrival=e)
+                out[k] = sc
         return out
 
 
-__all__ = ["UtilityPolicy", "change_points"]
+__all__ = ["UtilityPolicy", "change_points", "change_points_all"]
