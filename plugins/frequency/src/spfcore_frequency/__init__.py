@@ -45,7 +45,8 @@ class FrequencyPolicy:
     evicted first); equal counts fall back to the evictor's release order
     (vLLM's LRU). Scores are fixed at release: counts change only on hits and
     stores, and a hit takes the block out of the free queue, so no expiry is
-    needed. Costs: O(1) per block per hook, O(log v) per victim for v distinct scores (the evictor groups blocks by score).
+    needed. Costs: O(1) per block per hook, O(log v) per victim for v
+    distinct scores (the evictor groups blocks by score).
     """
 
     name = "frequency"
