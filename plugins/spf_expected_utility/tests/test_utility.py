@@ -33,7 +33,8 @@ def cyclic(c, chains=6, length=8, rounds=12):
 @pytest.mark.parametrize("bad", [dict(max_count=0), dict(ghost_factor=0), dict(decay=0.0), dict(decay=1.5),
                                  dict(period=0), dict(max_ttl=0), dict(buckets_per_octave=0),
                                  dict(rel_tol=1.0), dict(rel_tol=-0.1), dict(cut_factor=0),
-                                 dict(count_weight=-1), dict(variant="lhd")])
+                                 dict(count_weight=-1), dict(variant="lhd"), dict(depth_classes=0),
+                                 dict(depth_octaves=0), dict(gap_prior=-1)])
 def test_params_validated(bad):
     with pytest.raises((ValueError, TypeError)):
         UtilityParams(**bad)
@@ -65,7 +66,7 @@ def test_decode_blocks_score_below_prompt_blocks():
                                   BlockView("out39", 2, "q39", 4, None, "r", 1, 0.0, 0.0)], 39.0)
     assert all(isinstance(x, Score) for x in s)
     assert s[0].value > s[1].value
-    assert pol.info["out39"][2] < pol.params.max_count  # decode kind = class row 0
+    assert pol.info["out39"][2] < pol.nd * pol.per_kind  # decode kind = group rows 0..depth_classes-1
 
 
 def test_scores_chain_monotone_and_expire_ahead():
@@ -90,6 +91,41 @@ def test_deterministic_and_ghosts_bounded():
         runs.append((list(c.evicted), list(c.hits)))
         assert len(pol.ghost) <= 15
     assert runs[0] == runs[1]
+
+
+def test_classes_by_mean_gap_and_depth():
+    pol = UtilityPolicy(UtilityParams())
+    pol.spfcore_cache_configured(num_blocks=64, block_size=4)
+    blk = BlockView("a", 20, "p", 4, None, "r", 1, 0.0, 0.0)  # depth 20: bucket floor(log2 21) // 2 = 2
+    for t in (0, 1, 9):  # gaps 1, 8: mean gap (9 - 0) // 2 = 4 -> g = 1 + 2 = 3; latest gap 8 -> g = 4
+        req = pol_view(["a"], t)
+        pol.spfcore_request_arrived(req, float(t))
+        (pol.spfcore_blocks_stored if t == 0 else pol.spfcore_blocks_hit)(req, [blk], float(t))
+    grp = pol._grp(1, 20)
+    assert grp == 1 * 4 + 2
+    assert [pol._grp(1, d) - 4 for d in (0, 2, 3, 14, 15, 62, 63, 10**6)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert pol.info["a"][:2] == [9, 3] and pol.info["a"][3] == 0
+    assert pol.info["a"][2] == grp * pol.per_kind + 3
+    old = UtilityPolicy(UtilityParams(gap_mean=False, depth_classes=1))
+    assert old._cls(1, 3, 8) == 1 * old.per_kind + 4
+
+
+def test_gap_prior_ranks_an_empty_reused_class_by_its_own_gap():
+    pol = UtilityPolicy(UtilityParams())
+    pol.spfcore_cache_configured(num_blocks=64, block_size=4)
+    pol._build()  # no data at all: only the gap prior
+    row = pol.table[pol._cls(1, 2, 4)]  # reused at gap ~4
+    assert pol.table[pol._cls(1, 1)][0] == 0.0  # seen once: nothing known
+    assert row[0] > 0.0 and row[pol._bucket(16)] == 0.0  # reuse expected at ~4, none past it
+    off = UtilityPolicy(UtilityParams(gap_prior=0.0))
+    off.spfcore_cache_configured(num_blocks=64, block_size=4)
+    off._build()
+    assert off.table[off._cls(1, 2, 4)][0] == 0.0
+
+
+def pol_view(keys, t):
+    from spfcore import RequestView
+    return RequestView(f"r{t}", None, t, float(t), 4 * len(keys) + 1, tuple(keys))
 
 
 def test_reset_on_configure():

@@ -11,16 +11,25 @@ Model (all ages and gaps in arrivals, :attr:`RequestView.arrival_index`, so
 the simulator and the engine decide identically):
 
 * **Classes.** A block's class is fixed at its latest access (store or hit):
-  ``kind`` x ``g`` with ``max_count`` values of ``g``: 0 for a block seen for
-  the first time, else (``gap_classes``, default) ``1 + floor(log2(gap)) //
-  gap_octaves`` (capped) from the gap of its latest reuse, so a block reused
-  at a short gap is predicted to be reused at a short gap again; or
-  (``gap_classes=False``) ``min(accesses, max_count) - 1``. Accesses and gaps
-  include those across an eviction, remembered by ghosts. ``kind`` is
+  ``group`` x ``g``, ``group = kind x depth bucket``, with ``max_count``
+  values of ``g``: 0 for a block seen for the first time, else
+  (``gap_classes``, default) ``1 + floor(log2(gap)) // gap_octaves`` (capped)
+  where ``gap`` is the block's *mean* reuse gap ``(latest access - first
+  access) // (accesses - 1)`` (``gap_mean``, default; its reuse interval, so
+  a hot block under random reuse is told from a warm one; under cyclic reuse
+  it equals the latest gap) or the gap of its latest reuse
+  (``gap_mean=False``); or (``gap_classes=False``) ``min(accesses,
+  max_count) - 1``. Accesses, gaps and the first access include those
+  across an eviction, remembered by ghosts. ``kind`` is
   0 = decode block (not a prompt block of the accessing request),
   1 = prompt block of a *fresh* request (its prompt's seen prefix, cached or
   ghost, is at most ``root_blocks`` long), 2 = prompt block of a
   *continuation* (a longer seen prefix: a later turn of a conversation).
+  Depth bucket (``depth_classes``, default 4) = ``min(floor(log2(depth + 1))
+  // depth_octaves, depth_classes - 1)`` of the block's 0-based chain
+  position: deep blocks are reused less often and later (Mooncake, first-time
+  blocks: p 0.34 at depth 1, 0.17 at depth >= 64), and a deep block is only
+  hit after its whole prefix is.
 * **Reuse-gap distributions, learned online.** Per class, a decayed histogram
   ``h[c][j]`` of reuse gaps in log-spaced age buckets (``buckets_per_octave``
   per doubling) and a count ``never[c]`` of blocks never reused within the
@@ -40,7 +49,10 @@ the simulator and the engine decide identically):
   Coffman, Kogan 1987), so a block whose reuse is still ahead at a known gap
   (cyclic reuse) ranks above a fresh one, and a block past every observed gap
   falls to ~0 and ages out. A prior of ``prior_weight`` pseudo-observations
-  of the pooled distribution keeps sparse classes sane.
+  of the pooled distribution keeps sparse classes sane, plus ``gap_prior``
+  pseudo-observations, in each reused class, at the lower edge of the class's
+  own gap range, so that a class without data yet predicts reuse at its own
+  gap rather than ranking like the pooled average.
 * **Re-scoring.** Per class, each rebuild also derives, for each bucket
   ``i``, the first later bucket whose index differs from bucket ``i``'s by
   more than ``rel_tol`` (relative; default 0: exactly equal values merge) and,
@@ -62,7 +74,8 @@ Costs: O(1) per block in every observation hook (dict + OrderedDict), O(1)
 per scored block (table lookup; one pass per batch, chain cap included),
 O(prompt blocks) per arrival for the seen prefix, O(classes x buckets^2)
 numpy work per ``period`` arrivals (index table and change points, both
-vectorized); the age-bucket layout is built once per (``buckets_per_octave``,
+vectorized; classes = 3 kinds x ``depth_classes`` x ``max_count`` = 96 by
+default); the age-bucket layout is built once per (``buckets_per_octave``,
 ``max_age_log2``) and shared. Victims: the index takes few distinct values
 (table entries), so the evictor's per-value groups hand them out in O(1)
 amortized each.
@@ -163,9 +176,9 @@ def _age_buckets(buckets_per_octave: int, max_age_log2: int) -> tuple:
 class UtilityPolicy:
     """Evict the lowest learned hit density first (see the module doc).
 
-    Per resident block hash: ``[last access arrival, accesses, class]``; the
-    same record moves to the ghost list on eviction (with the table epoch
-    appended).
+    Per resident block hash: ``[last access arrival, accesses, class, first
+    access arrival]``; the same record moves to the ghost list on eviction
+    (with the table epoch appended).
 
     Args:
         params: :class:`ExpectedUtilityParams`; only its ``utility`` fields are read.
@@ -177,7 +190,18 @@ class UtilityPolicy:
         # bucket_of: bucket per small integer age (direct lookup); shared read-only per layout
         self.nb, self.lo, lo_int, self.bucket_of = _age_buckets(p.buckets_per_octave, p.max_age_log2)
         self.lo_int = list(lo_int)
-        self.nc = N_KINDS * p.max_count
+        self.per_kind = p.max_count  # reuse classes per group
+        self.nd = p.depth_classes
+        self.nc = N_KINDS * self.nd * self.per_kind  # groups (kind x depth bucket) x reuse classes
+        # gap prior: a block reused at gap in [2**((g-1)*o), 2**(g*o)) is, until
+        # its class has data, predicted to be reused at that gap again
+        self.gap_prior = np.zeros((self.nc, self.nb))
+        for c in range(self.nc):
+            g = c % self.per_kind  # reuse class within the group; 0 = seen once, no prior
+            if g == 0:
+                continue
+            gap = 2 ** ((g - 1) * p.gap_octaves)
+            self.gap_prior[c, self.bucket_of[gap] if gap < len(self.bucket_of) else self.nb - 1] = p.gap_prior
         self.rescored = 0  # blocks scored (first scores and re-scores), for cost accounting
         self._reset(0)
 
@@ -203,12 +227,26 @@ class UtilityPolicy:
         bo = self.bucket_of
         return bo[age] if age < len(bo) else self.nb - 1
 
+    def _grp(self, kind: int, depth: int) -> int:
+        """Class group: kind x depth bucket (``floor(log2(depth + 1)) // depth_octaves``, capped)."""
+        nd = self.nd
+        if nd == 1:
+            return kind
+        j = ((depth + 1).bit_length() - 1) // self.params.depth_octaves
+        return kind * nd + (j if j < nd else nd - 1)
+
     def _cls(self, kind: int, count: int, gap: int = 0) -> int:
-        m = self.params.max_count
-        if self.params.gap_classes and count > 1:
-            g = 1 + (gap.bit_length() - 1) // self.params.gap_octaves if gap > 0 else 1
-            return kind * m + (g if g < m else m - 1)
-        return kind * m + (count if count < m else m) - 1
+        p = self.params
+        m = p.max_count
+        base = kind * self.per_kind
+        if count <= 1:
+            return base
+        if p.gap_classes:
+            g = 1 + (gap.bit_length() - 1) // p.gap_octaves if gap > 0 else 1
+            g = g if g < m else m - 1
+        else:
+            g = count - 1 if count < m else m - 1
+        return base + g
 
     def _build(self) -> None:
         """Rebuild the per-class index table from the histograms (numpy,
@@ -225,6 +263,8 @@ class UtilityPolicy:
         if tot > 0 and p.prior_weight > 0:
             h = h + p.prior_weight * pooled / tot
             nev = nev + p.prior_weight * pooled_never / tot
+        if p.gap_prior > 0 and p.gap_classes:
+            h = h + self.gap_prior
         # for start bucket i (age a = lo_i) and horizon bucket j >= i:
         #   hits = H[j+1] - H[i];  occ = sum_{x=i..j} h_x (rep_x - a) + tail_j (hi_j - a)
         H = np.concatenate([np.zeros((self.nc, 1)), np.cumsum(h, 1)], 1)  # (nc, nb+1)
@@ -282,30 +322,35 @@ class UtilityPolicy:
         kind = self.kind
         hist = self.hist
         bucket = self._bucket
+        gm = self.params.gap_mean
+        grp = self._grp
         for b in blocks:
             r = info.get(b.key)
+            kg = grp(kind, b.depth)
             if r is None:
-                info[b.key] = [t, 1, c2(kind, 1)]
+                info[b.key] = [t, 1, c2(kg, 1), t]
                 continue
             gap = t - r[0]
             hist[r[2], bucket(gap)] += 1.0
             r[0] = t
-            r[1] += 1
-            r[2] = c2(kind, r[1], gap)
+            n = r[1] = r[1] + 1
+            r[2] = c2(kg, n, (t - r[3]) // (n - 1) if gm else gap)
 
     @hookimpl
     def spfcore_blocks_stored(self, request, blocks, now):
         info, ghost, t = self.info, self.ghost, self.t
         c2, prompt, kind = self._cls, self.prompt, self.kind
         hist, bucket = self.hist, self._bucket
+        gm = self.params.gap_mean
+        grp = self._grp
         for b in blocks:
             k = b.key
-            kd = kind if k in prompt else 0
+            kd = grp(kind if k in prompt else 0, b.depth)
             r = info.get(k)
             if r is None:
                 r = ghost.pop(k, None)
                 if r is None:
-                    info[k] = [t, 1, c2(kd, 1)]
+                    info[k] = [t, 1, c2(kd, 1), t]
                     continue
                 # the eviction counted as "never": take it back (decayed since)
                 nv = self.never[r[2]] - self.params.decay ** (self.epoch - r.pop())
@@ -316,7 +361,8 @@ class UtilityPolicy:
                 hist[r[2], bucket(gap)] += 1.0
                 r[1] += 1
             r[0] = t
-            r[2] = c2(kd, r[1], gap)
+            n = r[1]
+            r[2] = c2(kd, n, (t - r[3]) // (n - 1) if gm and n > 1 else gap)
 
     @hookimpl
     def spfcore_blocks_evicted(self, keys, now):
