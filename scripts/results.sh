@@ -3,8 +3,10 @@
 # (arms x workloads, with Belady and infinite-cache ceilings) and the survival
 # gate on the CPU engine (embedded tiny model) where the simulator shows >= 10
 # points of Belady headroom over session_ttl, and on the first 200 Mooncake
-# requests. About 45 minutes on 2 cores (the Mooncake gate alone ~20).
-# `--sim-only` skips the engine gates (keeps existing gate JSON).
+# requests, and the adapter's overhead benchmark. About an hour on 2 cores.
+# `--sim-only` skips the engine gates (keeps existing gate JSON); `--resume`
+# finishes gate runs left unfinished (default: every gate starts fresh, so a
+# changed policy never mixes with cells of its older code).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -26,20 +28,28 @@ if [ -f "$TRACE" ]; then
 fi
 
 # Engine gates on CPU (block size 32, tiny model), prompts scaled down 16x (personas: the quick preset).
+fresh=(--fresh)
+[ "${1:-}" = "--resume" ] && fresh=()
 if [ "${1:-}" != "--sim-only" ]; then
   small=(--set prefix_tokens=512 --set query_tokens=32 --set output_tokens=4)
-  "$S" gate --preset quick --no-progress --output "$D/gate-personas/results.json"
-  "$S" gate --preset quick --workload zipf "${small[@]}" --no-progress --output "$D/gate-zipf/results.json"
+  "$S" gate --preset quick --no-progress "${fresh[@]}" --output "$D/gate-personas/results.json"
+  "$S" gate --preset quick --workload zipf "${small[@]}" --no-progress "${fresh[@]}" --output "$D/gate-zipf/results.json"
   "$S" gate --preset quick --workload revisit --set prefix_tokens=512 --set noise_tokens=512 \
-    --set query_tokens=32 --set output_tokens=4 --no-progress --output "$D/gate-revisit/results.json"
+    --set query_tokens=32 --set output_tokens=4 --no-progress "${fresh[@]}" --output "$D/gate-revisit/results.json"
   "$S" gate --preset quick --workload multiturn --set prefix_tokens=256 --set query_tokens=32 \
-    --set output_tokens=4 --no-progress --output "$D/gate-multiturn/results.json"
+    --set output_tokens=4 --no-progress "${fresh[@]}" --output "$D/gate-multiturn/results.json"
+  # the adapter's cost on the allocation path, every arm (printed figures, kept verbatim)
+  .venv/bin/python benchmarks/bench_overhead.py --pairs 3 > "$D/overhead-cpu.txt.tmp" 2>/dev/null \
+    && mv "$D/overhead-cpu.txt.tmp" "$D/overhead-cpu.txt"
   if [ -f "$TRACE" ]; then  # real input: the first 200 Mooncake requests, hash-id blocks scaled to 32 tokens
+    # (~2 min per engine cell on 2 cores: started cells stop after 25 min; run again to finish)
     "$S" gate --preset quick --trace "$TRACE" --limit 200 --tokens-per-block 32 --num-blocks 600 --no-progress \
-      --output "$D/gate-mooncake/results.json"
+      --time-limit 1500 "${fresh[@]}" --output "$D/gate-mooncake/results.json"
   fi
 fi
 
 gates=$(ls "$D"/gate-*/results.json 2>/dev/null || true)
-"$S" results-page "$D"/sim-*.json $gates --title "spfcore results" --output docs/results.md
+inc=()
+[ -f "$D/overhead-cpu.txt" ] && inc=(--include "$D/overhead-cpu.txt")
+"$S" results-page "$D"/sim-*.json $gates "${inc[@]}" --title "spfcore results" --output docs/results.md
 echo "wrote docs/results.md"
