@@ -32,13 +32,14 @@ import math
 import os
 import textwrap
 import sys
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
+
+from spfcore.fileio import write_atomic
 
 SCHEMA_VERSION = 1
 
@@ -154,32 +155,6 @@ def _default(o):
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON-serialisable: {type(o).__name__}")
-
-
-def write_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file in the same folder
-    and ``os.replace``: readers see the old file or the new one, never a part;
-    an error mid-write leaves no file behind (the temporary one is removed).
-
-    Raises:
-        OSError: the folder cannot be written.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return path
 
 
 def dumps(results: Mapping) -> str:

@@ -157,3 +157,23 @@ def test_results_page_links_plots_and_includes_files_verbatim(results, tmp_path)
     (run / "bad.txt").write_bytes(b"\xff\xfe")
     r = CliRunner().invoke(main, ["results-page", str(p), "--include", str(run / "bad.txt")])
     assert r.exit_code == 1 and "bad.txt" in r.output
+
+
+def test_atomic_write_uses_the_umask_and_takes_lines(tmp_path):
+    from spfcore.fileio import write_atomic
+
+    old = os.umask(0o022)
+    try:
+        p = write_atomic(tmp_path / "a" / "x.txt", iter(["one", "two"]))
+    finally:
+        os.umask(old)
+    assert p.read_text() == "one\ntwo\n"
+    assert p.stat().st_mode & 0o777 == 0o644
+
+    def broken():
+        yield "one"
+        raise RuntimeError("generator failed")
+
+    with pytest.raises(RuntimeError):
+        write_atomic(p, broken())
+    assert p.read_text() == "one\ntwo\n" and sorted(x.name for x in p.parent.iterdir()) == ["x.txt"]

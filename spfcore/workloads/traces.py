@@ -28,13 +28,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
-from collections.abc import Iterable
 from pathlib import Path
 
 import attrs
 import numpy as np
 
+from spfcore.fileio import write_atomic
 from spfcore.workloads.generators import MIN_TOKEN
 from spfcore.workloads.model import Request, Workload
 
@@ -237,23 +236,6 @@ def read_trace(path: str | os.PathLike, *, limit: int | None = None, tokens_per_
     return read_jsonl(path, limit=limit)
 
 
-def _atomic_write(path: str | os.PathLike, lines: Iterable[str]) -> Path:
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for line in lines:
-                fh.write(line)
-                fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
-
-
 def write_jsonl(workload: Workload, path: str | os.PathLike) -> Path:
     """Write ``workload`` as spfcore JSONL (one Request per line, all fields),
     atomically. Returns the path."""
@@ -264,7 +246,7 @@ def write_jsonl(workload: Workload, path: str | os.PathLike) -> Path:
                 if d[k] is not None:
                     d[k] = list(d[k])
             yield json.dumps(d, separators=(",", ":"))
-    return _atomic_write(path, lines())
+    return write_atomic(path, lines())
 
 
 def write_mooncake(workload: Workload, path: str | os.PathLike) -> Path:
@@ -282,4 +264,4 @@ def write_mooncake(workload: Workload, path: str | os.PathLike) -> Path:
                              "cannot write a Mooncake trace")
         rows.append(json.dumps({"timestamp": round(r.arrival_s * 1000), "input_length": r.num_prompt_tokens,
                                 "output_length": r.output_tokens, "hash_ids": list(r.hash_ids)}))
-    return _atomic_write(path, rows)
+    return write_atomic(path, rows)
