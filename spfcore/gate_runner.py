@@ -182,6 +182,34 @@ def device_name() -> str:
     return f"CPU {model}, {os.cpu_count()} cores"
 
 
+def code_digest(arms: Sequence[str] = ()) -> dict:
+    """Digest of the Python source that decides the cells: ``spfcore`` and the
+    top-level package of each arm's entry point, ``{package: sha256 hex[:16]}``
+    over every ``.py`` file (relative path + bytes). Version numbers stay the
+    same while a policy is being changed; the digest does not, so a resume
+    never mixes cells of two versions of the code."""
+    import hashlib
+    import importlib.util
+
+    from spfcore import registry
+
+    infos = {p.name: p for p in registry.discover()}
+    pkgs = {"spfcore"} | {infos[a].entry_point.split(":")[0].split(".")[0] for a in arms if a in infos}
+    out = {}
+    for pkg in sorted(pkgs):
+        spec = importlib.util.find_spec(pkg)
+        if spec is None:
+            continue
+        roots = list(spec.submodule_search_locations or [os.path.dirname(spec.origin)])
+        h = hashlib.sha256()
+        for root in roots:
+            for f in sorted(Path(root).rglob("*.py")):
+                h.update(str(f.relative_to(root)).encode())
+                h.update(f.read_bytes())
+        out[pkg] = h.hexdigest()[:16]
+    return out
+
+
 def versions(arms: Sequence[str] = ()) -> dict:
     """Versions of Python, spfcore, vLLM, torch, numpy and each arm's plugin
     distribution (from package metadata, without importing vLLM)."""
@@ -461,7 +489,8 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
                    "num_blocks": num_blocks, "block_size": config.block_size, "mode": config.mode,
                    "engine": dict(config.engine), "policy_options": dict(config.policy_options),
                    "simulate": config.simulate,
-                   "versions": {k: v for k, v in vers.items() if k != "policies"}}
+                   "versions": {k: v for k, v in vers.items() if k != "policies"},
+                   "code": code_digest(config.arms)}
     full_config = {**config.to_json(), "num_blocks": num_blocks, "num_blocks_given": config.num_blocks,
                    "workload_params": wparams, "num_requests": len(first.requests),
                    "workload_label": workload_label(config, first, num_blocks), "versions": vers,

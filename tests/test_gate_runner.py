@@ -326,3 +326,14 @@ def test_warmup_is_the_first_quarter_of_the_workload():
     assert len(wl.requests) == 64 and w.requests == wl.requests[:16] and w.params == wl.params
     small = make("personas", seed=1, **FLAGS)  # 8 requests: at least 8 -> all of them
     assert gate_runner.warmup_slice(small).requests == small.requests
+
+
+def test_changed_policy_code_is_a_mismatch(tmp_path, monkeypatch):
+    d = gate_runner.code_digest(ARMS)
+    assert set(d) == {"spfcore", "spfcore_session_ttl", "spfcore_spf_expected_utility", "spfcore_belady_oracle"}
+    assert all(len(v) == 16 for v in d.values()) and d == gate_runner.code_digest(ARMS)
+    out = tmp_path / "r.json"
+    run(config(), out, [])
+    monkeypatch.setattr(gate_runner, "code_digest", lambda arms: {**d, "spfcore_spf_expected_utility": "0" * 16})
+    with pytest.raises(GateResumeError, match=r"differs in: code\)"):
+        run(config(), out, [])
