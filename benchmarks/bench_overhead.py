@@ -19,10 +19,10 @@ from __future__ import annotations
 import statistics
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from spfcore import registry
+from spfcore.report import make_console
 from spfcore.engine.runner import EngineSpec, default_block_size, open_engine
 from spfcore.workloads.generators import make
 from spfcore.workloads.pressure import num_blocks_for_pressure
@@ -45,7 +45,7 @@ from spfcore.workloads.pressure import num_blocks_for_pressure
 def main(model, block_size, pressure, personas, prefix_tokens, sessions, turns, query_tokens, output_tokens,
          pairs, seed, warmup, arms):
     """Wall-clock ratio lru-through-adapter / stock vLLM, and per-allocation policy cost per arm."""
-    console = Console()
+    console = make_console()
     wl = make("personas", seed=seed, personas=personas, prefix_tokens=prefix_tokens, sessions=sessions,
               turns=turns, query_tokens=query_tokens, output_tokens=output_tokens, order="round_robin")
     block_size = block_size or default_block_size()

@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from spfcore import registry
+from spfcore.report import make_console
 
 
 @click.group()
@@ -34,7 +34,7 @@ def list_policies(as_json: bool) -> None:
     for p in infos:
         t.add_row(p.name, p.distribution, p.version, ", ".join(p.capabilities) or "-",
                   p.status if p.status == "ok" else f"[red]{p.status}[/red]")
-    Console().print(t)
+    make_console().print(t)
 
 
 @main.command()

@@ -165,8 +165,6 @@ class Evictor:
             if s.expires_at_arrival < NEVER_ARRIVAL:
                 self._expire(self._exp_a, self._exp_a_at, s.expires_at_arrival, v, i)
             if s.pinned:
-                if s.expires_at == math.inf and s.expires_at_arrival >= NEVER_ARRIVAL:
-                    raise ValueError("a pinned Score must carry an expiry (expires_at or expires_at_arrival)")
                 if len(self._pinned) < self.pin_cap or i in self._pinned:
                     pinned = True
                 else:

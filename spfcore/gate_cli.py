@@ -5,11 +5,11 @@ results JSON and plots."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import attrs
 import click
-from rich.console import Console
 
 from spfcore import gate, gate_runner, registry, report
 from spfcore.workloads.options import RecordingCommand, cache_options, command_line, workload_options
@@ -104,6 +104,7 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
     # vLLM logs at INFO by default (and a harmless tokenizer warning per engine); keep the
     # verdict readable unless the user asked otherwise.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    out = Path(output or f"runs/gate-{preset}/results.json")
     try:
         options = registry.parse_options(policy_opt)
         ws = workload_spec
@@ -123,15 +124,20 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
             roles=gate.Roles(candidate, baseline, floor_, oracle), thresholds=gate.GateThresholds(**thr),
             preset=preset, command=command_line(ctx),
             simulate=not no_sim)
-        out = Path(output or f"runs/gate-{preset}/results.json")
         results = gate_runner.run_gate(cfg, out, fresh=fresh, progress=not no_progress,
                                          time_limit_s=time_limit)
+    except KeyboardInterrupt:
+        click.echo(f"interrupted: finished cells are kept in {gate_runner.sidecar_path(out)}; "
+                   "run the same command again to finish the rest", err=True)
+        sys.exit(130)
     except (gate_runner.GateConfigError, gate_runner.GateResumeError, registry.PolicyConfigError,
             ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
-    console = Console()
-    if not console.is_terminal:  # piped or captured: do not squeeze the table to 80 columns
-        console = Console(width=200)
+    console = report.make_console()
     report.print_report(results, console)
     console.print(f"results: {out}   cells: {gate_runner.sidecar_path(out)}   "
                   f"plots: {out.parent / 'cache.png'}, {out.parent / 'ttft_cdf.png'}", markup=False)
+    left = len(cfg.arms) * len(cfg.seeds) - sum(1 for c in results["cells"] if not c.get("error"))
+    if left:
+        console.print(f"{left} engine cell(s) not finished: run the same command again to run them "
+                      "(finished cells are kept; --fresh starts over)", markup=False)

@@ -411,10 +411,12 @@ def _preflight(config: GateConfig, workloads: Mapping, num_blocks: int) -> None:
 
     Raises:
         GateConfigError: a role arm missing from ``arms``; an arm that is not
-            installed, not allowed or broken; a bad policy option; a request that
-            does not fit in the cache.
+            installed, not allowed or broken; a bad policy option; a model that
+            is neither a preset nor a checkpoint folder; a request that does
+            not fit in the cache.
     """
     from spfcore import registry
+    from spfcore.engine.presets import resolve_model
     from spfcore.sim.simulator import _check_fits, prepare
 
     roles = attrs.asdict(config.roles)
@@ -427,6 +429,10 @@ def _preflight(config: GateConfig, workloads: Mapping, num_blocks: int) -> None:
             registry.make_params(registry.get(arm), config.policy_options.get(arm))
         except registry.PolicyConfigError as exc:
             raise GateConfigError(f"field 'arms' / --policy-opt: {exc}") from None
+    try:
+        resolve_model(dict(config.engine).get("model"))
+    except ValueError as exc:
+        raise GateConfigError(f"field 'model': {exc}") from None
     for seed, wl in workloads.items():
         try:
             _check_fits(prepare(wl, config.block_size), num_blocks)

@@ -43,6 +43,13 @@ from spfcore.fileio import write_atomic
 
 SCHEMA_VERSION = 1
 
+
+def make_console() -> Console:
+    """A rich Console for tables: the terminal's width, or 200 columns when
+    output is piped or captured (so tables are not cut to 80 columns)."""
+    console = Console()
+    return console if console.is_terminal else Console(width=200)
+
 #: Per-cell numeric fields averaged over seeds in a summary.
 MEAN_FIELDS = ("num_requests", "prompt_tokens", "cached_tokens", "token_hit_rate",
                "prefill_tokens_recomputed", "evictions", "hook_seconds", "hook_calls",
@@ -273,7 +280,7 @@ def verdict_table(verdict: Mapping) -> Table:
 
 def print_report(results: Mapping, console: Console | None = None) -> None:
     """Print the arms table, the verdict table and the verdict's reasons."""
-    console = console or Console()
+    console = console or make_console()
     console.print(table(results))
     v = results.get("verdict")
     if v:

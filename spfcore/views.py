@@ -95,6 +95,11 @@ class Score:
     expires_at_arrival: int = 2**62
     pinned: bool = False
 
+    def __attrs_post_init__(self) -> None:
+        """Raises ValueError for a pin without an expiry (it could hold its block forever)."""
+        if self.pinned and self.expires_at == math.inf and self.expires_at_arrival >= 2**62:
+            raise ValueError("Score(pinned=True) needs an expiry (expires_at or expires_at_arrival)")
+
 
 @attrs.frozen(slots=True)
 class Hint:

@@ -75,9 +75,9 @@ def test_pin_cap_refuses_and_counts():
 
 
 def test_pin_without_expiry_is_an_error():
-    ev = scored({0: Score(1.0, pinned=True)})
-    with pytest.raises(ValueError, match="must carry an expiry"):
-        ev.push_cached([0], 0.0)
+    with pytest.raises(ValueError, match=r"Score\(pinned=True\) needs an expiry"):
+        Score(1.0, pinned=True)
+    assert Score(1.0, expires_at=5.0, pinned=True).pinned and Score(1.0, expires_at_arrival=3, pinned=True).pinned
 
 
 def test_bad_pin_cap_fraction():

@@ -238,6 +238,16 @@ def test_cli_errors_exit_non_zero_with_a_clear_message(tmp_path):
     r = CliRunner().invoke(main, ["gate", "--preset", "quick", "--output", str(out), "--no-progress"])
     assert r.exit_code == 1
     assert "another configuration" in r.output and "use a new --output or --fresh" in r.output
+    r = CliRunner().invoke(main, ["gate", "--preset", "quick", "--model", "nosuchmodel", "--output",
+                                  str(tmp_path / "m" / "r.json"), "--no-progress"])
+    assert r.exit_code == 1 and "field 'model': model 'nosuchmodel'" in r.output
+    assert not (tmp_path / "m").exists()  # checked before anything runs or is written
+    small = ["--set", "personas=2", "--set", "prefix_tokens=256", "--set", "sessions=2", "--set", "turns=2",
+             "--set", "query_tokens=8", "--set", "output_tokens=2"]
+    r = CliRunner().invoke(main, ["gate", "--preset", "quick", *small, "--num-blocks", "40", "--time-limit", "0", "--output",
+                                  str(tmp_path / "t" / "r.json"), "--no-progress"])
+    assert r.exit_code == 0 and "INCOMPLETE" in r.output
+    assert "15 engine cell(s) not finished: run the same command again" in r.output
 
 
 # ------------------------------------------------------------------ real engine
@@ -302,7 +312,10 @@ def test_preflight_stops_before_any_engine_starts(tmp_path):
         go(arms=("lru", "session_ttl", "belady_oracle"))
     with pytest.raises(GateConfigError, match=r"frequency.*unknown parameter 'nosuch'"):
         go(arms=ARMS + ("frequency",), policy_options={"frequency": {"nosuch": "1"}})
+    with pytest.raises(GateConfigError, match=r"field 'model': model 'nosuchmodel': not a preset"):
+        go(engine={"model": "nosuchmodel"})
     assert starts == []
+    assert not (tmp_path / "r.json").exists()
 
 
 def test_time_limit_leaves_cells_for_a_later_call(tmp_path):

@@ -17,10 +17,13 @@ DISTS = {"lru": "spfcore", "belady_oracle": "spfcore-belady-oracle", "frequency"
          "session_ttl": "spfcore-session-ttl", "spf_expected_utility": "spfcore-spf-expected-utility"}
 
 
-def test_every_installed_policy_is_valid():
+def test_every_shipped_policy_is_valid():
+    # shipped ones only: a broken third-party plugin in the same environment is
+    # listed as an error (tested below), not a failure of this project
     infos = {p.name: p for p in registry.discover({})}
     assert SHIPPED <= set(infos)
-    for name, info in infos.items():
+    for name in sorted(SHIPPED):
+        info = infos[name]
         assert info.status == "ok", (name, info.status)
         assert info.cls.name == name and set(info.capabilities) <= CAPABILITIES
         pm, instance = registry.plugin_manager(info)

@@ -52,7 +52,16 @@ class Raises:
         raise KeyError("boom")
 
 
+class PinsForever:
+    @hookimpl
+    def spfcore_score_blocks(self, blocks, now):
+        return [Score(0.0, pinned=True) for _ in blocks]
+
+
 def test_bad_hook_result_and_raising_hook_are_policy_errors():
+    c = MiniCache(runtime_for(PinsForever()), 0)
+    with pytest.raises(PolicyError, match=r"policy 't' failed in hook spfcore_score_blocks: .*needs an expiry"):
+        c.serve(["a0", "a1"])
     c = MiniCache(runtime_for(WrongLength()), 0)
     with pytest.raises(PolicyError, match="policy 't': hook spfcore_score_blocks returned 1 results for 2 blocks"):
         c.serve(["a0", "a1"])

@@ -8,10 +8,10 @@ import json
 import statistics
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from spfcore import registry
+from spfcore.report import make_console
 from spfcore.runtime import PolicyError
 from spfcore.sim.simulator import ceilings, prepare, simulate as run_arm
 from spfcore.workloads.options import (CacheSpec, RecordingCommand, WorkloadSpec, cache_options, command_line,
@@ -162,7 +162,7 @@ def _table(result: dict) -> None:
         head = "-" if bel is None or name.startswith("ceiling") else f"{bel - row['block_hit_rate']:+.4f}"
         t.add_row(name, f"{row['token_hit_rate']:.4f}", f"{row['block_hit_rate']:.4f}",
                   f"{row['prefill_tokens_recomputed']:,.0f}", ev, head)
-    con = Console()
+    con = make_console()
     con.print(t)
     for e in errors:
         con.print(e)
