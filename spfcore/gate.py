@@ -526,6 +526,13 @@ def evaluate(cells: Iterable[Mapping], *, sim: Mapping | None = None, roles: Rol
             for n in ("throughput_regression", "wasted_hints"):
                 if not by[n].passed:
                     reasons.append(f"{n} {by[n].value:.4f} is not {by[n].op} {by[n].threshold}")
+    if not incomplete:
+        for c in crit:  # a verdict resting on a point estimate whose interval straddles the line
+            if c.ci is not None and c.value is not None and c.ci.low < c.threshold < c.ci.high:
+                reasons.append(f"note: {c.name} {c.value:+.4f} {'passes' if c.passed else 'fails'} on its point "
+                               f"estimate, but its {c.ci.level:.0%} CI [{c.ci.low:+.4f}, {c.ci.high:+.4f}] "
+                               f"contains the threshold {c.threshold}: more seeds or a quieter machine would "
+                               "settle it")
     return Verdict(status, tuple(reasons), tuple(crit), roles, thresholds, tuple(common))
 
 

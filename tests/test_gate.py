@@ -249,3 +249,17 @@ def test_verdict_json_lists_every_criterion():
                                                   "headroom", "harness"]
     assert d["thresholds"]["prefill_reduction"] == 0.10 and d["roles"]["floor"] == "lru"
     assert set(d["criteria"][1]) == {"name", "value", "threshold", "op", "passed", "ci", "note"}
+
+
+def test_a_verdict_on_a_straddling_interval_carries_a_note():
+    # throughput per seed 1.2, 0.9, 0.9 vs lru 1.0: mean regression 0.0 < 0.01 passes, but
+    # resampling seeds reaches 0.1 (all 0.9) and -0.2 (all 1.2): the interval contains 0.01
+    v = run(spf_expected_utility={"prefill": 500, "thr": (1.2, 0.9, 0.9)})
+    c = v.criterion("throughput_regression")
+    assert c.passed is True and c.ci.low < 0.01 < c.ci.high
+    assert v.status == gate.SURVIVES
+    notes = [r for r in v.reasons if r.startswith("note: throughput_regression")]
+    assert len(notes) == 1 and "contains the threshold 0.01" in notes[0]
+    # a clear result carries no note
+    v = run(spf_expected_utility={"prefill": 500})
+    assert not [r for r in v.reasons if r.startswith("note:")]
