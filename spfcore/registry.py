@@ -91,7 +91,11 @@ def _params_of(cls) -> tuple:
         if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
             default = default.factory()
         t = hints.get(f.name, f.type)
-        out.append({"name": f.name, "type": getattr(t, "__name__", str(t)), "default": default})
+        if typing.get_origin(t) is typing.Literal:  # the allowed values, e.g. one of 'utility' | 'seed'
+            name = "one of " + " | ".join(repr(a) for a in typing.get_args(t))
+        else:
+            name = getattr(t, "__name__", str(t))
+        out.append({"name": f.name, "type": name, "default": default})
     return tuple(out)
 
 

@@ -149,3 +149,15 @@ def test_cli_lists_broken_plugins_and_exits_zero(broken_dist):
     assert rows["frequency"]["status"] == "ok" and rows["frequency"]["distribution"] == "spfcore-frequency"
     res = runner.invoke(main, ["describe", "bad_hook"])
     assert res.exit_code == 1 and "cannot be used" in res.output
+
+
+def test_describe_lists_the_choices_of_a_literal_parameter():
+    from click.testing import CliRunner
+
+    from spfcore.cli import main
+
+    info = registry.get("spf_expected_utility")
+    params = {p["name"]: p for p in info.parameters}
+    assert params["variant"]["type"] == "one of 'utility' | 'seed'" and params["variant"]["default"] == "utility"
+    res = CliRunner().invoke(main, ["describe", "spf_expected_utility"])
+    assert res.exit_code == 0 and "variant: one of 'utility' | 'seed' = 'utility'" in res.output
