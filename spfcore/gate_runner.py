@@ -419,16 +419,20 @@ def _preflight(config: GateConfig, workloads: Mapping, num_blocks: int) -> None:
     from spfcore.engine.presets import resolve_model
     from spfcore.sim.simulator import _check_fits, prepare
 
+    for arm in config.arms:
+        try:
+            info = registry.get(arm)
+        except registry.PolicyConfigError as exc:
+            raise GateConfigError(f"field 'arms': {exc}") from None
+        try:
+            registry.make_params(info, config.policy_options.get(arm))
+        except registry.PolicyConfigError as exc:
+            raise GateConfigError(f"--policy-opt: {exc}") from None
     roles = attrs.asdict(config.roles)
     missing = {r: a for r, a in roles.items() if a not in config.arms}
     if missing:
         raise GateConfigError("field 'arms': the gate's roles need these arms too: "
                               + ", ".join(f"{r}={a}" for r, a in missing.items()))
-    for arm in config.arms:
-        try:
-            registry.make_params(registry.get(arm), config.policy_options.get(arm))
-        except registry.PolicyConfigError as exc:
-            raise GateConfigError(f"field 'arms' / --policy-opt: {exc}") from None
     try:
         resolve_model(dict(config.engine).get("model"))
     except ValueError as exc:

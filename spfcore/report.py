@@ -469,7 +469,7 @@ def results_page(paths: Sequence[str | os.PathLike], *, title: str = "spfcore re
         ResultsError: a file that is neither kind, or a bad gate results file.
     """
     sims, gates = [], []
-    for p in paths:
+    for p in dict.fromkeys(paths):  # a file named twice gets one section
         try:
             data = json.loads(Path(p).read_text())
         except (OSError, json.JSONDecodeError) as exc:

@@ -312,6 +312,8 @@ def test_preflight_stops_before_any_engine_starts(tmp_path):
         go(arms=("lru", "session_ttl", "belady_oracle"))
     with pytest.raises(GateConfigError, match=r"frequency.*unknown parameter 'nosuch'"):
         go(arms=ARMS + ("frequency",), policy_options={"frequency": {"nosuch": "1"}})
+    with pytest.raises(GateConfigError, match=r"field 'arms': policy 'nosuch' is not installed"):
+        go(arms=("nosuch",))
     with pytest.raises(GateConfigError, match=r"field 'model': model 'nosuchmodel': not a preset"):
         go(engine={"model": "nosuchmodel"})
     assert starts == []

@@ -154,6 +154,7 @@ def test_results_page_links_plots_and_includes_files_verbatim(results, tmp_path)
     md = page.read_text()
     assert "![cache.png](cache.png)" in md and "![ttft_cdf.png](ttft_cdf.png)" in md  # relative to the page
     assert md.endswith("## bench.txt\n\n```text\nwall ratio 1.0063\n```\n")
+    assert report.results_page([p, p]) == report.results_page([p])  # a file named twice: one section
     (run / "bad.txt").write_bytes(b"\xff\xfe")
     r = CliRunner().invoke(main, ["results-page", str(p), "--include", str(run / "bad.txt")])
     assert r.exit_code == 1 and "bad.txt" in r.output
