@@ -285,7 +285,7 @@ class Evictor:
         # Fast path (no pinned block): _insert inlined for plain floats and
         # unpinned Scores; same versions, expiry entries and order as _insert.
         all_groups, vheaps = self._groups, self._vheap
-        exp_t, exp_a, exp_t_at, exp_a_at = self._exp_t, self._exp_a, self._exp_t_at, self._exp_a_at
+        exp_a, exp_a_at = self._exp_a, self._exp_a_at
         heappush, inf = heapq.heappush, math.inf
         v = self._version
         ne = 0  # expiry pairs added
@@ -297,18 +297,10 @@ class Evictor:
             elif type(s) is Score and not s.pinned:
                 value = s.value
                 v += 1
-                if s.expires_at != inf:
-                    self._exp_n += 1
-                    x = s.expires_at
-                    lst = exp_t_at.get(x)
-                    if lst is None:
-                        exp_t_at[x] = [v, i]
-                        heappush(exp_t, x)
-                    else:
-                        lst.append(v)
-                        lst.append(i)
+                if s.expires_at != inf:  # seconds: rare, the general helper
+                    self._expire(self._exp_t, self._exp_t_at, s.expires_at, v, i)
                 x = s.expires_at_arrival
-                if x < NEVER_ARRIVAL:
+                if x < NEVER_ARRIVAL:  # arrivals (the clock of policies that must agree with the simulator): inlined
                     ne += 1
                     lst = exp_a_at.get(x)
                     if lst is None:
