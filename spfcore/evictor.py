@@ -284,7 +284,7 @@ class Evictor:
             return len(ids)
         # Fast path (no pinned block): _insert inlined for plain floats and
         # unpinned Scores; same versions, expiry entries and order as _insert.
-        all_groups, vheaps = self._groups, self._vheap
+        vheaps = self._vheap
         exp_a, exp_a_at = self._exp_a, self._exp_a_at
         heappush, inf = heapq.heappush, math.inf
         v = self._version
@@ -315,29 +315,11 @@ class Evictor:
                 v = self._version
                 continue
             e[3] = v
-            old = e[1]
-            e[1] = value
-            if value == old:  # same rank: stays where it is
+            if value == e[1]:  # same rank: stays where it is
                 continue
-            groups = all_groups[e[0]]
-            order = e[2]
-            orders, gids = groups[old]
-            k = bisect_left(orders, order)
-            del orders[k]
-            del gids[k]
-            g = groups.get(value)
-            if g is None:
-                groups[value] = ([order], [i])
-                heappush(vheaps[e[0]], value)
-            else:
-                orders, gids = g
-                if order > orders[-1] if orders else True:
-                    orders.append(order)
-                    gids.append(i)
-                else:
-                    k = bisect_left(orders, order)
-                    orders.insert(k, order)
-                    gids.insert(k, i)
+            self._unlink(i, e)  # no block is pinned here: its tier is e[0]
+            e[1] = value
+            self._link(i, e[0], value, e[2])
         self._version = v
         self._exp_n += ne
         n = len(entry)
