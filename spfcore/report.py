@@ -78,6 +78,9 @@ def summarize(cells: Iterable[Mapping]) -> dict[str, dict]:
     * ``evict_us_per_alloc``: ``evict_seconds / evict_calls`` in microseconds,
       the policy's cost on the allocation path (hooks included), seed mean;
     * ``hook_us_per_call``: ``hook_seconds / hook_calls`` in microseconds;
+    * ``hook_ms_per_request``: ``hook_seconds / num_requests`` in milliseconds,
+      the policy's hook time per request (compare with ``1 / throughput_rps``,
+      the wall time per request: it bounds what the hooks can cost throughput);
     * ``wasted_hints``: ``1 - hints_used / hints_issued`` (0 if none), seed mean;
     * ``ttft_mean_hit_s`` / ``ttft_mean_miss_s``: mean TTFT (s) of requests
       with / without cached tokens, pooled over seeds (p95 TTFT cannot move
@@ -109,6 +112,8 @@ def summarize(cells: Iterable[Mapping]) -> dict[str, dict]:
                                          if c.get("evict_calls")])
         s["hook_us_per_call"] = _mean([1e6 * c["hook_seconds"] / c["hook_calls"] for c in cs
                                        if c.get("hook_calls")])
+        s["hook_ms_per_request"] = _mean([1e3 * c["hook_seconds"] / c["num_requests"] for c in cs
+                                          if c.get("num_requests") and c.get("hook_seconds") is not None])
         s["wasted_hints"] = _mean([wasted_share(c) for c in cs])
         reqs = [r for c in cs for r in c.get("requests") or () if r.get("ttft_s") is not None]
         s["ttft_mean_hit_s"] = _mean([r["ttft_s"] for r in reqs if r.get("cached_tokens")])
@@ -222,7 +227,7 @@ COLUMNS = (("hit", "token_hit_rate", ".2%", 1), ("prefill recomputed", "prefill_
            ("p99 ms", "ttft_p99_s", ".1f", 1e3), ("mean ms", "ttft_mean_s", ".1f", 1e3),
            ("hit/miss mean ms", None, "", 1), ("e2e p95 ms", "e2e_p95_s", ".1f", 1e3),
            ("rps", "throughput_rps", ".3f", 1), ("evict µs/alloc", "evict_us_per_alloc", ".1f", 1),
-           ("hints used/issued", None, "", 1))
+           ("hooks ms/req", "hook_ms_per_request", ".2f", 1), ("hints used/issued", None, "", 1))
 
 
 def _row(s: Mapping) -> list[str]:
@@ -237,16 +242,25 @@ def _row(s: Mapping) -> list[str]:
     return row
 
 
+def engine_summary(results: Mapping) -> dict[str, dict]:
+    """Per-arm engine summary of a gate results mapping, recomputed from its
+    cells with :func:`summarize` (so a file written by an older spfcore shows
+    every current field); the stored ``summary`` when there are no cells."""
+    return summarize(results["cells"]) if results.get("cells") else dict(results.get("summary", {}))
+
+
 def table(results: Mapping) -> Table:
     """A rich table: one row per engine arm (seed means), then the simulator's
-    arms and its Belady and infinite-cache ceilings (token hit rate, prefill)."""
+    arms and its Belady and infinite-cache ceilings (token hit rate, prefill).
+    Engine rows are summarized from the cells (:func:`summarize`), so a file
+    written by an older spfcore shows every current column."""
     cfg = results.get("config", {})
     t = Table(title=f"spfcore gate: {cfg.get('workload_label', '')}".strip(), show_lines=False)
     t.add_column("arm")
     t.add_column("seeds", justify="right")
     for head, *_ in COLUMNS:
         t.add_column(head, justify="right")
-    for arm, s in results.get("summary", {}).items():
+    for arm, s in engine_summary(results).items():
         if not s.get("seeds") and s.get("errors"):
             t.add_row(arm, "0", f"[red]failed: {s['errors'][0]}[/red]", *[""] * (len(COLUMNS) - 1))
             continue
@@ -398,7 +412,7 @@ def markdown(paths: Sequence[str | os.PathLike], *, title: str = "spfcore gate r
         out += ["Setup: " + ", ".join(f"{k} = {v_}" for k, v_ in setup.items() if v_ is not None)
                 + ("; " + ", ".join(f"{k} {v_}" for k, v_ in ver.items()) if ver else "") + ".", ""]
         heads = ["arm", "seeds"] + [h for h, *_ in COLUMNS]
-        rows = [[a, str(len(s.get("seeds", [])))] + _row(s) for a, s in r["summary"].items()]
+        rows = [[a, str(len(s.get("seeds", [])))] + _row(s) for a, s in engine_summary(r).items()]
         out += [_md_table(heads, rows), ""]
         sim = r.get("sim") or {}
         if sim.get("summary"):

@@ -51,12 +51,26 @@ def test_summary_means_over_seeds(results):
     assert b["throughput_rps"] == 2.5  # seeds 42 -> 2.0, 43 -> 3.0
     assert b["evict_us_per_alloc"] == pytest.approx(100.0)  # 1 ms / 10 allocations
     assert b["hook_us_per_call"] == pytest.approx(500.0)
+    assert b["hook_ms_per_request"] == pytest.approx(0.5)  # 2 ms of hooks over 4 requests
     assert b["wasted_hints"] == 0.25
     # requests with hits: ttft 0.3 - 0.25; misses 0.3
     assert b["ttft_mean_hit_s"] == pytest.approx(0.05) and b["ttft_mean_miss_s"] == pytest.approx(0.3)
     assert s["frequency"]["seeds"] == [] and s["frequency"]["errors"] == ["seed 42: PolicyError: boom"]
     assert results["sim"]["ceilings_summary"]["belady"] == {"token_hit_rate": 0.5, "prefill_tokens_recomputed": 2048}
     assert results["verdict"]["status"] == "INCOMPLETE"
+
+
+def test_page_summarizes_cells_of_an_older_file(results, tmp_path):
+    """A results file whose stored summary predates a column still shows it:
+    the engine rows are recomputed from the cells."""
+    old = json.loads(json.dumps(results))
+    for s in old["summary"].values():
+        s.pop("hook_ms_per_request", None)
+    old["cells"][2]["hook_seconds"] = 0.004  # belady seed 42: 1 ms/request, seed 43: 0.5
+    assert report.engine_summary(old)["belady_oracle"]["hook_ms_per_request"] == pytest.approx(0.75)
+    p = report.write_results(tmp_path / "results.json", old)
+    row = next(line for line in report.markdown([p]).splitlines() if line.startswith("| belady_oracle |"))
+    assert "| 0.75 |" in row
 
 
 def test_json_round_trip(results, tmp_path):
