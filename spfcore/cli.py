@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 import click
@@ -40,7 +41,8 @@ def list_policies(as_json: bool) -> None:
 @main.command()
 @click.argument("name")
 def describe(name: str) -> None:
-    """Print one policy's parameters and docstring."""
+    """Print one policy's parameters (type, default, meaning from its Params
+    docstring's ``Attributes:`` section) and docstring."""
     try:
         info = registry.get(name)
     except registry.PolicyConfigError as exc:
@@ -49,8 +51,12 @@ def describe(name: str) -> None:
     click.echo(f"capabilities: {', '.join(info.capabilities) or '-'}")
     click.echo(f"hooks: {', '.join(info.hooks) or '- (vLLM order)'}")
     click.echo("parameters:")
-    for p in info.parameters or ({"name": "-", "type": "", "default": ""},):
-        click.echo(f"  {p['name']}: {p['type']} = {p['default']!r}" if p["type"] else "  (none)")
+    if not info.parameters:
+        click.echo("  (none)")
+    for p in info.parameters:
+        click.echo(f"  {p['name']}: {p['type']} = {p['default']!r}")
+        if p.get("doc"):
+            click.echo(textwrap.fill(p["doc"], width=88, initial_indent=" " * 6, subsequent_indent=" " * 6))
     click.echo("")
     click.echo(info.doc)
 

@@ -23,6 +23,7 @@ import typing
 from importlib.metadata import EntryPoint, entry_points
 
 import attrs
+import docstring_parser
 import pluggy
 
 from spfcore import hookspecs
@@ -47,7 +48,7 @@ class PolicyInfo:
     status: str  # "ok" or "error: <reason>"
     hooks: tuple = ()
     capabilities: tuple = ()
-    parameters: tuple = ()  # ({"name", "type", "default"}, ...)
+    parameters: tuple = ()  # ({"name", "type", "default", "doc"}, ...)
     summary: str = ""
     doc: str = ""
     cls: type | None = attrs.field(default=None, repr=False, eq=False)
@@ -85,6 +86,8 @@ def _params_of(cls) -> tuple:
     if params is None or not attrs.has(params):
         raise TypeError("policy class has no attrs class 'Params'")
     hints = typing.get_type_hints(params)
+    docs = {a.arg_name: " ".join((a.description or "").split())
+            for a in docstring_parser.parse(params.__doc__ or "").params}
     out = []
     for f in attrs.fields(params):
         default = f.default
@@ -95,7 +98,7 @@ def _params_of(cls) -> tuple:
             name = "one of " + " | ".join(repr(a) for a in typing.get_args(t))
         else:
             name = getattr(t, "__name__", str(t))
-        out.append({"name": f.name, "type": name, "default": default})
+        out.append({"name": f.name, "type": name, "default": default, "doc": docs.get(f.name, "")})
     return tuple(out)
 
 

@@ -161,3 +161,18 @@ def test_describe_lists_the_choices_of_a_literal_parameter():
     assert params["variant"]["type"] == "one of 'utility' | 'seed'" and params["variant"]["default"] == "utility"
     res = CliRunner().invoke(main, ["describe", "spf_expected_utility"])
     assert res.exit_code == 0 and "variant: one of 'utility' | 'seed' = 'utility'" in res.output
+
+
+def test_describe_gives_each_parameter_its_meaning_from_the_params_docstring():
+    from click.testing import CliRunner
+
+    from spfcore.cli import main
+
+    params = {p["name"]: p for p in registry.get("session_ttl").parameters}
+    assert params["ttl_arrivals"]["doc"].startswith("TTL in arrivals (int >= 1): a session whose latest")
+    assert params["pin_cap_fraction"]["doc"].startswith("Most pinned free blocks, as a share of the pool")
+    res = CliRunner().invoke(main, ["describe", "session_ttl"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0
+    lines = res.output.splitlines()
+    i = lines.index("  ttl_arrivals: int = 8")
+    assert lines[i + 1].startswith("      TTL in arrivals (int >= 1)")
