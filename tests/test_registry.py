@@ -176,3 +176,9 @@ def test_describe_gives_each_parameter_its_meaning_from_the_params_docstring():
     lines = res.output.splitlines()
     i = lines.index("  ttl_arrivals: int = 8")
     assert lines[i + 1].startswith("      TTL in arrivals (int >= 1)")
+
+
+@pytest.mark.parametrize("name", ["lru", "session_ttl", "frequency", "spf_expected_utility", "belady_oracle"])
+def test_every_parameter_of_a_shipped_policy_has_a_meaning(name):
+    undocumented = [p["name"] for p in registry.get(name).parameters if not p["doc"]]
+    assert undocumented == []

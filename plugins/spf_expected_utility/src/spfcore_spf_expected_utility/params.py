@@ -25,6 +25,9 @@ _num = v.instance_of((int, float))
 class ExpectedUtilityParams:
     """Parameters of ``spf_expected_utility``.
 
+    A field marked ``seed`` only or ``utility`` only is read by that variant
+    alone. Arrivals are ``RequestView.arrival_index`` steps.
+
     Attributes:
         variant: ``"utility"`` (default): learned hit density, see
             :mod:`spfcore_spf_expected_utility.utility`; ``"seed"``: the SPF
@@ -32,50 +35,47 @@ class ExpectedUtilityParams:
             see :class:`~spfcore_spf_expected_utility.SeedScorer`.
         pin_cap_fraction: Both variants (read by the runtime): most pinned
             free blocks, share of the pool (0..1). Only ``seed`` pins (hints).
-
-    ``seed`` variant only (unused by ``utility``):
-
-    Attributes:
-        mode: ``"retention"`` (0.08 ms saved per block) or ``"prefetch"`` (2.0 ms).
-        c: Cap of the probability terms (0 < c <= 1); seed 0.5.
-        h: Recency scale, arrivals (> 0); seed 3.
-        score_ttl_arrivals: A block's score expires this many arrivals after it
+        mode: ``seed`` only: ``"retention"`` (0.08 ms saved per block) or ``"prefetch"`` (2.0 ms).
+        c: ``seed`` only: cap of the probability terms (0 < c <= 1); seed 0.5.
+        h: ``seed`` only: recency scale, arrivals (> 0); seed 3.
+        score_ttl_arrivals: ``seed`` only: A block's score expires this many arrivals after it
             was computed, so recency-based predictions age (int >= 1).
-        hints: Issue prefetch hints for the next predicted session's prefix.
-        hint_min_p: Least confidence (next-session probability times its
+        hints: ``seed`` only: issue prefetch hints for the next predicted session's prefix.
+        hint_min_p: ``seed`` only: least confidence (next-session probability times its
             prefix-transition probability, 0..1) for a hint.
-        hint_arrivals: A hint issued at arrival ``i`` lapses after arrival
+        hint_arrivals: ``seed`` only: A hint issued at arrival ``i`` lapses after arrival
             ``i + hint_arrivals`` (int >= 1).
-        kv_bytes_per_token: KV-cache bytes per token, all layers, K and V
+        kv_bytes_per_token: ``seed`` only: KV-cache bytes per token, all layers, K and V
             (int > 0); default Llama-3.2-3B in bf16: 2 * 28 layers * 8 KV heads
             * 128 dims * 2 bytes = 114688.
-
-    ``utility`` variant only (unused by ``seed``); arrivals are
-    ``RequestView.arrival_index`` steps:
-
-    Attributes:
-        max_count: Reuse classes per group (int >= 1): class 0 = seen once,
+        max_count: ``utility`` only: reuse classes per group (int >= 1): class 0 = seen once,
             classes 1..max_count-1 = reused, by reuse gap (mean or latest, see
             ``gap_mean``; or by access count, ``gap_classes=False``); the last
             class holds the rest.
-        root_blocks: A request is a *continuation* if more than this many
+        root_blocks: ``utility`` only: A request is a *continuation* if more than this many
             leading prompt blocks were seen before (cached or ghost); int >= 0.
             Default 1: every Mooncake request shares hash id 0.
-        ghost_factor: Ghost entries for evicted block hashes, as a multiple of
-            the pool (blocks); float > 0.
-        buckets_per_octave: Age buckets per doubling of age (int >= 1).
-        max_age_log2: Ages up to 2**max_age_log2 arrivals are resolved (int >= 4).
-        period: Arrivals between table rebuilds and decays (int >= 1).
-        decay: Factor applied to the histograms per ``period`` (0 < decay <= 1).
+        ghost_factor: ``utility`` only: ghost entries for evicted block hashes, as a multiple of
+            the pool (blocks); float > 0. Default 4: a reuse that comes back
+            later than ~4 pools of evictions could not have been a hit, so it
+            no longer counts as one for its class. Mooncake, 9,140 blocks,
+            block hit by ghost_factor: 1 0.2204, 2 0.2245, 3 0.2264,
+            4 0.2262, 5 0.2258, 6 0.2254, 8 0.2254 (the default before);
+            1,828 blocks: 0.1039 at 4, 0.1024 at 8. The synthetic workloads
+            never fill the ghost list: identical decisions at 4 and 8.
+        buckets_per_octave: ``utility`` only: age buckets per doubling of age (int >= 1).
+        max_age_log2: ``utility`` only: ages up to 2**max_age_log2 arrivals are resolved (int >= 4).
+        period: ``utility`` only: arrivals between table rebuilds and decays (int >= 1).
+        decay: ``utility`` only: factor applied to the histograms per ``period`` (0 < decay <= 1).
             Default 0.999 (memory ~16,000 arrivals): Mooncake reuse gaps
             (median ~400 arrivals) are observed long after the store; 0.98 lost
             0.004 block hit there. Synthetic workloads (<= 224 arrivals) barely
             decay either way.
-        prior_weight: Pseudo-observations of the pooled distribution added to
+        prior_weight: ``utility`` only: pseudo-observations of the pooled distribution added to
             each class (float >= 0). Default 0.3 (1.0 before; 0.3 is +0.4
             points on zipf, +1.4 on shuffled personas, equal elsewhere).
-        max_ttl: Longest a score lives before re-scoring, arrivals (int >= 1).
-        rel_tol: Relative change of the index (0 <= rel_tol < 1) below which
+        max_ttl: ``utility`` only: longest a score lives before re-scoring, arrivals (int >= 1).
+        rel_tol: ``utility`` only: relative change of the index (0 <= rel_tol < 1) below which
             a later age bucket counts as "the same value": a block's score
             expires only where the index moves by more than this; a block
             whose index is flat (within it) for the rest of its resolved life
@@ -83,31 +83,31 @@ class ExpectedUtilityParams:
             merges buckets of equal index). Measured (sim, sequential): 0.1
             cuts Mooncake evict time ~15% at -0.002 block-hit but drops the
             personas workload from 29.6% to 19.7% token hit.
-        cut_factor: Changes of the index among values all above ``cut_factor``
+        cut_factor: ``utility`` only: changes of the index among values all above ``cut_factor``
             x the eviction frontier (the highest victim index of the previous
             ``period``) do not trigger a re-score before ``max_ttl`` (float > 0;
             default ``inf`` = off: at 2-8 it cut Mooncake re-scoring but cost
             the personas workload 3.8 points of token hit).
-        chain_monotone: Cap a block's score at its parent's within a batch.
-        gap_classes: Classes of reused blocks by their latest reuse gap
+        chain_monotone: ``utility`` only: cap a block's score at its parent's within a batch.
+        gap_classes: ``utility`` only: classes of reused blocks by their latest reuse gap
             instead of by access count.
-        gap_octaves: Octaves of reuse gap per gap class (int >= 1).
-        count_weight: Tie-break by access count (float >= 0): the score is
+        gap_octaves: ``utility`` only: octaves of reuse gap per gap class (int >= 1).
+        count_weight: ``utility`` only: tie-break by access count (float >= 0): the score is
             ``density * (1 + count_weight * log2(accesses))``; 0 = pure density.
-        depth_classes: Depth buckets per kind (int >= 1): a block's class group
+        depth_classes: ``utility`` only: depth buckets per kind (int >= 1): a block's class group
             is ``kind`` x ``min(floor(log2(depth + 1)) // depth_octaves,
             depth_classes - 1)``, ``depth`` = its 0-based position in the
             chain. Default 4 (depth_octaves 2: depths 0-2, 3-14, 15-62, 63+).
             On Mooncake a first-time block at depth 1 is reused with p 0.34,
             at depth >= 64 with p 0.17 (and later); 1 = no depth split.
-        depth_octaves: Octaves of ``depth + 1`` per depth bucket (int >= 1).
-        gap_mean: Gap classes by the block's *mean* reuse gap, (latest access
+        depth_octaves: ``utility`` only: octaves of ``depth + 1`` per depth bucket (int >= 1).
+        gap_mean: ``utility`` only: gap classes by the block's *mean* reuse gap, (latest access
             - first access) / (accesses - 1), arrivals, instead of its latest
             gap: a stable estimate of the block's reuse interval (its access
             rate), which is what separates hot from warm prefixes under
             random (Zipf, shuffled) reuse; equal to the latest gap under
             cyclic reuse. The first access is remembered across evictions.
-        gap_prior: Pseudo-observations (float >= 0) put, in every reused
+        gap_prior: ``utility`` only: pseudo-observations (float >= 0) put, in every reused
             class, at the lower edge of the class's own gap range: until a
             class has data, a block reused at gap ~g is predicted to be reused
             at ~g again (instead of only the pooled prior, which ranks an
@@ -130,7 +130,7 @@ class ExpectedUtilityParams:
     # ---- utility
     max_count: int = attrs.field(default=8, validator=[v.instance_of(int), v.ge(1)])
     root_blocks: int = attrs.field(default=1, validator=[v.instance_of(int), v.ge(0)])
-    ghost_factor: float = attrs.field(default=8.0, validator=[_num, v.gt(0)])
+    ghost_factor: float = attrs.field(default=4.0, validator=[_num, v.gt(0)])
     buckets_per_octave: int = attrs.field(default=2, validator=[v.instance_of(int), v.ge(1)])
     max_age_log2: int = attrs.field(default=16, validator=[v.instance_of(int), v.ge(4)])
     period: int = attrs.field(default=16, validator=[v.instance_of(int), v.ge(1)])
