@@ -62,3 +62,24 @@ def test_results_page_from_simulate_json(tmp_path):
     bad.write_text("[1, 2]")
     res = CliRunner().invoke(main, ["results-page", str(bad)])
     assert res.exit_code != 0 and "neither" in res.output
+
+
+def test_every_arm_decides_the_same_under_any_pythonhashseed():
+    """Decisions must not follow set iteration order (str/bytes hashes are salted
+    per process): the seed workload shuffled, where session_ttl's pin cap binds
+    (~40,000 refused pins), in three processes with different PYTHONHASHSEED."""
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "spfcore.cli", "simulate", "--workload", "personas", "--set", "order=shuffled",
+           "--seeds", "42", "--json"]
+    runs = []
+    for hs in ("1", "2", "3"):
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True,
+                             env=dict(os.environ, PYTHONHASHSEED=hs))
+        cells = json.loads(out.stdout)["cells"]
+        runs.append({c["arm"]: (c["prefill_tokens_recomputed"], c["evictions"], c["pins_refused"]) for c in cells})
+    assert runs[0]["session_ttl"][2] > 10_000  # the cap binds, so the re-pin order matters
+    assert set(runs[0]) >= {"lru", "session_ttl", "frequency", "spf_expected_utility", "belady_oracle"}
+    assert runs[1] == runs[0] and runs[2] == runs[0]

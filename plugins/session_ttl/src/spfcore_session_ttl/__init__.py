@@ -69,7 +69,10 @@ class SessionTTLPolicy:
     def _reset(self) -> None:
         self.arrival = 0
         self.until: dict[object, float] = {}  # block hash -> end of protection
-        self.session_keys: defaultdict[str, set] = defaultdict(set)  # session -> cached hashes it touched
+        # session -> cached hashes it touched, in first-touch order (a dict, not a set: the
+        # re-pin order decides which pins the cap refuses, and set order follows
+        # PYTHONHASHSEED, so a set made runs irreproducible)
+        self.session_keys: defaultdict[str, dict] = defaultdict(dict)
         self.key_sessions: defaultdict[object, set] = defaultdict(set)  # block hash -> sessions that touched it
         self._arrival_keys: list = []
 
@@ -108,7 +111,7 @@ class SessionTTLPolicy:
         for b in blocks:
             if until.get(b.key, -1) < end:
                 until[b.key] = end
-            mine.add(b.key)
+            mine[b.key] = None
             key_sessions[b.key].add(sid)
 
     @hookimpl
@@ -125,7 +128,7 @@ class SessionTTLPolicy:
         for k in keys:
             self.until.pop(k, None)
             for s in self.key_sessions.pop(k, ()):
-                session_keys[s].discard(k)
+                session_keys[s].pop(k, None)
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
