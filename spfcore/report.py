@@ -52,7 +52,7 @@ def make_console() -> Console:
 
 #: Per-cell numeric fields averaged over seeds in a summary.
 MEAN_FIELDS = ("num_requests", "prompt_tokens", "cached_tokens", "token_hit_rate",
-               "prefill_tokens_recomputed", "evictions", "hook_seconds", "hook_calls",
+               "prefill_tokens_recomputed", "evictions", "hook_seconds", "hook_calls", "policy_seconds",
                "evict_seconds", "evict_calls", "hints_issued", "hints_used",
                "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "ttft_mean_s", "e2e_p50_s", "e2e_p95_s",
                "throughput_rps", "wall_s")
@@ -79,8 +79,11 @@ def summarize(cells: Iterable[Mapping]) -> dict[str, dict]:
       the policy's cost on the allocation path (hooks included), seed mean;
     * ``hook_us_per_call``: ``hook_seconds / hook_calls`` in microseconds;
     * ``hook_ms_per_request``: ``hook_seconds / num_requests`` in milliseconds,
-      the policy's hook time per request (compare with ``1 / throughput_rps``,
-      the wall time per request: it bounds what the hooks can cost throughput);
+      the policy's hook time per request;
+    * ``policy_ms_per_request``: ``policy_seconds / num_requests`` in
+      milliseconds: all of spfcore's time per request (hooks, evictor
+      bookkeeping, re-scoring; compare with ``1000 / throughput_rps``, the
+      wall time per request: it bounds what the policy can cost throughput);
     * ``wasted_hints``: ``1 - hints_used / hints_issued`` (0 if none), seed mean;
     * ``ttft_mean_hit_s`` / ``ttft_mean_miss_s``: mean TTFT (s) of requests
       with / without cached tokens, pooled over seeds (p95 TTFT cannot move
@@ -114,6 +117,8 @@ def summarize(cells: Iterable[Mapping]) -> dict[str, dict]:
                                        if c.get("hook_calls")])
         s["hook_ms_per_request"] = _mean([1e3 * c["hook_seconds"] / c["num_requests"] for c in cs
                                           if c.get("num_requests") and c.get("hook_seconds") is not None])
+        s["policy_ms_per_request"] = _mean([1e3 * c["policy_seconds"] / c["num_requests"] for c in cs
+                                            if c.get("num_requests") and c.get("policy_seconds") is not None])
         s["wasted_hints"] = _mean([wasted_share(c) for c in cs])
         reqs = [r for c in cs for r in c.get("requests") or () if r.get("ttft_s") is not None]
         s["ttft_mean_hit_s"] = _mean([r["ttft_s"] for r in reqs if r.get("cached_tokens")])
@@ -227,7 +232,8 @@ COLUMNS = (("hit", "token_hit_rate", ".2%", 1), ("prefill recomputed", "prefill_
            ("p99 ms", "ttft_p99_s", ".1f", 1e3), ("mean ms", "ttft_mean_s", ".1f", 1e3),
            ("hit/miss mean ms", None, "", 1), ("e2e p95 ms", "e2e_p95_s", ".1f", 1e3),
            ("rps", "throughput_rps", ".3f", 1), ("evict µs/alloc", "evict_us_per_alloc", ".1f", 1),
-           ("hooks ms/req", "hook_ms_per_request", ".2f", 1), ("hints used/issued", None, "", 1))
+           ("hooks ms/req", "hook_ms_per_request", ".2f", 1),
+           ("policy ms/req", "policy_ms_per_request", ".2f", 1), ("hints used/issued", None, "", 1))
 
 
 def _row(s: Mapping) -> list[str]:

@@ -9,6 +9,7 @@ policies only ever see :class:`~spfcore.views.BlockView` and
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 
@@ -47,6 +48,19 @@ class _Meta:
         return v
 
 
+def _timed(method):
+    """Add the wall time of a runtime event (hooks, evictor bookkeeping,
+    re-scoring) to ``self.policy_seconds``."""
+    @functools.wraps(method)
+    def timed(self, *args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self.policy_seconds += time.perf_counter() - t
+    return timed
+
+
 class PolicyRuntime:
     """Drives one policy (a pluggy PluginManager holding it) over one cache.
 
@@ -71,6 +85,7 @@ class PolicyRuntime:
         self.arrival = 0
         self.hook_seconds = 0.0
         self.hook_calls = 0
+        self.policy_seconds = 0.0  # wall time in the events marked @_timed, hooks included
         self.evictions = 0
         self.evict_seconds = 0.0  # wall time in evict(), hooks included (per-allocation cost)
         self.evict_calls = 0
@@ -133,8 +148,11 @@ class PolicyRuntime:
         return res
 
     def stats(self) -> dict:
-        """Counters of this run: hook time (s) and calls, evictions, hints, refused pins."""
+        """Counters of this run: hook time (s) and calls, policy time (s: every
+        runtime event, hooks, evictor bookkeeping and re-scoring included),
+        evictions, hints, refused pins."""
         return {"hook_seconds": self.hook_seconds, "hook_calls": self.hook_calls,
+                "policy_seconds": self.policy_seconds,
                 "evictions": self.evictions, "evict_seconds": self.evict_seconds,
                 "evict_calls": self.evict_calls, "hints_issued": self.hints_issued,
                 "hints_used": self.hints_used, "pins_refused": self.evictor.pins_refused}
@@ -145,6 +163,7 @@ class PolicyRuntime:
         self._future_set = True
         self._call("spfcore_future_requests", None, requests=list(requests))
 
+    @_timed
     def arrived(self, request: RequestView, now: float) -> None:
         """A request arrived (before its cache lookup)."""
         if self.needs_future and not self._future_set:
@@ -182,6 +201,7 @@ class PolicyRuntime:
             if ids and not self.evictor.fifo:
                 self.evictor.pin(ids, h.expires_at_arrival)
 
+    @_timed
     def hit(self, request: RequestView, ids: Sequence[int], now: float) -> None:
         """The request's lookup hit these blocks (depth order). The driver
         takes them out of the evictor itself (ref count 0 -> 1)."""
@@ -200,6 +220,7 @@ class PolicyRuntime:
         if self._has["spfcore_blocks_hit"]:
             self._call("spfcore_blocks_hit", None, request=request, blocks=[meta[i].view() for i in ids], now=now)
 
+    @_timed
     def stored(self, request: RequestView, ids: Sequence[int], keys: Sequence, first_depth: int,
                parent, num_tokens: int, now: float) -> None:
         """The request cached new full blocks ``ids`` with block hashes ``keys``
@@ -216,11 +237,13 @@ class PolicyRuntime:
         if self._has["spfcore_blocks_stored"]:
             self._call("spfcore_blocks_stored", None, request=request, blocks=[meta[i].view() for i in ids], now=now)
 
+    @_timed
     def finished(self, request: RequestView, now: float) -> None:
         """The request finished; the driver releases its blocks next."""
         if self._has["spfcore_request_finished"]:
             self._call("spfcore_request_finished", None, request=request, now=now)
 
+    @_timed
     def release(self, cached_ids: Sequence[int], hashless_ids: Sequence[int], now: float) -> None:
         """Blocks whose ref count reached 0: cached ones (release order,
         deepest first for a finished request) and hashless ones."""
@@ -229,6 +252,7 @@ class PolicyRuntime:
         if cached_ids:
             self.evictor.push_cached(cached_ids, now)
 
+    @_timed
     def evict(self, n: int, now: float) -> list[int]:
         """Take ``n`` free blocks for an allocation; cached victims lose their
         metadata and are reported through ``spfcore_blocks_evicted``.

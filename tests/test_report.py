@@ -20,7 +20,7 @@ def _cell(arm, seed, hits):
     cached = sum(hits)
     return {"arm": arm, "seed": seed, "num_requests": 4, "prompt_tokens": 4096, "cached_tokens": cached,
             "token_hit_rate": cached / 4096, "prefill_tokens_recomputed": 4096 - cached, "evictions": 3,
-            "hook_seconds": 0.002, "hook_calls": 4, "evict_seconds": 0.001, "evict_calls": 10,
+            "hook_seconds": 0.002, "hook_calls": 4, "policy_seconds": 0.006, "evict_seconds": 0.001, "evict_calls": 10,
             "hints_issued": 4, "hints_used": 3, "ttft_p50_s": 0.25, "ttft_p95_s": 0.3, "ttft_p99_s": 0.3,
             "ttft_mean_s": 0.27, "e2e_p50_s": 0.45, "e2e_p95_s": 0.5, "throughput_rps": 2.0 + seed % 2,
             "wall_s": 2.0, "requests": reqs}
@@ -52,6 +52,7 @@ def test_summary_means_over_seeds(results):
     assert b["evict_us_per_alloc"] == pytest.approx(100.0)  # 1 ms / 10 allocations
     assert b["hook_us_per_call"] == pytest.approx(500.0)
     assert b["hook_ms_per_request"] == pytest.approx(0.5)  # 2 ms of hooks over 4 requests
+    assert b["policy_ms_per_request"] == pytest.approx(1.5)  # 6 ms in the runtime over 4 requests
     assert b["wasted_hints"] == 0.25
     # requests with hits: ttft 0.3 - 0.25; misses 0.3
     assert b["ttft_mean_hit_s"] == pytest.approx(0.05) and b["ttft_mean_miss_s"] == pytest.approx(0.3)

@@ -131,3 +131,25 @@ def test_forget_drops_metadata_and_keys():
     ids = [c.rt.by_key["a0"], c.rt.by_key["a1"]]
     c.rt.forget(ids)
     assert c.cached() == set() and not c.rt.meta
+
+
+def test_policy_time_covers_every_event_and_contains_the_hook_time():
+    """``policy_seconds`` times arrived/hit/stored/finished/release/evict;
+    hooks run inside those events, so the hook time is part of it."""
+    import time
+
+    class Slow:
+        @hookimpl
+        def spfcore_score_blocks(self, blocks, now):
+            time.sleep(0.002)
+            return [Score(0.0) for _ in blocks]
+
+    c = MiniCache(runtime_for(Slow(), num_blocks=8), 8)
+    c.serve(["a0", "a1"])
+    c.serve(["b0", "b1", "b2"])
+    st = c.rt.stats()
+    assert st["hook_calls"] >= 2 and st["hook_seconds"] >= 0.004
+    assert st["policy_seconds"] >= st["hook_seconds"]
+    lru = MiniCache("lru", 8)
+    lru.serve(["a0", "a1"])
+    assert lru.rt.stats()["policy_seconds"] > lru.rt.stats()["hook_seconds"]  # FIFO evictor work, no scoring

@@ -241,7 +241,7 @@ class EngineSession:
         Returns:
             ``{"arm", "seed", "mode", "num_requests", "prompt_tokens",
             "cached_tokens", "token_hit_rate", "prefill_tokens_recomputed",
-            "evictions", "hook_seconds", "hook_calls", "evict_seconds",
+            "evictions", "hook_seconds", "hook_calls", "policy_seconds", "evict_seconds",
             "evict_calls", "hints_issued", "hints_used", "pins_refused",
             "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "ttft_mean_s",
             "e2e_p50_s", "e2e_p95_s", "throughput_rps", "wall_s", "block_size",
@@ -338,7 +338,7 @@ class EngineSession:
 
         runtime = self.runtime
         stats = runtime.stats() if runtime is not None else {
-            "hook_seconds": 0.0, "hook_calls": 0, "evictions": None, "evict_seconds": 0.0,
+            "hook_seconds": 0.0, "hook_calls": 0, "policy_seconds": 0.0, "evictions": None, "evict_seconds": 0.0,
             "evict_calls": 0, "hints_issued": 0, "hints_used": 0, "pins_refused": 0}
         cell = {"arm": self.arm, "seed": seed, "mode": mode, "workload": workload.name,
                 "block_size": self.block_size, "num_blocks": self.num_blocks,
