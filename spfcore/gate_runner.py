@@ -193,7 +193,7 @@ def code_digest(arms: Sequence[str] = ()) -> dict:
 
     from spfcore import registry
 
-    infos = {p.name: p for p in registry.discover()}
+    infos = registry.by_name()
     pkgs = {"spfcore"} | {infos[a].entry_point.split(":")[0].split(".")[0] for a in arms if a in infos}
     out = {}
     for pkg in sorted(pkgs):
@@ -227,7 +227,7 @@ def versions(arms: Sequence[str] = ()) -> dict:
     if arms:
         from spfcore import registry
 
-        infos = {p.name: p for p in registry.discover()}
+        infos = registry.by_name()
         out["policies"] = {a: (f"{infos[a].distribution} {infos[a].version}" if a in infos else None)
                            for a in arms}
     return out

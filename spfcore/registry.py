@@ -29,6 +29,9 @@ import pluggy
 from spfcore import hookspecs
 from spfcore.hookspecs import PROJECT
 
+#: The distribution whose policies are built in (their names are reserved).
+BUILTIN_DIST = "spfcore"
+
 GROUP = "spfcore.policies"
 CAPABILITIES = frozenset({"needs-future", "admission", "sessions", "prefetch", "scoring", "pins"})
 
@@ -142,8 +145,18 @@ def _info_from(ep: EntryPoint) -> PolicyInfo:
                       summary=" ".join(doc.split("\n\n")[0].split()), doc=doc, cls=cls, **base)
 
 
+def _dist_name(ep: EntryPoint) -> str:
+    return ep.dist.metadata["Name"] if ep.dist is not None else "?"
+
+
 def discover(env: typing.Mapping[str, str] | None = None) -> list[PolicyInfo]:
     """Every installed policy allowed by the allow/block lists, sorted by name.
+
+    A name is claimed once: when another distribution also publishes a
+    built-in name (one of spfcore's own, e.g. ``lru``), the built-in stays
+    and the other entry point is listed with an error status; when two
+    third-party distributions claim one name, both are listed with an error
+    (uninstall one), so a baseline can never be replaced silently.
 
     Args:
         env: Environment to read ``SPFCORE_POLICIES`` / ``SPFCORE_DISABLE_POLICIES``
@@ -151,21 +164,49 @@ def discover(env: typing.Mapping[str, str] | None = None) -> list[PolicyInfo]:
     """
     env = os.environ if env is None else env
     allow, deny = _names("SPFCORE_POLICIES", env), _names("SPFCORE_DISABLE_POLICIES", env) or set()
-    seen: dict[str, PolicyInfo] = {}
+    claims: dict[str, dict[tuple, EntryPoint]] = {}
     for ep in entry_points(group=GROUP):
-        if (allow is not None and ep.name not in allow) or ep.name in deny or ep.name in seen:
+        if (allow is not None and ep.name not in allow) or ep.name in deny:
             continue
-        seen[ep.name] = _info_from(ep)
-    return sorted(seen.values(), key=lambda p: p.name)
+        claims.setdefault(ep.name, {}).setdefault((_dist_name(ep), ep.value), ep)  # same dist twice: once
+    out = []
+    for name, eps in claims.items():
+        eps = list(eps.values())
+        builtin = [ep for ep in eps if _dist_name(ep) == BUILTIN_DIST]
+        if len(eps) == 1:
+            out.append(_info_from(eps[0]))
+            continue
+        if builtin:
+            out.append(_info_from(builtin[0]))
+            why = f"error: name {name!r} belongs to the built-in policy ({BUILTIN_DIST}); this entry point is ignored"
+            rivals = [ep for ep in eps if ep is not builtin[0]]
+        else:
+            dists = ", ".join(sorted(_dist_name(ep) for ep in eps))
+            why = f"error: name {name!r} is claimed by several distributions ({dists}); uninstall all but one"
+            rivals = eps
+        for ep in rivals:
+            d = ep.dist
+            out.append(PolicyInfo(name=name, distribution=_dist_name(ep), version=d.version if d else "?",
+                                  entry_point=ep.value, status=why))
+    return sorted(out, key=lambda p: (p.name, p.status != "ok", p.distribution))
+
+
+def by_name(env: typing.Mapping[str, str] | None = None) -> dict[str, PolicyInfo]:
+    """:func:`discover` as ``{name: info}``, the usable entry of each name."""
+    infos: dict[str, PolicyInfo] = {}
+    for p in discover(env):  # sorted: the usable entry of a name comes first
+        infos.setdefault(p.name, p)
+    return infos
 
 
 def get(name: str, env: typing.Mapping[str, str] | None = None) -> PolicyInfo:
     """The installed, allowed, working policy ``name``.
 
     Raises:
-        PolicyConfigError: if it is not installed, not allowed, or broken.
+        PolicyConfigError: if it is not installed, not allowed, broken, or
+            its name is claimed by several third-party distributions.
     """
-    infos = {p.name: p for p in discover(env)}
+    infos = by_name(env)
     if name not in infos:
         avail = ", ".join(sorted(n for n, p in infos.items() if p.status == "ok")) or "none"
         raise PolicyConfigError(f"policy {name!r} is not installed or not allowed (available: {avail})")

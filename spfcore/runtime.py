@@ -10,13 +10,14 @@ policies only ever see :class:`~spfcore.views.BlockView` and
 from __future__ import annotations
 
 import functools
+import numbers
 import time
 from collections.abc import Sequence
 
 import pluggy
 
 from spfcore.evictor import Evictor
-from spfcore.views import BlockView, RequestView
+from spfcore.views import BlockView, RequestView, Score
 
 
 class PolicyError(RuntimeError):
@@ -46,6 +47,23 @@ class _Meta:
             v = self._view = BlockView(self.key, self.depth, self.parent, self.num_tokens, self.session_id,
                                        self.request_id, self.access_count, self.last_access, self.stored_at)
         return v
+
+
+def _first_bad_score(scores) -> int | None:
+    """Position of the first score that is not a real number, ``None`` or a
+    :class:`Score` with a real value, or that is NaN (NaN has no order, so
+    the eviction order would be undefined); ``None`` if all are good."""
+    for j, x in enumerate(scores):
+        if x is None:
+            continue
+        if type(x) is Score:
+            x = x.value
+        if type(x) is float:
+            if x != x:
+                return j
+        elif type(x) is bool or not isinstance(x, numbers.Real) or x != x:
+            return j
+    return None
 
 
 def _timed(method):
@@ -105,7 +123,14 @@ class PolicyRuntime:
         score = admit = choose = None
         if self._has["spfcore_score_blocks"]:
             def score(ids, now):
-                return self._call("spfcore_score_blocks", len(ids), blocks=[meta[i].view() for i in ids], now=now)
+                res = self._call("spfcore_score_blocks", len(ids), blocks=[meta[i].view() for i in ids], now=now)
+                if res:
+                    bad = _first_bad_score(res)
+                    if bad is not None:
+                        raise PolicyError(
+                            f"policy {self.policy_name!r}: hook spfcore_score_blocks returned {res[bad]!r} "
+                            f"at position {bad}: a score must be a real number (not NaN), None or a Score")
+                return res
         if self._has["spfcore_admit_blocks"]:
             def admit(ids, now):
                 return self._call("spfcore_admit_blocks", len(ids), blocks=[meta[i].view() for i in ids], now=now)

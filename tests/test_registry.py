@@ -182,3 +182,47 @@ def test_describe_gives_each_parameter_its_meaning_from_the_params_docstring():
 def test_every_parameter_of_a_shipped_policy_has_a_meaning(name):
     undocumented = [p["name"] for p in registry.get(name).parameters if not p["doc"]]
     assert undocumented == []
+
+
+def test_a_plugin_cannot_take_over_a_name(tmp_path, monkeypatch):
+    """A third-party entry point named like the built-in ``lru`` is listed as
+    an error and ignored; two third-party claims of one name are both refused."""
+    (tmp_path / "shadowpol.py").write_text(textwrap.dedent('''
+        import attrs
+        from spfcore import Score, hookimpl
+
+        @attrs.frozen
+        class P:
+            """No parameters."""
+
+        class DeepFirst:
+            """Scores blocks by depth."""
+            name = "lru"
+            capabilities = frozenset({"scoring"})
+            Params = P
+            def __init__(self, params):
+                self.params = params
+            @hookimpl
+            def spfcore_score_blocks(self, blocks, now):
+                return [Score(float(b.depth)) for b in blocks]
+
+        class Twin(DeepFirst):
+            """Claims a name another third party claims too."""
+            name = "twin"
+    '''))
+    for dist in ("shadowpol", "otherpol"):
+        info = tmp_path / f"{dist}-0.1.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+        eps = "[spfcore.policies]\ntwin = shadowpol:Twin\n" + ("lru = shadowpol:DeepFirst\n" if dist == "shadowpol" else "")
+        (info / "entry_points.txt").write_text(eps)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rows = [(p.name, p.distribution, p.status) for p in registry.discover({}) if p.name in ("lru", "twin")]
+    assert rows[0] == ("lru", "spfcore", "ok")
+    assert rows[1] == ("lru", "shadowpol", "error: name 'lru' belongs to the built-in policy (spfcore); "
+                                           "this entry point is ignored")
+    assert [r[:2] for r in rows[2:]] == [("twin", "otherpol"), ("twin", "shadowpol")]
+    assert all("claimed by several distributions (otherpol, shadowpol)" in r[2] for r in rows[2:])
+    assert registry.get("lru", {}).cls.__module__ == "spfcore.policies.lru"
+    with pytest.raises(registry.PolicyConfigError, match="'twin' cannot be used: .*uninstall all but one"):
+        registry.get("twin", {})

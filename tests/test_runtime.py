@@ -153,3 +153,32 @@ def test_policy_time_covers_every_event_and_contains_the_hook_time():
     lru = MiniCache("lru", 8)
     lru.serve(["a0", "a1"])
     assert lru.rt.stats()["policy_seconds"] > lru.rt.stats()["hook_seconds"]  # FIFO evictor work, no scoring
+
+
+@pytest.mark.parametrize("bad", ["x", float("nan"), Score(float("nan")), True, Score("1")])
+def test_a_score_that_is_not_a_real_number_fails_naming_policy_and_hook(bad):
+    class Bad:
+        @hookimpl
+        def spfcore_score_blocks(self, blocks, now):
+            return [0.5] * (len(blocks) - 1) + [bad]
+
+    c = MiniCache(runtime_for(Bad(), num_blocks=8), 8)
+    with pytest.raises(PolicyError, match=r"policy 't': hook spfcore_score_blocks returned .* at position \d+: "
+                                          r"a score must be a real number \(not NaN\)"):
+        c.serve(["a0", "a1"])
+
+
+def test_good_scores_of_every_kind_are_accepted():
+    import numpy as np
+
+    class Mixed:
+        @hookimpl
+        def spfcore_score_blocks(self, blocks, now):
+            kinds = [1.0, 2, None, Score(3.0), np.float32(0.5), float("inf")]
+            return [kinds[i % len(kinds)] for i in range(len(blocks))]
+
+    c = MiniCache(runtime_for(Mixed(), num_blocks=8), 8)
+    c.serve(["a0", "a1", "a2"])
+    c.serve(["b0", "b1", "b2", "b3"])
+    c.serve(["c0", "c1", "c2", "c3", "c4"])
+    assert c.rt.stats()["evictions"] >= 3

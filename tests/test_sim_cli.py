@@ -83,3 +83,20 @@ def test_every_arm_decides_the_same_under_any_pythonhashseed():
     assert runs[0]["session_ttl"][2] > 10_000  # the cap binds, so the re-pin order matters
     assert set(runs[0]) >= {"lru", "session_ttl", "frequency", "spf_expected_utility", "belady_oracle"}
     assert runs[1] == runs[0] and runs[2] == runs[0]
+
+
+def test_materialized_mooncake_trace_defaults_to_its_tokens_per_block(tmp_path):
+    """--tokens-per-block T without --block-size simulates blocks of T tokens
+    (one hash id, one block), as the gate does; --block-size still wins."""
+    trace = tmp_path / "mc.jsonl"
+    rows = [{"timestamp": 10 * i, "input_length": 1024, "output_length": 4, "hash_ids": [0, 1]} for i in range(3)]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = ["simulate", "--trace", str(trace), "--tokens-per-block", "32", "--num-blocks", "16", "--arms", "lru",
+            "--json"]
+    d = json.loads(CliRunner().invoke(main, base).stdout)
+    assert d["cache"]["block_size"] == 32
+    lru = d["cells"][0]
+    # a prompt of exactly 2 blocks hits at most 1 (its last token is recomputed): 32 tokens, twice
+    assert lru["prompt_tokens"] == 3 * 64 and lru["cached_tokens"] == 2 * 32
+    d16 = json.loads(CliRunner().invoke(main, [*base, "--block-size", "16"]).stdout)
+    assert d16["cache"]["block_size"] == 16 and d16["cells"][0]["cached_tokens"] == 2 * 48

@@ -32,8 +32,13 @@ def _ints(ctx, param, value: str) -> list[int]:
 
 
 def _block_size(cache_spec: CacheSpec, wl) -> CacheSpec:
-    """Hash-id traces (no token ids) run at their trace block size (512)."""
+    """Without --block-size: hash-id traces (no token ids) run at their trace
+    block size (512), a Mooncake trace materialized with --tokens-per-block T
+    at T (one hash id, one block), everything else at 16."""
     if cache_spec.block_size is None:
+        tpb = (wl.params or {}).get("tokens_per_block")
+        if tpb:
+            return CacheSpec(tpb, cache_spec.num_blocks, cache_spec.pressure)
         hashed = [r.hash_block_tokens for r in wl.requests if not r.prompt_token_ids]
         return CacheSpec(hashed[0] if hashed else 16, cache_spec.num_blocks, cache_spec.pressure)
     return cache_spec
@@ -58,7 +63,8 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
     rate, prefill tokens recomputed, evictions), with the infinite-cache and
     Belady ceilings of the same input (sequential replay).
 
-    Block size defaults to 16, or 512 for Mooncake hash-id traces. Cache size:
+    Block size defaults to 16, or 512 for Mooncake hash-id traces, or T for a
+    Mooncake trace materialized with --tokens-per-block T. Cache size:
     --num-blocks N (vLLM num_gpu_blocks, null block included) or
     --cache-pressure X (default 2.3).
     """
