@@ -78,7 +78,11 @@ def results_page(files, title, output, include) -> None:
     except report.ResultsError as exc:
         raise click.ClickException(str(exc)) from None
     if output:
-        report.write_atomic(output, text)
+        try:
+            report.write_atomic(output, text)
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise click.ClickException(f"--output {output}: cannot write: {exc.strerror or exc}{where}") from None
     else:
         click.echo(text, nl=False)
 

@@ -130,8 +130,12 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
         click.echo(f"interrupted: finished cells are kept in {gate_runner.sidecar_path(out)}; "
                    "run the same command again to finish the rest", err=True)
         sys.exit(130)
+    except OSError as exc:  # the results folder (or a trace) cannot be written or read
+        where = f" ({exc.filename})" if exc.filename else ""
+        ours = bool(exc.filename) and str(out).startswith(str(exc.filename))
+        raise click.ClickException(f"{f'--output {out}: ' if ours else ''}{exc.strerror or exc}{where}") from None
     except (gate_runner.GateConfigError, gate_runner.GateResumeError, registry.PolicyConfigError,
-            ValueError, OSError) as exc:
+            ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     console = report.make_console()
     report.print_report(results, console)

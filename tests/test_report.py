@@ -193,3 +193,16 @@ def test_atomic_write_uses_the_umask_and_takes_lines(tmp_path):
     with pytest.raises(RuntimeError):
         write_atomic(p, broken())
     assert p.read_text() == "one\ntwo\n" and sorted(x.name for x in p.parent.iterdir()) == ["x.txt"]
+
+
+def test_results_page_names_output_it_cannot_write(results, tmp_path):
+    from click.testing import CliRunner
+
+    from spfcore.cli import main
+
+    src = report.write_results(tmp_path / "r" / "results.json", results)
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    res = CliRunner().invoke(main, ["results-page", str(src), "-o", str(blocker / "page.md")])
+    assert res.exit_code == 1 and res.exception.__class__ is SystemExit
+    assert f"--output {blocker / 'page.md'}: cannot write: File exists ({blocker})" in res.output
