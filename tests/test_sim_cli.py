@@ -100,3 +100,10 @@ def test_materialized_mooncake_trace_defaults_to_its_tokens_per_block(tmp_path):
     assert lru["prompt_tokens"] == 3 * 64 and lru["cached_tokens"] == 2 * 32
     d16 = json.loads(CliRunner().invoke(main, [*base, "--block-size", "16"]).stdout)
     assert d16["cache"]["block_size"] == 16 and d16["cells"][0]["cached_tokens"] == 2 * 48
+
+
+def test_a_bad_policy_option_fails_before_any_arm_runs():
+    res = CliRunner().invoke(main, [*ARGS, "--arms", "lru,frequency", "--policy-opt", "frequency.min_count=0",
+                                    "--json"])
+    assert res.exit_code == 2 and res.stdout == ""
+    assert "policy 'frequency': 'min_count' must be >= 1: 0" in res.output

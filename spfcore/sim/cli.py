@@ -79,6 +79,11 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
     unknown_opts = set(options) - set(arm_list)
     if unknown_opts:
         raise click.BadParameter(f"options for arms not run: {sorted(unknown_opts)}", param_hint="--policy-opt")
+    for arm, opts in options.items():  # bad values fail now, not after the other arms ran
+        try:
+            registry.make_params(registry.get(arm), opts)
+        except registry.PolicyConfigError as exc:
+            raise click.BadParameter(str(exc), param_hint="--policy-opt") from None
 
     cells, ceils, sizes, params = [], {}, {}, {}
     for seed in seeds:
