@@ -213,7 +213,11 @@ def generated_workload(draw):
 @given(generated_workload(), st.sampled_from([1.5, 2.3, 4.0]))
 def test_belady_at_least_every_arm_on_generated_workloads(wl, pressure):
     prep = prepare(wl, 16)
-    nb = max(num_blocks_for_pressure(wl, pressure, 16), max(prep.blocks_needed) + 1)
+    try:
+        nb = num_blocks_for_pressure(wl, pressure, 16)
+    except ValueError:  # too little reuse for this pressure: the smallest cache that runs
+        nb = 0
+    nb = max(nb, max(prep.blocks_needed) + 1)
     arms = [p.name for p in registry.discover() if p.status == "ok" and p.name != "belady_oracle"]
     bel = simulate(prep, "belady_oracle", num_blocks=nb, block_size=16)["cached_tokens"]
     for arm in arms:

@@ -91,7 +91,7 @@ def test_materialized_mooncake_trace_defaults_to_its_tokens_per_block(tmp_path):
     trace = tmp_path / "mc.jsonl"
     rows = [{"timestamp": 10 * i, "input_length": 1024, "output_length": 4, "hash_ids": [0, 1]} for i in range(3)]
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    base = ["simulate", "--trace", str(trace), "--tokens-per-block", "32", "--num-blocks", "16", "--arms", "lru",
+    base = ["simulate", "--trace", str(trace), "--tokens-per-block", "32", "--num-blocks", "6", "--arms", "lru",
             "--json"]
     d = json.loads(CliRunner().invoke(main, base).stdout)
     assert d["cache"]["block_size"] == 32
@@ -100,6 +100,14 @@ def test_materialized_mooncake_trace_defaults_to_its_tokens_per_block(tmp_path):
     assert lru["prompt_tokens"] == 3 * 64 and lru["cached_tokens"] == 2 * 32
     d16 = json.loads(CliRunner().invoke(main, [*base, "--block-size", "16"]).stdout)
     assert d16["cache"]["block_size"] == 16 and d16["cells"][0]["cached_tokens"] == 2 * 48
+
+
+def test_a_cache_larger_than_the_workload_can_fill_is_refused():
+    res = CliRunner().invoke(main, [*ARGS[:-4], "--num-blocks", "100000000", "--seeds", "1"])
+    assert res.exit_code == 2
+    assert "Invalid value for --num-blocks: 100,000,000 blocks is more than this workload can ever fill" in res.output
+    res = CliRunner().invoke(main, [*ARGS[:-4], "--cache-pressure", "1e-9", "--seeds", "1"])
+    assert res.exit_code == 2 and "Invalid value for --cache-pressure" in res.output
 
 
 def test_a_bad_policy_option_fails_before_any_arm_runs():

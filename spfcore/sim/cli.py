@@ -94,6 +94,11 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--block-size") from None
         nb = spec.num_blocks_for(wl)
+        most = sum(prep.blocks_needed) + 1  # the infinite cache: every block ever held, + the null block
+        if nb > most:
+            hint = "--num-blocks" if cache_spec.num_blocks is not None else "--cache-pressure"
+            raise click.BadParameter(f"{nb:,} blocks is more than this workload can ever fill (seed {seed}: "
+                                     f"{most:,} blocks, the infinite cache); use at most that", param_hint=hint)
         sizes[seed], params[seed] = nb, wl.params
         kw = dict(num_blocks=nb, block_size=spec.block_size, mode=mode, max_running=max_running,
                   token_budget=token_budget, seed=seed)
