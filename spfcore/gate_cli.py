@@ -87,6 +87,8 @@ def _threshold_options(f):
 @click.option("--fresh", is_flag=True, help="Discard finished cells of an earlier run at --output.")
 @click.option("--no-sim", is_flag=True, help="Skip the simulator (no harness/headroom check).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--check", is_flag=True,
+              help="Exit status 3 unless the verdict is SURVIVES (for scripts and CI); default 0 for any verdict.")
 @click.option("--time-limit", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="Start no engine cell after this many seconds; the verdict is then INCOMPLETE and the "
                    "same command later resumes (machines lent by the minute).")
@@ -95,11 +97,12 @@ def _threshold_options(f):
 @_threshold_options
 @click.pass_context
 def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, baseline, floor_, oracle,
-                 policy_opt, mode, output, fresh, no_sim, no_progress, time_limit, workload_spec, cache_spec,
+                 policy_opt, mode, output, fresh, no_sim, no_progress, check, time_limit, workload_spec, cache_spec,
                  **thresholds):
     """Run the survival gate: every arm x seed through a real vLLM engine and
     the simulator, then judge the candidate (SURVIVES, FAILS, INVALID-HARNESS,
-    NO-HEADROOM or INCOMPLETE). Exit status 0 for any verdict."""
+    NO-HEADROOM or INCOMPLETE). Exit status 0 for any verdict; with --check, 3
+    for any verdict but SURVIVES (1: bad input, 130: interrupted)."""
     p = PRESETS[preset]
     # vLLM logs at INFO by default (and a harmless tokenizer warning per engine); keep the
     # verdict readable unless the user asked otherwise.
@@ -145,3 +148,5 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
     if left:
         console.print(f"{left} engine cell(s) not finished: run the same command again to run them "
                       "(finished cells are kept; --fresh starts over)", markup=False)
+    if check and results["verdict"]["status"] != "SURVIVES":
+        sys.exit(3)

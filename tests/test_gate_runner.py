@@ -248,6 +248,9 @@ def test_cli_errors_exit_non_zero_with_a_clear_message(tmp_path):
                                   str(tmp_path / "t" / "r.json"), "--no-progress"])
     assert r.exit_code == 0 and "INCOMPLETE" in r.output
     assert "15 engine cell(s) not finished: run the same command again" in r.output
+    r = CliRunner().invoke(main, ["gate", "--preset", "quick", *small, "--num-blocks", "40", "--time-limit", "0", "--output",
+                                  str(tmp_path / "t" / "r.json"), "--no-progress", "--check"])
+    assert r.exit_code == 3 and "INCOMPLETE" in r.output  # --check: any verdict but SURVIVES fails the script
 
 
 # ------------------------------------------------------------------ real engine
