@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -38,6 +39,11 @@ def list_policies(as_json: bool) -> None:
     make_console().print(t)
 
 
+def _plain_rst(text: str) -> str:
+    """Docstring markup for a terminal: ``x`` -> x, :mod:`~a.b` -> a.b."""
+    return re.sub(r"``([^`]+)``", r"\1", re.sub(r":\w+:`~?([^`]+)`", r"\1", text))
+
+
 @main.command()
 @click.argument("name")
 def describe(name: str) -> None:
@@ -53,12 +59,13 @@ def describe(name: str) -> None:
     click.echo("parameters:")
     if not info.parameters:
         click.echo("  (none)")
+    plain = _plain_rst
     for p in info.parameters:
         click.echo(f"  {p['name']}: {p['type']} = {p['default']!r}")
         if p.get("doc"):
-            click.echo(textwrap.fill(p["doc"], width=88, initial_indent=" " * 6, subsequent_indent=" " * 6))
+            click.echo(textwrap.fill(plain(p["doc"]), width=88, initial_indent=" " * 6, subsequent_indent=" " * 6))
     click.echo("")
-    click.echo(info.doc)
+    click.echo(plain(info.doc))
 
 
 @main.command("results-page")

@@ -176,6 +176,8 @@ def test_describe_gives_each_parameter_its_meaning_from_the_params_docstring():
     lines = res.output.splitlines()
     i = lines.index("  ttl_arrivals: int = 8")
     assert lines[i + 1].startswith("      TTL in arrivals (int >= 1)")
+    assert "``" not in res.output and ":mod:" not in res.output  # docstring markup shown plain
+    assert "session is active while now < t + ttl_seconds where t is" in " ".join(res.output.split())
 
 
 @pytest.mark.parametrize("name", ["lru", "session_ttl", "frequency", "spf_expected_utility", "belady_oracle"])
