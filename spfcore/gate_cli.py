@@ -53,9 +53,12 @@ def _csv(kind):
             return None
         items = [v.strip() for v in value.split(",") if v.strip()]
         try:
-            return tuple(kind(v) for v in items)
+            out = tuple(kind(v) for v in items)
         except ValueError:
             raise click.BadParameter(f"expected comma-separated {kind.__name__}s, got {value!r}") from None
+        if len(set(out)) != len(out):
+            raise click.BadParameter(f"{value!r}: a value is given twice")
+        return out
     return conv
 
 

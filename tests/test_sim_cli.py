@@ -115,3 +115,12 @@ def test_a_bad_policy_option_fails_before_any_arm_runs():
                                     "--json"])
     assert res.exit_code == 2 and res.stdout == ""
     assert "policy 'frequency': 'min_count' must be >= 1: 0" in res.output
+
+
+def test_a_seed_or_arm_given_twice_is_refused():
+    res = CliRunner().invoke(main, [*ARGS[:-2], "--seeds", "1,1"])
+    assert res.exit_code == 2 and "'1,1': a seed given twice would count twice in the means" in res.output
+    res = CliRunner().invoke(main, [*ARGS, "--arms", "lru,lru"])
+    assert res.exit_code == 2 and "'lru,lru': an arm is given twice" in res.output
+    res = CliRunner().invoke(main, ["gate", "--preset", "quick", "--seeds", "42,43,42"])
+    assert res.exit_code == 2 and "'42,43,42': a value is given twice" in res.output

@@ -28,6 +28,8 @@ def _ints(ctx, param, value: str) -> list[int]:
         raise click.BadParameter(f"{value!r}: expected comma-separated ints, e.g. 42,43,44") from None
     if not out or any(s < 0 for s in out):
         raise click.BadParameter(f"{value!r}: need at least one seed >= 0")
+    if len(set(out)) != len(out):
+        raise click.BadParameter(f"{value!r}: a seed given twice would count twice in the means")
     return out
 
 
@@ -74,6 +76,8 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
         raise click.BadParameter(str(exc), param_hint="--policy-opt") from None
     if arms:
         arm_list = [a.strip() for a in arms.split(",") if a.strip()]
+        if len(set(arm_list)) != len(arm_list):
+            raise click.BadParameter(f"{arms!r}: an arm is given twice", param_hint="--arms")
     else:
         arm_list = [p.name for p in registry.discover() if p.status == "ok"]
     unknown_opts = set(options) - set(arm_list)
