@@ -127,10 +127,14 @@ def _validate(cls) -> tuple[tuple, tuple]:
     return hooks, tuple(sorted(cls.capabilities))
 
 
-def _info_from(ep: EntryPoint) -> PolicyInfo:
+def _info_from(ep: EntryPoint, refused: str | None = None) -> PolicyInfo:
+    """Load and validate the policy of ``ep``; ``refused``: list it with that
+    error status without loading it."""
     dist = ep.dist
-    dname, dver = (dist.metadata["Name"], dist.version) if dist is not None else ("?", "?")
-    base = dict(name=ep.name, distribution=dname, version=dver, entry_point=ep.value)
+    base = dict(name=ep.name, distribution=_dist_name(ep), version=dist.version if dist is not None else "?",
+                entry_point=ep.value)
+    if refused is not None:
+        return PolicyInfo(status=f"error: {refused}", **base)
     try:
         cls = ep.load()
         if getattr(cls, "name", ep.name) != ep.name:
@@ -178,16 +182,13 @@ def discover(env: typing.Mapping[str, str] | None = None) -> list[PolicyInfo]:
             continue
         if builtin:
             out.append(_info_from(builtin[0]))
-            why = f"error: name {name!r} belongs to the built-in policy ({BUILTIN_DIST}); this entry point is ignored"
+            why = f"name {name!r} belongs to the built-in policy ({BUILTIN_DIST}); this entry point is ignored"
             rivals = [ep for ep in eps if ep is not builtin[0]]
         else:
             dists = ", ".join(sorted(_dist_name(ep) for ep in eps))
-            why = f"error: name {name!r} is claimed by several distributions ({dists}); uninstall all but one"
+            why = f"name {name!r} is claimed by several distributions ({dists}); uninstall all but one"
             rivals = eps
-        for ep in rivals:
-            d = ep.dist
-            out.append(PolicyInfo(name=name, distribution=_dist_name(ep), version=d.version if d else "?",
-                                  entry_point=ep.value, status=why))
+        out.extend(_info_from(ep, refused=why) for ep in rivals)
     return sorted(out, key=lambda p: (p.name, p.status != "ok", p.distribution))
 
 
