@@ -59,13 +59,12 @@ def describe(name: str) -> None:
     click.echo("parameters:")
     if not info.parameters:
         click.echo("  (none)")
-    plain = _plain_rst
     for p in info.parameters:
         click.echo(f"  {p['name']}: {p['type']} = {p['default']!r}")
         if p.get("doc"):
-            click.echo(textwrap.fill(plain(p["doc"]), width=88, initial_indent=" " * 6, subsequent_indent=" " * 6))
+            click.echo(textwrap.fill(_plain_rst(p["doc"]), width=88, initial_indent=" " * 6, subsequent_indent=" " * 6))
     click.echo("")
-    click.echo(plain(info.doc))
+    click.echo(_plain_rst(info.doc))
 
 
 @main.command("results-page")

@@ -13,7 +13,7 @@ from rich.table import Table
 from spfcore import registry
 from spfcore.report import make_console
 from spfcore.runtime import PolicyError
-from spfcore.sim.simulator import ceilings, prepare, simulate as run_arm
+from spfcore.sim.simulator import ceilings, infinite_blocks, prepare, simulate as run_arm
 from spfcore.workloads.options import (CacheSpec, RecordingCommand, WorkloadSpec, cache_options, command_line,
                                        workload_options)
 
@@ -98,7 +98,7 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--block-size") from None
         nb = spec.num_blocks_for(wl)
-        most = sum(prep.blocks_needed) + 1  # the infinite cache: every block ever held, + the null block
+        most = infinite_blocks(prep, spec.block_size)
         if nb > most:
             hint = "--num-blocks" if cache_spec.num_blocks is not None else "--cache-pressure"
             raise click.BadParameter(f"{nb:,} blocks is more than this workload can ever fill (seed {seed}: "
