@@ -31,11 +31,14 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from numbers import Integral
 
-from spfcore.views import Score
 
 NEVER_ARRIVAL = 2**62
 
-ScoreFn = Callable[[Sequence[int], float], "Sequence[float | Score] | None"]
+#: ``(values, expires_at, expires_at_arrival, pinned)``: one list per field, one
+#: entry per block (``None``: the default for every block): the form
+#: :class:`spfcore.runtime.PolicyRuntime` normalizes every score answer to.
+ScoreCols = tuple
+ScoreFn = Callable[[Sequence[int], float], "ScoreCols | None"]
 AdmitFn = Callable[[Sequence[int], float], "Sequence[bool] | None"]
 ChooseFn = Callable[[Sequence[int], int, float], "Sequence[int] | None"]
 
@@ -45,7 +48,8 @@ class Evictor:
 
     Args:
         num_blocks: Size of the pool, blocks; the pin cap is a share of it.
-        score: ``score(ids, now)`` -> one float or Score per id, or None.
+        score: ``score(ids, now)`` -> :data:`ScoreCols` for the ids, or None
+            (value 0, no expiry, no pin: release order).
         admit: ``admit(ids, now)`` -> one bool per id, or None (admit all).
         choose: ``choose(candidate_ids, n, now)`` -> n indices, or None.
         pin_cap_fraction: Most pinned free blocks, as a share of ``num_blocks``
@@ -124,11 +128,11 @@ class Evictor:
         if not ids:
             return
         admitted = self._admit(ids, now) if self._admit is not None else None
-        scores = self._score(ids, now) if self._score is not None else None
-        for k, i in enumerate(ids):
-            self._order += 1
-            tier = 1 if admitted is None or admitted[k] else 0
-            self._insert(i, tier, scores[k] if scores is not None else None, self._order)
+        cols = self._score(ids, now) if self._score is not None else None
+        o = self._order
+        self._order = o + len(ids)
+        tiers = [1] * len(ids) if admitted is None else [1 if a else 0 for a in admitted]
+        self._place(ids, tiers, cols, range(o + 1, o + 1 + len(ids)))
 
     def pin(self, ids: Iterable[int], expires_at_arrival: int) -> int:
         """Pin free cached blocks until an arrival index (prefetch hints).
@@ -138,48 +142,87 @@ class Evictor:
         """
         if self.fifo:
             raise RuntimeError("pin() needs a scored evictor; the policy implements no decision hook")
-        done = 0
-        for i in ids:
-            e = self._entry.get(i)
-            if e is None or i in self._pinned:
-                continue
-            if self._insert(i, e[0], Score(e[1], expires_at_arrival=expires_at_arrival, pinned=True), e[2]):
-                done += 1
-        return done
+        entry, pinned = self._entry, self._pinned
+        ids = [i for i in dict.fromkeys(ids) if i in entry and i not in pinned]
+        if not ids:
+            return 0
+        es = [entry[i] for i in ids]
+        n = len(ids)
+        cols = ([e[1] for e in es], None, [expires_at_arrival] * n, [True] * n)
+        return self._place(ids, [e[0] for e in es], cols, [e[2] for e in es])
 
-    def _insert(self, i: int, tier: int, s, order: int) -> bool:
-        """(Re-)insert block ``i`` with score ``s`` at release order ``order``;
-        returns whether it is pinned."""
-        old = self._entry.get(i)
-        if old is not None:
-            self._unlink(i, old)
-        self._version += 1
+    def _place(self, ids: Sequence[int], tiers: Sequence[int], cols, orders: Sequence[int]) -> int:
+        """(Re-)insert blocks ``ids`` into the eviction order: block ``ids[k]``
+        at tier ``tiers[k]``, release order ``orders[k]``, with score columns
+        ``cols = (values, expires_at, expires_at_arrival, pinned)`` (each a list
+        or ``None``; ``cols`` ``None``: value 0, no expiry, no pin). A block
+        already in the order whose rank does not change stays where it is.
+
+        Returns:
+            Number of blocks pinned (pins beyond the cap are refused and counted
+            in ``pins_refused``).
+        """
+        values, exp_t, exp_a, pins = cols if cols is not None else (None, None, None, None)
+        entry, pinned_set, cap = self._entry, self._pinned, self.pin_cap
+        link, unlink = self._link, self._unlink
+        exp_t_heap, exp_t_at, exp_a_heap, exp_a_at = self._exp_t, self._exp_t_at, self._exp_a, self._exp_a_at
+        heappush, inf = heapq.heappush, math.inf
         v = self._version
-        pinned = False
-        if s is None:
-            value = 0.0
-        elif isinstance(s, Score):
-            value = s.value
-            if s.expires_at != math.inf:
-                self._expire(self._exp_t, self._exp_t_at, s.expires_at, v, i)
-            if s.expires_at_arrival < NEVER_ARRIVAL:
-                self._expire(self._exp_a, self._exp_a_at, s.expires_at_arrival, v, i)
-            if s.pinned:
-                if len(self._pinned) < self.pin_cap or i in self._pinned:
-                    pinned = True
+        ne = npinned = 0
+        for k, i in enumerate(ids):
+            tier = tiers[k]
+            value = values[k] if values is not None else 0.0
+            v += 1
+            if exp_t is not None:
+                x = exp_t[k]
+                if x != inf:
+                    ne += 1
+                    lst = exp_t_at.get(x)
+                    if lst is None:
+                        exp_t_at[x] = [v, i]
+                        heappush(exp_t_heap, x)
+                    else:
+                        lst.append(v)
+                        lst.append(i)
+            if exp_a is not None:
+                x = exp_a[k]
+                if x < NEVER_ARRIVAL:
+                    ne += 1
+                    lst = exp_a_at.get(x)
+                    if lst is None:
+                        exp_a_at[x] = [v, i]
+                        heappush(exp_a_heap, x)
+                    else:
+                        lst.append(v)
+                        lst.append(i)
+            pin = False
+            if pins is not None and pins[k]:
+                if len(pinned_set) < cap or i in pinned_set:
+                    pin = True
                 else:
                     self.pins_refused += 1
-        else:
-            value = float(s)
-        if pinned:
-            self._pinned.add(i)
-        else:
-            self._pinned.discard(i)
-        self._entry[i] = [tier, value, order, v]
-        self._link(i, 2 if pinned else tier, value, order)
-        if self._exp_n > 2 * len(self._entry) + 1024:
+            old = entry.get(i)
+            if old is not None:
+                was_pinned = i in pinned_set if pinned_set else False
+                if not pin and not was_pinned and old[0] == tier and old[1] == value:
+                    old[3] = v  # same rank: stays where it is
+                    continue
+                unlink(i, old)
+                old[0], old[1], old[3] = tier, value, v
+            else:
+                entry[i] = [tier, value, orders[k], v]
+            if pin:
+                pinned_set.add(i)
+                npinned += 1
+            elif pinned_set:
+                pinned_set.discard(i)
+            link(i, 2 if pin else tier, value, orders[k])
+        self._version = v
+        self._exp_n += ne
+        n = len(entry)
+        if self._exp_n > 2 * n + 1024 or any(len(h) > 2 * n + 1024 for h in self._vheap):
             self._compact()
-        return pinned
+        return npinned
 
     def _expire(self, heap: list, at: dict, x, v: int, i: int) -> None:
         """Re-score block ``i`` (entry version ``v``) at expiry ``x``."""
@@ -200,8 +243,6 @@ class Evictor:
             groups[value] = ([order], [i])
             heap = self._vheap[ht]
             heapq.heappush(heap, value)
-            if len(heap) > 2 * len(self._entry) + 1024:
-                self._compact()
         else:
             orders, gids = g
             if not orders or order > orders[-1]:  # a release: the latest order so far
@@ -276,55 +317,9 @@ class Evictor:
         ids = [i for i in dict.fromkeys(ids) if i in entry]
         if not ids:
             return 0
-        scores = self._score(ids, now) if self._score is not None else None
-        if scores is None or self._pinned:
-            for k, i in enumerate(ids):
-                e = entry[i]
-                self._insert(i, e[0], scores[k] if scores is not None else None, e[2])
-            return len(ids)
-        # Fast path (no pinned block): _insert inlined for plain floats and
-        # unpinned Scores; same versions, expiry entries and order as _insert.
-        vheaps = self._vheap
-        exp_a, exp_a_at = self._exp_a, self._exp_a_at
-        heappush, inf = heapq.heappush, math.inf
-        v = self._version
-        ne = 0  # expiry pairs added
-        for i, s in zip(ids, scores):
-            e = entry[i]
-            if type(s) is float:
-                value = s
-                v += 1
-            elif type(s) is Score and not s.pinned:
-                value = s.value
-                v += 1
-                if s.expires_at != inf:  # seconds: rare, the general helper
-                    self._expire(self._exp_t, self._exp_t_at, s.expires_at, v, i)
-                x = s.expires_at_arrival
-                if x < NEVER_ARRIVAL:  # arrivals (the clock of policies that must agree with the simulator): inlined
-                    ne += 1
-                    lst = exp_a_at.get(x)
-                    if lst is None:
-                        exp_a_at[x] = [v, i]
-                        heappush(exp_a, x)
-                    else:
-                        lst.append(v)
-                        lst.append(i)
-            else:  # anything else (a pin, an int, a Score subclass): the general path
-                self._version = v
-                self._insert(i, e[0], s, e[2])
-                v = self._version
-                continue
-            e[3] = v
-            if value == e[1]:  # same rank: stays where it is
-                continue
-            self._unlink(i, e)  # no block is pinned here: its tier is e[0]
-            e[1] = value
-            self._link(i, e[0], value, e[2])
-        self._version = v
-        self._exp_n += ne
-        n = len(entry)
-        if self._exp_n > 2 * n + 1024 or any(len(h) > 2 * n + 1024 for h in vheaps):
-            self._compact()
+        cols = self._score(ids, now) if self._score is not None else None
+        es = [entry[i] for i in ids]
+        self._place(ids, [e[0] for e in es], cols, [e[2] for e in es])
         return len(ids)
 
     def rescore_expired(self, now: float, arrival: int) -> int:

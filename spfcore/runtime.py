@@ -10,14 +10,16 @@ policies only ever see :class:`~spfcore.views.BlockView` and
 from __future__ import annotations
 
 import functools
+import math
 import numbers
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
+import numpy as np
 import pluggy
 
-from spfcore.evictor import Evictor
-from spfcore.views import BlockView, RequestView, Score
+from spfcore.evictor import NEVER_ARRIVAL, Evictor
+from spfcore.views import BlockBatch, BlockTable, BlockView, RequestView, Score, Scores
 
 
 class PolicyError(RuntimeError):
@@ -28,42 +30,108 @@ class PolicyError(RuntimeError):
     """
 
 
-class _Meta:
-    """Mutable metadata of one cached block; ``view()`` caches its frozen
-    BlockView until the next hit changes the block."""
-
-    __slots__ = ("key", "depth", "parent", "num_tokens", "session_id", "request_id",
-                 "access_count", "last_access", "stored_at", "_view")
-
-    def __init__(self, key, depth, parent, num_tokens, session_id, request_id, now):
-        self.key, self.depth, self.parent, self.num_tokens = key, depth, parent, num_tokens
-        self.session_id, self.request_id = session_id, request_id
-        self.access_count, self.last_access, self.stored_at = 1, now, now
-        self._view = None
-
-    def view(self) -> BlockView:
-        v = self._view
-        if v is None:
-            v = self._view = BlockView(self.key, self.depth, self.parent, self.num_tokens, self.session_id,
-                                       self.request_id, self.access_count, self.last_access, self.stored_at)
-        return v
+def _bad(policy: str, hook: str, what: str) -> PolicyError:
+    return PolicyError(f"policy {policy!r}: hook {hook} returned {what}")
 
 
-def _first_bad_score(scores) -> int | None:
-    """Position of the first score that is not a real number, ``None`` or a
-    :class:`Score` with a real value, or that is NaN (NaN has no order, so
-    the eviction order would be undefined); ``None`` if all are good."""
-    for j, x in enumerate(scores):
-        if x is None:
-            continue
-        if type(x) is Score:
-            x = x.value
-        if type(x) is float:
+def _column(x, n: int, default, policy: str, field: str):
+    """One :class:`Scores` field as a list of ``n`` entries, or ``None`` when
+    it is the default for every block."""
+    if np.ndim(x) == 0:
+        if x == default or (x != x and default != default):
+            return None
+        return [x.item() if isinstance(x, np.generic) else x] * n
+    lst = x.tolist() if isinstance(x, np.ndarray) else list(x)
+    if len(lst) != n:
+        raise _bad(policy, "spfcore_score_blocks", f"Scores.{field} of length {len(lst)} for {n} blocks")
+    return lst
+
+
+def score_columns(res, n: int, policy: str = "?"):
+    """Normalize an answer of ``spfcore_score_blocks`` for ``n`` blocks to the
+    evictor's columns ``(values, expires_at, expires_at_arrival, pinned)``
+    (lists, or ``None`` for a field at its default for every block).
+
+    Accepted answers: ``None`` (vLLM's order); a :class:`~spfcore.views.Scores`;
+    a numpy array of reals; a sequence of ``float``, ``int``, ``None`` (0.0) or
+    :class:`~spfcore.views.Score` (the per-block form).
+
+    Raises:
+        PolicyError: wrong length, a value that is not a real number or is
+            NaN (NaN has no order), or a pin without an expiry; the message
+            names the policy, the hook and the position.
+    """
+    hook = "spfcore_score_blocks"
+    if res is None:
+        return None
+    if isinstance(res, Scores):
+        vals = np.asarray(res.values)
+        if vals.ndim == 0:
+            vals = np.full(n, vals)
+        values = _values(vals, n, policy)
+        exp_t = _column(res.expires_at, n, math.inf, policy, "expires_at")
+        exp_a = _column(res.expires_at_arrival, n, NEVER_ARRIVAL, policy, "expires_at_arrival")
+        if exp_a is not None:
+            exp_a = [NEVER_ARRIVAL if x >= NEVER_ARRIVAL else int(x) for x in exp_a]
+        pins = _column(res.pinned, n, False, policy, "pinned")
+        if pins is not None:
+            for j, p in enumerate(pins):
+                if p and (exp_t is None or exp_t[j] == math.inf) and (exp_a is None or exp_a[j] >= NEVER_ARRIVAL):
+                    raise _bad(policy, hook, f"a pin without an expiry at position {j} (it could hold its block forever)")
+        return values, exp_t, exp_a, pins
+    if isinstance(res, np.ndarray):
+        return _values(res, n, policy), None, None, None
+    res = list(res)
+    if len(res) != n:
+        raise _bad(policy, hook, f"{len(res)} results for {n} blocks")
+    values = []
+    exp_t = exp_a = pins = None
+    for j, x in enumerate(res):
+        t = type(x)
+        if t is float:
             if x != x:
-                return j
-        elif type(x) is bool or not isinstance(x, numbers.Real) or x != x:
-            return j
-    return None
+                raise _bad(policy, hook, f"{x!r} at position {j}: a score must be a real number (not NaN), None or a Score")
+            values.append(x)
+            continue
+        if t is Score:
+            v = x.value
+            if (type(v) is bool or not isinstance(v, numbers.Real)) or v != v:
+                raise _bad(policy, hook, f"{x!r} at position {j}: a score must be a real number (not NaN), None or a Score")
+            values.append(float(v))
+            if x.expires_at != math.inf:
+                if exp_t is None:
+                    exp_t = [math.inf] * n
+                exp_t[j] = x.expires_at
+            if x.expires_at_arrival < NEVER_ARRIVAL:
+                if exp_a is None:
+                    exp_a = [NEVER_ARRIVAL] * n
+                exp_a[j] = x.expires_at_arrival
+            if x.pinned:
+                if pins is None:
+                    pins = [False] * n
+                pins[j] = True
+            continue
+        if x is None:
+            values.append(0.0)
+            continue
+        if t is bool or not isinstance(x, numbers.Real) or x != x:
+            raise _bad(policy, hook, f"{x!r} at position {j}: a score must be a real number (not NaN), None or a Score")
+        values.append(float(x))
+    return values, exp_t, exp_a, pins
+
+
+def _values(a: np.ndarray, n: int, policy: str) -> list:
+    hook = "spfcore_score_blocks"
+    if a.shape != (n,):
+        raise _bad(policy, hook, f"an array of shape {a.shape} for {n} blocks")
+    if a.dtype.kind not in "fiu":
+        raise _bad(policy, hook, f"an array of dtype {a.dtype}: scores must be real numbers")
+    if a.dtype.kind == "f":
+        nan = np.isnan(a)
+        if nan.any():
+            j = int(nan.argmax())
+            raise _bad(policy, hook, f"{a[j]!r} at position {j}: a score must be a real number (not NaN)")
+    return a.astype(np.float64, copy=False).tolist()
 
 
 def _timed(method):
@@ -98,7 +166,7 @@ class PolicyRuntime:
         self.pm, self.hook, self.policy_name = pm, pm.hook, policy_name
         self.num_blocks, self.block_size = num_blocks, block_size
         self.needs_future, self._future_set = needs_future, False
-        self.meta: dict[int, _Meta] = {}
+        self.table = BlockTable(num_blocks)
         self.by_key: dict[object, int] = {}  # block hash -> physical id of the cached block
         self.arrival = 0
         self.hook_seconds = 0.0
@@ -119,24 +187,20 @@ class PolicyRuntime:
             "spfcore_request_finished", "spfcore_blocks_evicted", "spfcore_score_blocks",
             "spfcore_admit_blocks", "spfcore_choose_victims", "spfcore_prefetch_hints",
             "spfcore_rescore_keys")}
-        meta = self.meta
+        table = self.table
         score = admit = choose = None
         if self._has["spfcore_score_blocks"]:
             def score(ids, now):
-                res = self._call("spfcore_score_blocks", len(ids), blocks=[meta[i].view() for i in ids], now=now)
-                if res:
-                    bad = _first_bad_score(res)
-                    if bad is not None:
-                        raise PolicyError(
-                            f"policy {self.policy_name!r}: hook spfcore_score_blocks returned {res[bad]!r} "
-                            f"at position {bad}: a score must be a real number (not NaN), None or a Score")
-                return res
+                res = self._call("spfcore_score_blocks", None, blocks=BlockBatch(table, ids), now=now)
+                return score_columns(res, len(ids), self.policy_name)
         if self._has["spfcore_admit_blocks"]:
             def admit(ids, now):
-                return self._call("spfcore_admit_blocks", len(ids), blocks=[meta[i].view() for i in ids], now=now)
+                res = self._call("spfcore_admit_blocks", len(ids), blocks=BlockBatch(table, ids), now=now)
+                return res.tolist() if isinstance(res, np.ndarray) else res
         if self._has["spfcore_choose_victims"]:
             def choose(ids, n, now):
-                return self._call("spfcore_choose_victims", None, candidates=[meta[i].view() for i in ids], n=n, now=now)
+                res = self._call("spfcore_choose_victims", None, candidates=BlockBatch(table, ids), n=n, now=now)
+                return res.tolist() if isinstance(res, np.ndarray) else res
         self.evictor = Evictor(num_blocks, score=score, admit=admit, choose=choose,
                                pin_cap_fraction=pin_cap_fraction)
         self._call("spfcore_cache_configured", None, num_blocks=num_blocks, block_size=block_size)
@@ -183,10 +247,12 @@ class PolicyRuntime:
                 "hints_used": self.hints_used, "pins_refused": self.evictor.pins_refused}
 
     # ------------------------------------------------------------ events
-    def set_future(self, requests: Sequence[RequestView]) -> None:
-        """Hand the future request stream to policies that need it."""
+    def set_future(self, requests: Iterable[RequestView]) -> None:
+        """Hand the future request stream (arrival order; an iterable the
+        policy consumes once, e.g. a generator over a trace) to policies that
+        need it."""
         self._future_set = True
-        self._call("spfcore_future_requests", None, requests=list(requests))
+        self._call("spfcore_future_requests", None, requests=requests)
 
     @_timed
     def arrived(self, request: RequestView, now: float) -> None:
@@ -230,37 +296,47 @@ class PolicyRuntime:
     def hit(self, request: RequestView, ids: Sequence[int], now: float) -> None:
         """The request's lookup hit these blocks (depth order). The driver
         takes them out of the evictor itself (ref count 0 -> 1)."""
-        meta = self.meta
-        for i in ids:
-            m = meta[i]
-            m.access_count += 1
-            m.last_access = now
-            m._view = None
+        table = self.table
+        if ids:
+            arr = np.asarray(ids, dtype=np.int64)
+            table.access_count[arr] += 1
+            table.last_access[arr] = now
         if self._hints:
+            key = table.key
             for i in ids:
-                rec = self._hints.pop(meta[i].key, None)
+                rec = self._hints.pop(key[i], None)
                 if rec is not None and not rec[1] and rec[0] >= self.arrival:
                     rec[1] = True
                     self.hints_used += 1
         if self._has["spfcore_blocks_hit"]:
-            self._call("spfcore_blocks_hit", None, request=request, blocks=[meta[i].view() for i in ids], now=now)
+            self._call("spfcore_blocks_hit", None, request=request, blocks=BlockBatch(table, ids), now=now)
 
     @_timed
     def stored(self, request: RequestView, ids: Sequence[int], keys: Sequence, first_depth: int,
                parent, num_tokens: int, now: float) -> None:
         """The request cached new full blocks ``ids`` with block hashes ``keys``
         at depths ``first_depth ...``; ``parent`` is the key before them."""
-        meta = self.meta
-        sid, rid = request.session_id, request.request_id
-        d = first_depth
+        t = self.table
+        n = len(ids)
+        arr = np.asarray(ids, dtype=np.int64)
+        key, par, req = t.key, t.parent, t.request_id
         by_key = self.by_key
+        rid = request.request_id
         for i, k in zip(ids, keys):
-            meta[i] = _Meta(k, d, parent, num_tokens, sid, rid, now)
+            key[i] = k
+            par[i] = parent
+            req[i] = rid
             by_key[k] = i
             parent = k
-            d += 1
+        if n:
+            t.depth[arr] = np.arange(first_depth, first_depth + n)
+            t.num_tokens[arr] = num_tokens
+            t.session[arr] = t.session_id(request.session_id)
+            t.access_count[arr] = 1
+            t.last_access[arr] = now
+            t.stored_at[arr] = now
         if self._has["spfcore_blocks_stored"]:
-            self._call("spfcore_blocks_stored", None, request=request, blocks=[meta[i].view() for i in ids], now=now)
+            self._call("spfcore_blocks_stored", None, request=request, blocks=BlockBatch(t, ids), now=now)
 
     @_timed
     def finished(self, request: RequestView, now: float) -> None:
@@ -289,14 +365,15 @@ class PolicyRuntime:
         ids = self.evictor.pop(n, now, self.arrival)
         self.evict_seconds += time.perf_counter() - t
         self.evict_calls += 1
-        meta, by_key = self.meta, self.by_key
+        key, by_key = self.table.key, self.by_key
         gone = []
         for i in ids:
-            m = meta.pop(i, None)
-            if m is not None:
-                gone.append(m.key)
-                if by_key.get(m.key) == i:  # a recomputed duplicate may own the key now
-                    del by_key[m.key]
+            k = key[i]
+            if k is not None:
+                key[i] = None
+                gone.append(k)
+                if by_key.get(k) == i:  # a recomputed duplicate may own the key now
+                    del by_key[k]
         if gone:
             self.evictions += len(gone)
             if self._has["spfcore_blocks_evicted"]:
@@ -306,7 +383,17 @@ class PolicyRuntime:
     def forget(self, ids: Sequence[int]) -> None:
         """Drop metadata of blocks whose hashes were dropped outside eviction
         (prefix-cache reset)."""
+        key, by_key = self.table.key, self.by_key
         for i in ids:
-            m = self.meta.pop(i, None)
-            if m is not None and self.by_key.get(m.key) == i:
-                del self.by_key[m.key]
+            k = key[i]
+            if k is not None:
+                key[i] = None
+                if by_key.get(k) == i:
+                    del by_key[k]
+
+    @property
+    def meta(self) -> dict[int, BlockView]:
+        """Cached blocks now: physical id -> a frozen :class:`BlockView`
+        (built on each access, O(blocks); for tests and debugging)."""
+        key, view = self.table.key, self.table.view
+        return {i: view(i) for i, k in enumerate(key) if k is not None}

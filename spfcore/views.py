@@ -113,3 +113,193 @@ class Hint:
 
     keys: tuple
     expires_at_arrival: int
+
+
+class BlockTable:
+    """Per-block metadata of one cache, as columns indexed by physical block id.
+
+    The runtime owns it and writes it; policies read it through
+    :class:`BlockBatch`. Numeric columns are numpy arrays of length
+    ``num_blocks`` so that a batch reads a column with one fancy-index
+    operation; keys and request ids stay Python objects (block hashes are
+    128-bit ints, see :mod:`spfcore.keys`).
+
+    Attributes:
+        key: list, block hash per block id, ``None`` if the block holds no hash.
+        parent: list, key of the block at ``depth - 1`` (``None`` at depth 0).
+        request_id: list, id of the request that stored the block.
+        depth: int64 array, 0-based chain position.
+        num_tokens: int64 array, tokens held (the block size).
+        session: int64 array, interned session id (``-1``: no session);
+            :attr:`sessions` maps it back to the session string.
+        access_count: int64 array, stores + hits (>= 1 while cached).
+        last_access: float64 array, ``now`` (seconds) of the last store or hit.
+        stored_at: float64 array, ``now`` (seconds) of the store.
+        sessions: list of session strings, indexed by interned id.
+    """
+
+    __slots__ = ("key", "parent", "request_id", "depth", "num_tokens", "session", "access_count",
+                 "last_access", "stored_at", "sessions", "_session_ids")
+
+    def __init__(self, num_blocks: int) -> None:
+        import numpy as np
+
+        self.key: list = [None] * num_blocks
+        self.parent: list = [None] * num_blocks
+        self.request_id: list = [None] * num_blocks
+        self.depth = np.zeros(num_blocks, np.int64)
+        self.num_tokens = np.zeros(num_blocks, np.int64)
+        self.session = np.full(num_blocks, -1, np.int64)
+        self.access_count = np.zeros(num_blocks, np.int64)
+        self.last_access = np.zeros(num_blocks, np.float64)
+        self.stored_at = np.zeros(num_blocks, np.float64)
+        self.sessions: list[str] = []
+        self._session_ids: dict[str, int] = {}
+
+    def session_id(self, session: str | None) -> int:
+        """Interned id of ``session`` (``-1`` for ``None``), allocated on first use."""
+        if session is None:
+            return -1
+        sid = self._session_ids.get(session)
+        if sid is None:
+            sid = self._session_ids[session] = len(self.sessions)
+            self.sessions.append(session)
+        return sid
+
+    def view(self, i: int) -> BlockView:
+        """The frozen :class:`BlockView` of block ``i`` (a copy: later events do not change it)."""
+        s = int(self.session[i])
+        return BlockView(self.key[i], int(self.depth[i]), self.parent[i], int(self.num_tokens[i]),
+                         self.sessions[s] if s >= 0 else None, self.request_id[i],
+                         int(self.access_count[i]), float(self.last_access[i]), float(self.stored_at[i]))
+
+
+class BlockBatch:
+    """The blocks of one hook call, in the batch form: columns as arrays.
+
+    The batch form costs one numpy fancy-index per column a policy reads
+    (columns are computed on first access and cached); nothing is built per
+    block unless the policy iterates. The per-block form is the same object
+    used as a sequence: ``len(batch)``, ``batch[j]`` and ``for b in batch``
+    give frozen :class:`BlockView` objects (built on demand, about a
+    microsecond each), so a policy written against ``Sequence[BlockView]``
+    keeps working.
+
+    Attributes (all of length ``len(batch)``, in the batch's order):
+        ids: int64 array, physical block ids (stable while the block is cached).
+        keys: list of block hashes (Python ints; hashable dict keys).
+        parents: list of parent block hashes (``None`` at depth 0).
+        parent_index: int64 array, position in this batch of each block's
+            parent, ``-1`` if the parent is not in the batch.
+        depth, num_tokens, session, access_count: int64 arrays (see
+            :class:`BlockTable`; ``session`` is an interned id, ``-1`` none).
+        last_access, stored_at: float64 arrays, seconds.
+        request_ids: list of request ids.
+        table: the :class:`BlockTable` (e.g. ``table.sessions[sid]``).
+
+    Do not keep a batch beyond the hook call: the runtime reuses block ids.
+    """
+
+    __slots__ = ("table", "_ids", "_arr", "_cols")
+
+    def __init__(self, table: BlockTable, ids) -> None:
+        self.table = table
+        self._ids = ids  # list (or array) of physical block ids
+        self._arr = None
+        self._cols: dict = {}
+
+    @classmethod
+    def of(cls, views) -> BlockBatch:
+        """A batch holding copies of ``views`` (a sequence of :class:`BlockView`),
+        on a table of its own: for calling a policy's hooks directly in tests."""
+        views = list(views)
+        t = BlockTable(len(views))
+        for i, b in enumerate(views):
+            t.key[i], t.parent[i], t.request_id[i] = b.key, b.parent, b.request_id
+            t.depth[i], t.num_tokens[i], t.session[i] = b.depth, b.num_tokens, t.session_id(b.session_id)
+            t.access_count[i], t.last_access[i], t.stored_at[i] = b.access_count, b.last_access, b.stored_at
+        return cls(t, list(range(len(views))))
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __iter__(self):
+        view = self.table.view
+        return (view(i) for i in self._ids)
+
+    def __getitem__(self, j):
+        if isinstance(j, slice):
+            return [self.table.view(i) for i in list(self._ids)[j]]
+        return self.table.view(self._ids[j])
+
+    def __repr__(self) -> str:
+        return f"BlockBatch({len(self)} blocks)"
+
+    @property
+    def ids(self):
+        a = self._arr
+        if a is None:
+            import numpy as np
+
+            a = self._arr = np.asarray(self._ids, dtype=np.int64)
+        return a
+
+    def _col(self, name: str):
+        c = self._cols.get(name)
+        if c is None:
+            c = self._cols[name] = getattr(self.table, name)[self.ids]
+        return c
+
+    @property
+    def keys(self) -> list:
+        c = self._cols.get("keys")
+        if c is None:
+            k = self.table.key
+            c = self._cols["keys"] = [k[i] for i in self._ids]
+        return c
+
+    @property
+    def parents(self) -> list:
+        p = self.table.parent
+        return [p[i] for i in self._ids]
+
+    @property
+    def request_ids(self) -> list:
+        r = self.table.request_id
+        return [r[i] for i in self._ids]
+
+    @property
+    def parent_index(self):
+        import numpy as np
+
+        pos = {k: j for j, k in enumerate(self.keys)}
+        return np.fromiter((pos.get(p, -1) for p in self.parents), np.int64, len(self))
+
+    depth = property(lambda self: self._col("depth"))
+    num_tokens = property(lambda self: self._col("num_tokens"))
+    session = property(lambda self: self._col("session"))
+    access_count = property(lambda self: self._col("access_count"))
+    last_access = property(lambda self: self._col("last_access"))
+    stored_at = property(lambda self: self._col("stored_at"))
+
+
+@attrs.frozen(slots=True)
+class Scores:
+    """Retention priorities of a whole batch (the batch form of :class:`Score`).
+
+    Each field is an array-like of one entry per block (numpy arrays or
+    lists) or a scalar applied to every block.
+
+    Attributes:
+        values: Retention priority per block (float; lower is evicted sooner).
+        expires_at: Seconds after which each block is re-scored (``math.inf``: never).
+        expires_at_arrival: Arrival index at which each block is re-scored
+            (``2**62`` or more: never).
+        pinned: Whether each block asks for a pin (see :class:`Score`); a
+            pinned block needs a finite expiry.
+    """
+
+    values: object
+    expires_at: object = math.inf
+    expires_at_arrival: object = 2**62
+    pinned: object = False

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spfcore.evictor import Evictor
+from spfcore.runtime import score_columns
 from spfcore.views import Score
 
 
@@ -17,7 +18,7 @@ def scored(values, **kw):
 
     def score(ids, now):
         calls.append(list(ids))
-        return [values[i] for i in ids]
+        return score_columns([values[i] for i in ids], len(ids))
 
     ev = Evictor(10, score=score, **kw)
     ev.calls = calls
@@ -128,7 +129,7 @@ def test_choose_victims_override_and_validation():
         seen.append((list(ids), n))
         return picks["idx"]
 
-    ev = Evictor(10, score=lambda ids, now: [vals[i] for i in ids], choose=choose)
+    ev = Evictor(10, score=lambda ids, now: score_columns([vals[i] for i in ids], len(ids)), choose=choose)
     ev.push_cached([5, 1, 3, 7, 2], 0.0)
     assert ev.pop(1, 0.0, 0) == [3]
     assert seen == [([1, 2, 3, 5], 1)]  # min(len, 4 * n) lowest, lowest first
@@ -150,7 +151,7 @@ def test_choose_victims_override_and_validation():
 def test_pop_order_is_tier_value_release_order(items):
     vals = {i: float(v) for i, (v, _) in enumerate(items)}
     adm = {i: a for i, (_, a) in enumerate(items)}
-    ev = Evictor(len(items), score=lambda ids, now: [vals[i] for i in ids],
+    ev = Evictor(len(items), score=lambda ids, now: score_columns([vals[i] for i in ids], len(ids)),
                  admit=lambda ids, now: [adm[i] for i in ids])
     ids = list(vals)
     ev.push_cached(ids[: len(ids) // 2], 0.0)

@@ -3,8 +3,8 @@ predictions re-scored, refusal without a future stream."""
 
 import pytest
 
-from spfcore import BlockView, RequestView, Score
-from spfcore.runtime import PolicyError
+from spfcore import BlockBatch, BlockView, RequestView
+from spfcore.runtime import PolicyError, score_columns
 from spfcore.testing import MiniCache
 from spfcore_belady_oracle import DEPTH_SLOTS, NEVER, BeladyOraclePolicy
 
@@ -18,12 +18,13 @@ def test_score_is_minus_next_use_with_depth_and_expiry():
     future = [("x0", "x1"), ("y0",), ("x0",), ("x0", "y0")]
     p.spfcore_future_requests([RequestView(f"r{i}", None, i, float(i), 9, k) for i, k in enumerate(future)])
     p.spfcore_request_arrived(RequestView("r0", None, 0, 0.0, 9, future[0]), 0.0)
-    got = p.spfcore_score_blocks([_block("x0", 0), _block("x1", 1), _block("y0", 0), _block("z", 3)], 0.0)
+    got = p.spfcore_score_blocks(BlockBatch.of([_block("x0", 0), _block("x1", 1), _block("y0", 0),
+                                                _block("z", 3)]), 0.0)
     # x0 next used at arrival 2, y0 at 1; x1 and z never again.
-    assert got == [Score(-(2 * DEPTH_SLOTS + 0.0), expires_at_arrival=3),
-                   Score(-(NEVER * DEPTH_SLOTS + 1.0)),
-                   Score(-(1 * DEPTH_SLOTS + 0.0), expires_at_arrival=2),
-                   Score(-(NEVER * DEPTH_SLOTS + 3.0))]
+    values, exp_t, exp_a, pins = score_columns(got, 4)
+    assert values == [-(2 * DEPTH_SLOTS + 0.0), -(NEVER * DEPTH_SLOTS + 1.0),
+                      -(1 * DEPTH_SLOTS + 0.0), -(NEVER * DEPTH_SLOTS + 3.0)]
+    assert exp_a == [3, 2**62, 2, 2**62] and exp_t is None and pins is None
     p.spfcore_request_arrived(RequestView("r2", None, 2, 2.0, 9, future[2]), 2.0)
     assert p.next_use("x0") == 3 and p.next_use("y0") == 3 and p.next_use("x1") == NEVER
 

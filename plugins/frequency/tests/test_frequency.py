@@ -3,7 +3,7 @@ ties, ghost counts survive eviction and are bounded."""
 
 import pytest
 
-from spfcore import BlockView, RequestView
+from spfcore import BlockBatch, BlockView, RequestView
 from spfcore.registry import PolicyConfigError
 from spfcore.testing import MiniCache
 from spfcore_frequency import FrequencyParams, FrequencyPolicy
@@ -50,9 +50,9 @@ def test_ghost_list_is_bounded_lru():
     p = FrequencyPolicy(FrequencyParams(ghost_factor=1))
     p.spfcore_cache_configured(num_blocks=2, block_size=4)
     r = RequestView("r", None, 0, 0.0, 13, ("k1", "k2", "k3"))
-    p.spfcore_blocks_stored(r, [BlockView(k, d, None, 4, None, "r", 1, 0.0, 0.0)
-                                for d, k in enumerate(r.block_keys)], 0.0)
-    p.spfcore_blocks_hit(r, [BlockView("k1", 0, None, 4, None, "r", 2, 0.0, 0.0)], 0.0)
+    p.spfcore_blocks_stored(r, BlockBatch.of([BlockView(k, d, None, 4, None, "r", 1, 0.0, 0.0)
+                                              for d, k in enumerate(r.block_keys)]), 0.0)
+    p.spfcore_blocks_hit(r, BlockBatch.of([BlockView("k1", 0, None, 4, None, "r", 2, 0.0, 0.0)]), 0.0)
     p.spfcore_blocks_evicted(["k1", "k2", "k3"], 0.0)
     assert list(p.ghost.items()) == [("k2", 1), ("k3", 1)]  # k1 (count 2) aged out
 

@@ -21,7 +21,7 @@ def test_seed_formula_by_hand():
     c.serve(["b0"], "B")              # arrival 1
     c.serve(["a0", "a1", "a2"], "A")  # arrival 2: hits a0, a1; stores a2
     pol = c.rt.pm.get_plugin("spf_expected_utility")
-    views = [c.rt.meta[c.rt.by_key[k]].view() for k in ("a2", "a0", "b0")]
+    views = [c.rt.meta[c.rt.by_key[k]] for k in ("a2", "a0", "b0")]
     got = pol.spfcore_score_blocks(views, 2.0)
     # Resident: chain a0 = 3 blocks, chain b0 = 1 -> average 2 blocks, victim_saved = 0.16 ms.
     # Chain a0 at arrival 2: A went a0 -> a0 once (p = 1, n = 1), recency 0,

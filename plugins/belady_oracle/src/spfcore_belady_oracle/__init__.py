@@ -13,8 +13,9 @@ import bisect
 from collections import defaultdict
 
 import attrs
+import numpy as np
 
-from spfcore import Score, hookimpl
+from spfcore import Scores, hookimpl
 
 #: Next use of a block hash that no future request contains, in arrivals.
 NEVER = 2**36
@@ -84,12 +85,18 @@ class BeladyOraclePolicy:
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
-        out = []
-        for b in blocks:
-            nu = self.next_use(b.key)
-            value = -float(nu * DEPTH_SLOTS + min(b.depth, DEPTH_SLOTS - 1))
-            out.append(Score(value, expires_at_arrival=nu + 1) if nu < NEVER else Score(value))
-        return out
+        uses, pos, bisect_right = self.uses, self.position, bisect.bisect_right
+        nu = []
+        for k in blocks.keys:
+            arr = uses.get(k)
+            if arr:
+                j = bisect_right(arr, pos)
+                nu.append(arr[j] if j < len(arr) else NEVER)
+            else:
+                nu.append(NEVER)
+        nu = np.array(nu, dtype=np.int64)
+        values = -(nu * DEPTH_SLOTS + np.minimum(blocks.depth, DEPTH_SLOTS - 1)).astype(np.float64)
+        return Scores(values, expires_at_arrival=np.where(nu < NEVER, nu + 1, 2**62))
 
 
 __all__ = ["BeladyOraclePolicy", "BeladyParams", "NEVER", "DEPTH_SLOTS"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import attrs
+import numpy as np
 from attrs import validators as v
 
 from spfcore import hookimpl
@@ -67,15 +68,15 @@ class FrequencyPolicy:
     @hookimpl
     def spfcore_blocks_stored(self, request, blocks, now):
         count, ghost = self.count, self.ghost
-        for b in blocks:
-            k = b.key
+        for k in blocks.keys:
             count[k] = (count[k] if k in count else ghost.pop(k, 0)) + 1
 
     @hookimpl
     def spfcore_blocks_hit(self, request, blocks, now):
         count = self.count
-        for b in blocks:
-            count[b.key] = count.get(b.key, 0) + 1
+        get = count.get
+        for k in blocks.keys:
+            count[k] = get(k, 0) + 1
 
     @hookimpl
     def spfcore_blocks_evicted(self, keys, now):
@@ -88,15 +89,18 @@ class FrequencyPolicy:
         while len(ghost) > cap:
             ghost.popitem(last=False)
 
+    def counts(self, blocks) -> np.ndarray:
+        """Access count per block of a batch (float64 array, 1 for an unknown hash)."""
+        get = self.count.get
+        return np.fromiter((get(k, 1) for k in blocks.keys), np.float64, len(blocks))
+
     @hookimpl
     def spfcore_admit_blocks(self, blocks, now):
-        count, m = self.count, self.params.min_count
-        return [count.get(b.key, 1) >= m for b in blocks]
+        return self.counts(blocks) >= self.params.min_count
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
-        count = self.count
-        return [float(count.get(b.key, 1)) for b in blocks]
+        return self.counts(blocks)
 
 
 __all__ = ["FrequencyPolicy", "FrequencyParams"]

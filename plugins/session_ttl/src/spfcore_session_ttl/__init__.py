@@ -8,12 +8,14 @@ every other block, the rest are evicted in vLLM's LRU order. Pins are capped
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 import attrs
+import numpy as np
 from attrs import validators as v
 
-from spfcore import Score, hookimpl
+from spfcore import Scores, hookimpl
 
 
 @attrs.frozen
@@ -108,11 +110,12 @@ class SessionTTLPolicy:
             return
         end, until, mine = self._end(request, now), self.until, self.session_keys[sid]
         key_sessions = self.key_sessions
-        for b in blocks:
-            if until.get(b.key, -1) < end:
-                until[b.key] = end
-            mine[b.key] = None
-            key_sessions[b.key].add(sid)
+        get = until.get
+        for k in blocks.keys:
+            if get(k, -1) < end:
+                until[k] = end
+            mine[k] = None
+            key_sessions[k].add(sid)
 
     @hookimpl
     def spfcore_blocks_hit(self, request, blocks, now):
@@ -132,18 +135,15 @@ class SessionTTLPolicy:
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
-        until, seconds = self.until, self.params.ttl_seconds is not None
+        get, seconds = self.until.get, self.params.ttl_seconds is not None
         clock = now if seconds else self.arrival
-        out = []
-        for b in blocks:
-            u = until.get(b.key)
-            if u is None or u <= clock:
-                out.append(Score(0.0))
-            elif seconds:
-                out.append(Score(0.0, expires_at=u, pinned=True))
-            else:
-                out.append(Score(0.0, expires_at_arrival=int(u), pinned=True))
-        return out
+        u = np.fromiter((get(k, -math.inf) for k in blocks.keys), np.float64, len(blocks))
+        pinned = u > clock
+        if not pinned.any():
+            return Scores(0.0)
+        if seconds:
+            return Scores(0.0, expires_at=np.where(pinned, u, math.inf), pinned=pinned)
+        return Scores(0.0, expires_at_arrival=np.where(pinned, u, 2**62).astype(np.int64), pinned=pinned)
 
 
 __all__ = ["SessionTTLPolicy", "SessionTTLParams"]
