@@ -11,9 +11,26 @@ Rules for policies:
   time only from the ``now`` argument (seconds; engine: ``time.monotonic()``,
   simulator: the workload's virtual clock) or from ``RequestView.arrival_index``.
 * Hooks are called in batches (per request, per release, per allocation), never
-  once per block on a hot path. ``blocks`` arguments are sequences of
-  :class:`~spfcore.views.BlockView`; ``request`` is a
+  once per block on a hot path. ``blocks`` arguments are a
+  :class:`~spfcore.views.BlockBatch`; ``request`` is a
   :class:`~spfcore.views.RequestView`.
+
+Two forms, one contract:
+
+* **Batch form** (fast; every shipped policy): read columns of the batch
+  (``blocks.keys`` a list of block hashes; numpy arrays ``blocks.depth``,
+  ``.access_count``, ``.last_access``, ``.stored_at``, ``.session``,
+  ``.num_tokens``, ``.parent_index``, ``.ids``) and answer with arrays: a numpy
+  float array of scores or a :class:`~spfcore.views.Scores` (values, expiries
+  and pins as arrays or scalars), a numpy bool array for admission. A release
+  of 520 blocks is scored with a few numpy operations and no per-block
+  Python object.
+* **Per-block form** (convenient, slower): iterate ``blocks`` to get frozen
+  :class:`~spfcore.views.BlockView` objects (built on demand, about a
+  microsecond each; nothing is built for policies that do not iterate) and
+  answer with lists of ``float`` / :class:`~spfcore.views.Score` / ``bool``.
+
+Tests can call hooks directly with ``BlockBatch.of([BlockView(...), ...])``.
 * A policy is a class registered under the entry-point group
   ``spfcore.policies``; see :mod:`spfcore.registry`. If its ``Params`` has a
   field ``pin_cap_fraction`` (share of the pool, 0..1), the evictor uses it
@@ -57,8 +74,10 @@ def spfcore_future_requests(requests):
     first arrival of a run (and again after each cache reset).
 
     Args:
-        requests: Sequence[RequestView] in arrival order; ``arrival_index``
-            equals the position in the sequence.
+        requests: Iterable[RequestView] in arrival order, to be consumed once
+            (the simulator streams it from the trace); ``arrival_index``
+            equals the position in the stream. Keep only what is needed
+            (the oracle's index is linear in block references by nature).
     """
 
 
@@ -86,7 +105,7 @@ def spfcore_blocks_hit(request, blocks, now):
 
     Args:
         request: RequestView.
-        blocks: Sequence[BlockView], depth 0..k-1 in order; access counts
+        blocks: BlockBatch, depth 0..k-1 in order; access counts
             already include this hit.
         now: seconds.
     """
@@ -99,7 +118,7 @@ def spfcore_blocks_stored(request, blocks, now):
 
     Args:
         request: RequestView.
-        blocks: Sequence[BlockView]; ``access_count`` is 1.
+        blocks: BlockBatch; ``access_count`` is 1.
         now: seconds.
     """
 
@@ -138,13 +157,17 @@ def spfcore_score_blocks(blocks, now):
     tail first) and once per batch of expired scores before victims are chosen.
 
     Args:
-        blocks: Sequence[BlockView].
+        blocks: BlockBatch.
         now: seconds.
 
     Returns:
-        A sequence of the same length of ``float`` or
-        :class:`~spfcore.views.Score`, or ``None`` for vLLM's order (release
-        order: least recently released first).
+        One of: a :class:`~spfcore.views.Scores` (batch form: values and
+        optional expiries and pins, arrays of ``len(blocks)`` or scalars); a
+        numpy array of ``len(blocks)`` real values; a sequence of the same
+        length of ``float`` or :class:`~spfcore.views.Score` (per-block form);
+        or ``None`` for vLLM's order (release order: least recently released
+        first). NaN, non-real values, a wrong length or a pin without an
+        expiry raise :class:`spfcore.runtime.PolicyError`.
     """
 
 
@@ -156,11 +179,12 @@ def spfcore_admit_blocks(blocks, now):
     :func:`spfcore_score_blocks`, before it.
 
     Args:
-        blocks: Sequence[BlockView].
+        blocks: BlockBatch.
         now: seconds.
 
     Returns:
-        Sequence[bool] of the same length, or ``None`` to admit all.
+        A numpy bool array or a sequence of ``bool`` of ``len(blocks)``, or
+        ``None`` to admit all.
     """
 
 
@@ -171,14 +195,14 @@ def spfcore_choose_victims(candidates, n, now):
     only if a policy implements it.
 
     Args:
-        candidates: Sequence[BlockView], the ``min(len, 4 * n)`` lowest-ranked
+        candidates: BlockBatch, the ``min(len, 4 * n)`` lowest-ranked
             evictable cached blocks, lowest first.
         n: blocks to evict (1 <= n <= len(candidates)).
         now: seconds.
 
     Returns:
-        Sequence[int] of ``n`` distinct indices into ``candidates``, or ``None``
-        for the first ``n``.
+        ``n`` distinct indices into ``candidates`` (a sequence of ``int`` or an
+        integer numpy array), or ``None`` for the first ``n``.
     """
 
 

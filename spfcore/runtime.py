@@ -130,7 +130,7 @@ def _values(a: np.ndarray, n: int, policy: str) -> list:
         nan = np.isnan(a)
         if nan.any():
             j = int(nan.argmax())
-            raise _bad(policy, hook, f"{a[j]!r} at position {j}: a score must be a real number (not NaN)")
+            raise _bad(policy, hook, f"{float(a[j])!r} at position {j}: a score must be a real number (not NaN)")
     return a.astype(np.float64, copy=False).tolist()
 
 

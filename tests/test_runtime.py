@@ -182,3 +182,102 @@ def test_good_scores_of_every_kind_are_accepted():
     c.serve(["b0", "b1", "b2", "b3"])
     c.serve(["c0", "c1", "c2", "c3", "c4"])
     assert c.rt.stats()["evictions"] >= 3
+
+
+class DeepFirstBatch:
+    """The README's toy in the batch form."""
+
+    @hookimpl
+    def spfcore_score_blocks(self, blocks, now):
+        return -1.0 * blocks.depth
+
+
+class DeepFirstPerBlock:
+    """The same toy in the per-block form."""
+
+    @hookimpl
+    def spfcore_score_blocks(self, blocks, now):
+        return [Score(-float(b.depth)) for b in blocks]
+
+
+class SessionPinsBatch:
+    """Pins blocks of session "s" until arrival 3 (Scores with array fields)."""
+
+    @hookimpl
+    def spfcore_score_blocks(self, blocks, now):
+        import numpy as np
+        from spfcore import Scores
+
+        mine = blocks.session == blocks.table.session_id("s")
+        return Scores(np.zeros(len(blocks)), expires_at_arrival=np.where(mine, 3, 2**62), pinned=mine)
+
+
+class SessionPinsPerBlock:
+    @hookimpl
+    def spfcore_score_blocks(self, blocks, now):
+        return [Score(0.0, expires_at_arrival=3, pinned=True) if b.session_id == "s" else Score(0.0)
+                for b in blocks]
+
+
+SCRIPT = [(["a0", "a1", "a2"], "s"), (["b0", "b1"], None), (["c0", "c1", "c2"], None), (["a0", "a1", "x"], None),
+          (["d0", "d1", "d2", "d3"], "s"), (["b0", "y"], None), (["a0", "a1", "a2"], None)]
+
+
+@pytest.mark.parametrize("batch,per_block", [(DeepFirstBatch, DeepFirstPerBlock),
+                                             (SessionPinsBatch, SessionPinsPerBlock)])
+def test_batch_and_per_block_forms_decide_identically(batch, per_block):
+    runs = []
+    for cls in (batch, per_block):
+        c = MiniCache(runtime_for(cls(), num_blocks=8), 0)
+        runs.append(([c.serve(k, s) for k, s in SCRIPT], c.hits, c.rt.evictor.pins_refused))
+    assert runs[0] == runs[1]
+    assert sum(len(e) for e in runs[0][0]) > 5  # the script does evict
+
+
+def test_batch_columns_follow_the_events():
+    seen = {}
+
+    class Spy:
+        @hookimpl
+        def spfcore_blocks_hit(self, request, blocks, now):
+            seen["hit"] = (blocks.keys, blocks.access_count.tolist(), blocks.last_access.tolist(),
+                           blocks.depth.tolist(), blocks.parent_index.tolist())
+
+        @hookimpl
+        def spfcore_blocks_stored(self, request, blocks, now):
+            seen.setdefault("stored", []).append((blocks.keys, blocks.parents, blocks.depth.tolist(),
+                                                  blocks.stored_at.tolist(), blocks.num_tokens.tolist(),
+                                                  [blocks.table.sessions[s] for s in blocks.session.tolist()]))
+
+    c = MiniCache(runtime_for(Spy(), num_blocks=8), 0)
+    c.serve(["a0", "a1"], "s1")
+    c.serve(["a0", "a1", "a2"], "s2")
+    assert seen["stored"] == [(["a0", "a1"], [None, "a0"], [0, 1], [0.0, 0.0], [4, 4], ["s1", "s1"]),
+                              (["a2"], ["a1"], [2], [1.0], [4], ["s2"])]
+    assert seen["hit"] == (["a0", "a1"], [2, 2], [1.0, 1.0], [0, 1], [-1, 0])
+    assert sorted(b.key for b in c.rt.meta.values()) == ["a0", "a1", "a2"]
+
+
+@pytest.mark.parametrize("answer,match", [
+    ("nan_array", r"nan at position 1: a score must be a real number"),
+    ("bool_array", r"an array of dtype bool"),
+    ("short_array", r"an array of shape \(1,\) for 2 blocks"),
+    ("pin_no_expiry", r"a pin without an expiry at position 0"),
+    ("short_field", r"Scores.expires_at_arrival of length 1 for 2 blocks"),
+])
+def test_bad_batch_answers_are_policy_errors(answer, match):
+    import numpy as np
+    from spfcore import Scores
+
+    answers = {"nan_array": np.array([0.0, np.nan]), "bool_array": np.array([True, False]),
+               "short_array": np.array([1.0]), "pin_no_expiry": Scores(0.0, pinned=np.array([True, False])),
+               "short_field": Scores(0.0, expires_at_arrival=[3])}
+
+    class Bad:
+        @hookimpl
+        def spfcore_score_blocks(self, blocks, now):
+            return answers[answer]
+
+    c = MiniCache(runtime_for(Bad()), 0)
+    with pytest.raises(PolicyError, match=r"policy 't': hook spfcore_score_blocks returned " + match):
+        c.serve(["a0", "a1"])
