@@ -19,8 +19,7 @@ each encoding below only has to be one-to-one:
   (:func:`chain_keys`);
 * ``b"I"`` - a trace block id (Mooncake ``hash_ids``), any Python int, huge or
   negative: two's-complement big-endian, 8 bytes for ids in int64 range, else
-  the fewest bytes (> 8) that hold the id and its sign
-  (:func:`chain_keys_from_ids`);
+  ``(bit_length + 8) // 8`` bytes (9 or more) (:func:`chain_keys_from_ids`);
 * ``b"D"`` - the simulator's unique content of a decode block of a workload
   that does not define its output tokens: ``depth`` (unsigned 64-bit
   little-endian) then the request id as UTF-8 (:func:`decode_key`).
@@ -70,18 +69,21 @@ def _token_bytes(token_ids: Sequence[int]) -> bytes:
         raise TypeError(f"token ids must be ints, got {type(bad).__name__} {bad!r:.60}") from None
 
 
+_pack_id = Struct(">q").pack
+_I64_MIN, _I64_END = -(1 << 63), 1 << 63
+
+
 def _id_bytes(b) -> bytes:
-    """``b``'s content bytes: ``b.to_bytes(max(8, fewest), "big", signed=True)``,
-    which equals ``_pack_id(b)`` in int64 range (one-to-one: the length tells
-    the two ranges apart)."""
+    """``b``'s content bytes: ``_pack_id(b)`` (8 bytes) in int64 range, else
+    ``(b.bit_length() + 8) // 8`` bytes (>= 9 there), two's complement
+    big-endian. One-to-one: the length tells the two ranges apart."""
     if type(b) is not int:
         if isinstance(b, bool) or not hasattr(b, "__index__"):
             raise TypeError(f"block ids must be ints, got {type(b).__name__} {b!r:.60}")
         b = b.__index__()  # numpy integers
-    return b.to_bytes(max(8, (b.bit_length() + 8) >> 3), "big", signed=True)
-
-
-_pack_id = Struct(">q").pack
+    if _I64_MIN <= b < _I64_END:
+        return _pack_id(b)
+    return b.to_bytes((b.bit_length() + 8) >> 3, "big", signed=True)
 
 
 def chain_keys(token_ids: Sequence[int], block_size: int, parent: int | None = None) -> list[int]:
