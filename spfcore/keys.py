@@ -35,10 +35,10 @@ exactly.
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Sequence
 from hashlib import blake2b
-from struct import Struct, error as StructError
+from struct import Struct, pack
+from struct import error as StructError
 
 #: Bytes of a digest; keys lie in ``[0, 2**(8 * KEY_BYTES))``.
 KEY_BYTES = 16
@@ -48,6 +48,7 @@ assert len(ROOT) == KEY_BYTES
 
 _TOKENS, _ID, _DECODE = b"T", b"I", b"D"
 _KEY_LIMIT = 1 << (8 * KEY_BYTES)
+_I64_MIN, _I64_END = -(1 << 63), 1 << 63
 
 
 def _parent_bytes(parent: int | None) -> bytes:
@@ -59,18 +60,18 @@ def _parent_bytes(parent: int | None) -> bytes:
 
 
 def _token_bytes(token_ids: Sequence[int]) -> bytes:
+    """Token ids as consecutive int64 little-endian (8 bytes each)."""
     try:
-        return array("q", token_ids).tobytes()
-    except OverflowError:
-        bad = next((t for t in token_ids if not -(1 << 63) <= t < 1 << 63), "?")
+        return pack(f"<{len(token_ids)}q", *token_ids)
+    except StructError:
+        bad = next((t for t in token_ids if isinstance(t, float) or not hasattr(t, "__index__")), None)
+        if bad is not None:
+            raise TypeError(f"token ids must be ints, got {type(bad).__name__} {bad!r:.60}") from None
+        bad = next((t for t in token_ids if not _I64_MIN <= t < _I64_END), "?")
         raise ValueError(f"token id {bad} does not fit in a signed 64-bit integer") from None
-    except TypeError:
-        bad = next((t for t in token_ids if not isinstance(t, int)), "?")
-        raise TypeError(f"token ids must be ints, got {type(bad).__name__} {bad!r:.60}") from None
 
 
 _pack_id = Struct(">q").pack
-_I64_MIN, _I64_END = -(1 << 63), 1 << 63
 
 
 def _id_bytes(b) -> bytes:

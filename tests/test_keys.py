@@ -290,3 +290,16 @@ def test_spfcore_jsonl_reader_refuses_bad_ids(tmp_path, field, bad, what):
     p.write_text(line + "\n")
     with pytest.raises(TraceError, match=rf"x.jsonl:1: field '{field}': expected a list of {what}"):
         read_jsonl(p)
+
+
+def test_token_content_is_int64_little_endian():
+    """The documented encoding, independent of the machine's byte order."""
+    from hashlib import blake2b
+
+    toks = [1, -2, 2**40]
+    data = ROOT + b"T" + b"".join(t.to_bytes(8, "little", signed=True) for t in toks)
+    assert chain_keys(toks, 3) == [int.from_bytes(blake2b(data, digest_size=16).digest(), "big")]
+    ids = [5, -(2**63) - 1]
+    d0 = blake2b(ROOT + b"I" + (5).to_bytes(8, "big"), digest_size=16).digest()
+    d1 = blake2b(d0 + b"I" + ids[1].to_bytes(9, "big", signed=True), digest_size=16).digest()
+    assert chain_keys_from_ids(ids) == [int.from_bytes(d0, "big"), int.from_bytes(d1, "big")]
