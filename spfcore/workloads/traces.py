@@ -139,8 +139,10 @@ def read_mooncake(path: str | os.PathLike, *, limit: int | None = None, tokens_p
         ``mc-<line>``; no session ids (the trace has none).
 
     Raises:
-        TraceError: a malformed line (file, line and field named), timestamps
-            going backwards, or ``hash_ids`` not covering ``input_length``.
+        TraceError: a malformed line (file, line and field named; for
+            ``hash_ids`` its first bad element: ids must be ints >= 0, not
+            ``true`` or ``1.0``), timestamps going backwards, or ``hash_ids``
+            not covering ``input_length``.
         OSError: the file cannot be read.
     """
     path = Path(path)
@@ -223,8 +225,10 @@ def read_jsonl(path: str | os.PathLike, *, limit: int | None = None) -> Workload
     :class:`~spfcore.workloads.model.Request`).
 
     Raises:
-        TraceError: a malformed line (file, line and field named), a repeated
-            request id, or arrival times going backwards.
+        TraceError: a malformed line (file, line and field named; for a list
+            field its first bad element, e.g. a token id outside ``[0,
+            2**63)`` or a ``true`` / ``1.0`` id), a repeated request id, or
+            arrival times going backwards.
     """
     path = Path(path)
     out: list[Request] = []
