@@ -64,7 +64,7 @@ from collections import deque
 
 import attrs
 
-from spfcore.keys import chain_keys
+from spfcore.keys import chain_keys, decode_key
 from spfcore.runtime import PolicyRuntime
 from spfcore.views import RequestView
 from spfcore.workloads.model import Workload, block_keys
@@ -134,7 +134,7 @@ def prepare(workload: Workload | Prepared, block_size: int) -> Prepared:
         else:
             dec, parent = [], keys[f - 1] if f else None
             for d in range(f, nf):
-                parent = hash((parent, ("out", r.request_id, d)))
+                parent = decode_key(parent, r.request_id, d)
                 dec.append(parent)
         views.append(RequestView(r.request_id, r.session_id, i, float(i), p, keys, r.prefix_group))
         fulls.append(keys[:f])

@@ -65,15 +65,20 @@ class Workload:
 
 
 def block_keys(req: Request, block_size: int) -> tuple:
-    """Block hashes of a request's full prompt blocks.
+    """Block hashes of a request's full prompt blocks: keys of
+    :mod:`spfcore.keys` (ints in ``[0, 2**128)``, collision-free).
 
     Token-based when the request has tokens (the engine's view: the adapter
-    derives identical keys from the engine's token ids); id-based for
-    hash-id trace requests at their native block size (one key per hash id,
-    the last, partial block included, as the trace's reference replay counts).
+    derives identical keys from the engine's token ids,
+    :func:`~spfcore.keys.chain_keys`); id-based for hash-id trace requests at
+    their native block size (one key per hash id, the last, partial block
+    included, as the trace's reference replay counts;
+    :func:`~spfcore.keys.chain_keys_from_ids`).
 
     Raises:
-        ValueError: for a hash-id request without tokens at a foreign block size.
+        ValueError: for a hash-id request without tokens at a foreign block
+            size, or a token id outside int64.
+        TypeError: a token or hash id that is not an int.
     """
     if req.prompt_token_ids:
         return tuple(chain_keys(req.prompt_token_ids, block_size))

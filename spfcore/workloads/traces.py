@@ -99,6 +99,21 @@ def _field(path, lineno, obj, name, check, what):
     return v
 
 
+#: Token ids must fit the signed 64-bit integers block keys encode them as.
+TOKEN_ID_LIMIT = 2**63
+
+
+def _int_list(path, lineno, obj, name, elem_ok, what):
+    """Field ``name``, a JSON list whose every element passes ``elem_ok``; the
+    error names the first bad element (index, value, type)."""
+    v = _field(path, lineno, obj, name, lambda v: isinstance(v, list), f"a list of {what}")
+    if not all(map(elem_ok, v)):
+        i, x = next((i, x) for i, x in enumerate(v) if not elem_ok(x))
+        raise TraceError(f"{path}:{lineno}: field {name!r}: expected a list of {what}, "
+                         f"got element {i} = {x!r:.40} ({type(x).__name__})")
+    return v
+
+
 def _block_tokens(cache: dict, hid: int, seed: int, tokens_per_block: int, vocab: int) -> list:
     b = cache.get(hid)
     if b is None:
@@ -124,8 +139,10 @@ def read_mooncake(path: str | os.PathLike, *, limit: int | None = None, tokens_p
         ``mc-<line>``; no session ids (the trace has none).
 
     Raises:
-        TraceError: a malformed line (file, line and field named), timestamps
-            going backwards, or ``hash_ids`` not covering ``input_length``.
+        TraceError: a malformed line (file, line and field named; for
+            ``hash_ids`` its first bad element: ids must be ints >= 0, not
+            ``true`` or ``1.0``), timestamps going backwards, or ``hash_ids``
+            not covering ``input_length``.
         OSError: the file cannot be read.
     """
     path = Path(path)
@@ -140,8 +157,7 @@ def read_mooncake(path: str | os.PathLike, *, limit: int | None = None, tokens_p
                     and v >= 0, "a number of milliseconds >= 0")
         n_in = _field(path, lineno, obj, "input_length", lambda v: _is_int(v) and v >= 1, "an int >= 1")
         n_out = _field(path, lineno, obj, "output_length", nonneg, "an int >= 0")
-        hids = _field(path, lineno, obj, "hash_ids", lambda v: isinstance(v, list) and all(map(nonneg, v)),
-                      "a list of ints >= 0")
+        hids = _int_list(path, lineno, obj, "hash_ids", nonneg, "ints >= 0")
         if len(hids) != math.ceil(n_in / MOONCAKE_BLOCK_TOKENS):
             raise TraceError(f"{path}:{lineno}: field 'hash_ids': {len(hids)} ids for input_length "
                              f"{n_in} (expected ceil({n_in}/{MOONCAKE_BLOCK_TOKENS}))")
@@ -172,23 +188,28 @@ def _request_from(path: Path, lineno: int, obj: dict) -> Request:
     unknown = set(obj) - set(_REQ_FIELDS)
     if unknown:
         raise TraceError(f"{path}:{lineno}: field {sorted(unknown)[0]!r}: unknown (allowed: {', '.join(_REQ_FIELDS)})")
-    ints = lambda v: isinstance(v, list) and all(_is_int(x) and x >= 0 for x in v)  # noqa: E731
+    nonneg = lambda x: _is_int(x) and x >= 0  # noqa: E731
+    token = lambda x: _is_int(x) and 0 <= x < TOKEN_ID_LIMIT  # noqa: E731
     opt_str = lambda v: v is None or isinstance(v, str)  # noqa: E731
     kw = {
         "request_id": _field(path, lineno, obj, "request_id", lambda v: isinstance(v, str) and v, "a non-empty string"),
         "arrival_s": _field(path, lineno, obj, "arrival_s", lambda v: isinstance(v, (int, float))
                             and not isinstance(v, bool) and v >= 0, "a number of seconds >= 0"),
-        "prompt_token_ids": _field(path, lineno, obj, "prompt_token_ids", ints, "a list of ints >= 0"),
+        "prompt_token_ids": _int_list(path, lineno, obj, "prompt_token_ids", token, "ints in [0, 2**63)"),
         "output_tokens": _field(path, lineno, obj, "output_tokens", lambda v: _is_int(v) and v >= 1, "an int >= 1"),
     }
     checks = {"session_id": (opt_str, "a string or null"), "prefix_group": (opt_str, "a string or null"),
-              "hash_ids": (lambda v: v is None or ints(v), "a list of ints or null"),
               "hash_block_tokens": (lambda v: _is_int(v) and v >= 0, "an int >= 0"),
-              "num_prompt_tokens": (lambda v: _is_int(v) and v >= 1, "an int >= 1"),
-              "output_token_ids": (ints, "a list of ints >= 0")}
+              "num_prompt_tokens": (lambda v: _is_int(v) and v >= 1, "an int >= 1")}
     for name, (check, what) in checks.items():
         if name in obj:
             kw[name] = _field(path, lineno, obj, name, check, what)
+    if obj.get("hash_ids") is not None:
+        kw["hash_ids"] = _int_list(path, lineno, obj, "hash_ids", nonneg, "ints >= 0")
+    elif "hash_ids" in obj:
+        kw["hash_ids"] = None
+    if "output_token_ids" in obj:
+        kw["output_token_ids"] = _int_list(path, lineno, obj, "output_token_ids", token, "ints in [0, 2**63)")
     if kw["prompt_token_ids"] and "num_prompt_tokens" in kw and kw["num_prompt_tokens"] != len(kw["prompt_token_ids"]):
         raise TraceError(f"{path}:{lineno}: field 'num_prompt_tokens': {kw['num_prompt_tokens']} differs from "
                          f"len(prompt_token_ids) = {len(kw['prompt_token_ids'])}")
@@ -204,8 +225,10 @@ def read_jsonl(path: str | os.PathLike, *, limit: int | None = None) -> Workload
     :class:`~spfcore.workloads.model.Request`).
 
     Raises:
-        TraceError: a malformed line (file, line and field named), a repeated
-            request id, or arrival times going backwards.
+        TraceError: a malformed line (file, line and field named; for a list
+            field its first bad element, e.g. a token id outside ``[0,
+            2**63)`` or a ``true`` / ``1.0`` id), a repeated request id, or
+            arrival times going backwards.
     """
     path = Path(path)
     out: list[Request] = []
