@@ -37,6 +37,13 @@ What is modelled, and where vLLM 0.32 does it (``vllm/v1/core/``):
   count reaches 0 go to the free queue: hashed ones appended (LRU tail),
   hashless ones prepended (reused first).
 
+Streaming: the sequential replay consumes an iterable of per-request plans
+(:attr:`Prepared.plans`, or :func:`iter_plans`, which keys one request at a
+time), so :func:`simulate_stream` replays a trace read lazily
+(:class:`~spfcore.workloads.traces.TraceStream`) with memory bounded by the
+cache and the policy's state; :func:`scan` sizes and checks a stream in one
+pass without keeping keys. Concurrent mode holds the prepared workload.
+
 Time: sequential mode uses a virtual clock of one second per request
 (``now = arrival index``); policies should decide by arrival index anyway.
 
@@ -611,8 +618,10 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
         prompt block references; a reference is a ``RequestView.block_keys``
         entry), ``prefill_tokens_recomputed`` (prompt - cached tokens),
         ``evictions`` and the other :meth:`PolicyRuntime.stats` fields, and
-        ``requests``: per request ``request_id, session_id, prefix_group,
-        arrival_s, prompt_tokens, cached_tokens`` (+ ``ttft_s`` in concurrent mode).
+        ``wall_seconds`` (the replay loop alone, s: no preparation, no
+        future hand-over), and ``requests``: per request ``request_id,
+        session_id, prefix_group, arrival_s, prompt_tokens, cached_tokens``
+        (+ ``ttft_s`` in concurrent mode).
 
     Raises:
         spfcore.registry.PolicyConfigError: unknown/broken arm or bad option.
