@@ -98,10 +98,16 @@ def _inspect_child(arm: str, trace: str, num_blocks: int) -> None:
     runtime.PolicyRuntime.for_policy = classmethod(capture)
     rec = simulate_stream(TraceStream(trace), arm, num_blocks=num_blocks, block_size=512)
     out = {"block_refs": rec["block_refs"]}
-    for plugin in made[0].pm.get_plugins():
-        for name, val in vars(plugin).items():
+    def walk(obj, path: str, depth: int) -> None:  # containers of the policy and of the objects it holds
+        for name, val in vars(obj).items():
             if isinstance(val, (dict, list, set)):
-                out[f"{type(plugin).__name__}.{name}"] = [len(val), _deep_size(val, set())]
+                out[f"{path}.{name}"] = [len(val), _deep_size(val, set())]
+            elif depth and hasattr(val, "__dict__") and type(val).__module__.startswith("spfcore_"):
+                walk(val, f"{path}.{name}", depth - 1)
+
+    for plugin in made[0].pm.get_plugins():
+        if hasattr(plugin, "__dict__"):
+            walk(plugin, type(plugin).__name__, 2)
     for name in ("meta", "by_key", "_hints"):
         val = getattr(made[0], name)
         out[f"PolicyRuntime.{name}"] = [len(val), _deep_size(val, set())]
