@@ -1,6 +1,8 @@
 """Trace-driven simulator of vLLM v1's paged prefix cache (see
 :mod:`spfcore.sim.simulator` for the model)."""
 
-from spfcore.sim.simulator import Prepared, ceilings, infinite_blocks, prepare, simulate
+from spfcore.sim.simulator import (Prepared, Scan, ceilings, ceilings_stream, infinite_blocks, iter_plans, iter_views,
+                                   prepare, scan, simulate, simulate_stream)
 
-__all__ = ["Prepared", "ceilings", "infinite_blocks", "prepare", "simulate"]
+__all__ = ["Prepared", "Scan", "ceilings", "ceilings_stream", "infinite_blocks", "iter_plans", "iter_views",
+           "prepare", "scan", "simulate", "simulate_stream"]

@@ -11,11 +11,15 @@ import click
 from rich.table import Table
 
 from spfcore import registry
+from spfcore.fileio import write_atomic
 from spfcore.report import make_console
 from spfcore.runtime import PolicyError
-from spfcore.sim.simulator import ceilings, infinite_blocks, prepare, simulate as run_arm
+from spfcore.sim.simulator import ceilings, ceilings_stream, infinite_blocks, prepare, scan
+from spfcore.sim.simulator import simulate as run_arm
+from spfcore.sim.simulator import simulate_stream as run_stream
 from spfcore.workloads.options import (CacheSpec, RecordingCommand, WorkloadSpec, cache_options, command_line,
                                        workload_options)
+from spfcore.workloads.traces import TraceError
 
 METRICS = ("token_hit_rate", "block_hit_rate", "prefill_tokens_recomputed", "evictions")
 BELADY = "belady_oracle"
@@ -36,14 +40,25 @@ def _ints(ctx, param, value: str) -> list[int]:
 def _block_size(cache_spec: CacheSpec, wl) -> CacheSpec:
     """Without --block-size: hash-id traces (no token ids) run at their trace
     block size (512), a Mooncake trace materialized with --tokens-per-block T
-    at T (one hash id, one block), everything else at 16."""
+    at T (one hash id, one block), everything else at 16. ``wl`` is a
+    Workload or a TraceStream (read up to its first hash-id request only)."""
     if cache_spec.block_size is None:
         tpb = (wl.params or {}).get("tokens_per_block")
         if tpb:
             return CacheSpec(tpb, cache_spec.num_blocks, cache_spec.pressure)
-        hashed = [r.hash_block_tokens for r in wl.requests if not r.prompt_token_ids]
-        return CacheSpec(hashed[0] if hashed else 16, cache_spec.num_blocks, cache_spec.pressure)
+        try:
+            hashed = next((r.hash_block_tokens for r in wl.requests if not r.prompt_token_ids), None)
+        except TraceError as exc:
+            raise click.BadParameter(str(exc), param_hint="--trace") from None
+        return CacheSpec(16 if hashed is None else hashed, cache_spec.num_blocks, cache_spec.pressure)
     return cache_spec
+
+
+def _check_size(nb: int, most: int, seed, cache_spec: CacheSpec) -> None:
+    if nb > most:
+        hint = "--num-blocks" if cache_spec.num_blocks is not None else "--cache-pressure"
+        raise click.BadParameter(f"{nb:,} blocks is more than this workload can ever fill (seed {seed}: "
+                                 f"{most:,} blocks, the infinite cache); use at most that", param_hint=hint)
 
 
 @click.command("simulate", cls=RecordingCommand)
@@ -52,15 +67,21 @@ def _block_size(cache_spec: CacheSpec, wl) -> CacheSpec:
 @click.option("--arms", default=None, help="Comma-separated policies (default: every installed ok policy).")
 @click.option("--seeds", default="42", show_default=True, callback=_ints, help="Comma-separated workload seeds.")
 @click.option("--policy-opt", multiple=True, metavar="NAME.KEY=VALUE", help="A policy parameter (repeatable).")
-@click.option("--mode", type=click.Choice(["sequential", "concurrent"]), default="sequential", show_default=True)
+@click.option("--mode", type=click.Choice(["sequential", "concurrent"]), default="sequential", show_default=True,
+              help="sequential streams a --trace (bounded memory); concurrent holds the whole workload in memory.")
 @click.option("--max-running", type=click.IntRange(min=1), default=16, show_default=True,
               help="Concurrent mode: most running requests.")
 @click.option("--token-budget", type=click.IntRange(min=1), default=8192, show_default=True,
               help="Concurrent mode: tokens per step.")
-@click.option("--per-request", is_flag=True, help="With --json: keep each cell's per-request records.")
+@click.option("--per-request", is_flag=True,
+              help="Keep each cell's per-request records in the JSON (memory then grows with the trace).")
+@click.option("--no-ceilings", is_flag=True,
+              help="Skip the infinite-cache and Belady ceilings (their memory grows with the trace).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
+              help="Write the JSON here (atomically, once every cell ran) instead of printing a table.")
 def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, policy_opt, mode, max_running,
-             token_budget, per_request, as_json) -> None:
+             token_budget, per_request, no_ceilings, as_json, output) -> None:
     """Simulate vLLM's prefix cache under each arm (token hit rate, block hit
     rate, prefill tokens recomputed, evictions), with the infinite-cache and
     Belady ceilings of the same input (sequential replay).
@@ -69,6 +90,15 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
     Mooncake trace materialized with --tokens-per-block T. Cache size:
     --num-blocks N (vLLM num_gpu_blocks, null block included) or
     --cache-pressure X (default 2.3).
+
+    Memory: a --trace in sequential mode is streamed (one pass to size and
+    check it, one per arm), so memory is bounded by the cache and the policy's
+    state, plus per-request records with --per-request, plus what grows by
+    nature: --cache-pressure counts distinct block hashes (give --num-blocks
+    instead), the infinite-cache ceiling holds every block and Belady's
+    future index is linear in block references (skip both: --no-ceilings).
+    Generated workloads and concurrent mode are held in memory. Each cell's
+    wall_seconds is that arm's replay alone.
     """
     try:
         options = registry.parse_options(policy_opt)
@@ -89,49 +119,91 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
         except registry.PolicyConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="--policy-opt") from None
 
+    streaming = workload_spec.trace is not None and mode == "sequential"
     cells, ceils, sizes, params = [], {}, {}, {}
     for seed in seeds:
-        wl = workload_spec.build(seed)
-        spec = _block_size(cache_spec, wl)
-        try:
-            prep = prepare(wl, spec.block_size)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--block-size") from None
-        nb = spec.num_blocks_for(wl)
-        most = infinite_blocks(prep, spec.block_size)
-        if nb > most:
-            hint = "--num-blocks" if cache_spec.num_blocks is not None else "--cache-pressure"
-            raise click.BadParameter(f"{nb:,} blocks is more than this workload can ever fill (seed {seed}: "
-                                     f"{most:,} blocks, the infinite cache); use at most that", param_hint=hint)
-        sizes[seed], params[seed] = nb, wl.params
-        kw = dict(num_blocks=nb, block_size=spec.block_size, mode=mode, max_running=max_running,
-                  token_budget=token_budget, seed=seed)
+        if streaming:
+            src = workload_spec.stream(seed)
+            spec = _block_size(cache_spec, src)
+            try:
+                sc = scan(src, spec.block_size)
+            except TraceError as exc:
+                raise click.BadParameter(str(exc), param_hint="--trace") from None
+            except ValueError as exc:
+                raise click.BadParameter(str(exc), param_hint="--block-size") from None
+            nb = spec.num_blocks_for(src)
+            most = sc.infinite_blocks
+            _check_size(nb, most, seed, cache_spec)
+            params[seed] = src.params
+            try:
+                sc.check_fits(spec.block_size, nb)  # refused before any arm runs, as simulate() does
+            except ValueError as exc:
+                raise click.ClickException(str(exc)) from None
+
+            def run(arm, src=src, nb=nb, spec=spec, seed=seed):
+                return run_stream(src, arm, options=options.get(arm), num_blocks=nb, block_size=spec.block_size,
+                                  seed=seed, per_request=per_request)
+
+            def ceil(bel, src=src, nb=nb, spec=spec, most=most):
+                return ceilings_stream(src, num_blocks=nb, block_size=spec.block_size, belady_record=bel,
+                                       infinite=most)
+        else:
+            wl = workload_spec.build(seed)
+            spec = _block_size(cache_spec, wl)
+            try:
+                prep = prepare(wl, spec.block_size)
+            except ValueError as exc:
+                raise click.BadParameter(str(exc), param_hint="--block-size") from None
+            nb = spec.num_blocks_for(wl)
+            _check_size(nb, infinite_blocks(prep, spec.block_size), seed, cache_spec)
+            params[seed] = wl.params
+            kw = dict(num_blocks=nb, block_size=spec.block_size, mode=mode, max_running=max_running,
+                      token_budget=token_budget, seed=seed)
+
+            def run(arm, prep=prep, kw=kw):
+                return run_arm(prep, arm, options=options.get(arm), **kw)
+
+            def ceil(bel, prep=prep, nb=nb, spec=spec):
+                return ceilings(prep, num_blocks=nb, block_size=spec.block_size, belady_record=bel)
+        sizes[seed] = nb
         for arm in arm_list:
             try:
-                rec = run_arm(prep, arm, options=options.get(arm), **kw)
+                rec = run(arm)
             except (PolicyError, registry.PolicyConfigError) as exc:
                 rec = {"arm": arm, "seed": seed, "error": str(exc)}
+            except TraceError as exc:  # the trace changed since the scan
+                raise click.BadParameter(str(exc), param_hint="--trace") from None
             except ValueError as exc:
                 raise click.ClickException(str(exc)) from None
             if not per_request:
                 rec.pop("requests", None)
             cells.append(rec)
+        if no_ceilings:
+            continue
         try:
             bel = [c for c in cells if c["seed"] == seed and c["arm"] == BELADY and "error" not in c]
-            ceils[seed] = ceilings(prep, num_blocks=nb, block_size=spec.block_size,
-                                   belady_record=bel[0] if bel and mode == "sequential" else None)
+            ceils[seed] = ceil(bel[0] if bel and mode == "sequential" else None)
         except ValueError as exc:
             raise click.ClickException(str(exc)) from None
 
-    summary = _summary(arm_list, cells, ceils)
+    summary = _summary(arm_list, cells, None if no_ceilings else ceils)
     result = {"kind": "spfcore-simulate", "command": command_line(click.get_current_context()),
               "workload": workload_spec.describe(), "workload_params": params,
               "cache": {"block_size": spec.block_size, "num_blocks": sizes, "cache_pressure": cache_spec.pressure},
-              "mode": mode, "seeds": seeds, "policy_options": options, "cells": cells,
-              "ceilings": ceils, "summary": summary}
+              "mode": mode, "seeds": seeds, "policy_options": options, "cells": cells}
+    if not no_ceilings:
+        result["ceilings"] = ceils
+    result["summary"] = summary
+    if output:
+        # round trip through JSON so the file holds what --json would print (int seed keys become strings)
+        try:
+            write_atomic(output, json.dumps(result, indent=2, default=str) + "\n")
+        except OSError as exc:
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise click.ClickException(f"--output {output}: cannot write: {exc.strerror or exc}{where}") from None
     if as_json:
         click.echo(json.dumps(result, indent=2, default=str))
-    else:
+    elif not output:
         _table(result)
     failed = sorted({c["arm"] for c in cells if "error" in c})
     if failed:  # the table/JSON above names each error; the exit status says it too
@@ -152,7 +224,7 @@ def _summary(arms, cells, ceils) -> dict:
         row = {m: _mean([c[m] for c in ok]) for m in METRICS}
         row["error"] = errs[0] if errs else None
         out[arm] = row
-    for name in ("infinite", "belady"):
+    for name in ("infinite", "belady") if ceils is not None else ():
         ok = [c[name] for c in ceils.values() if "error" not in c[name]]
         row = {m: _mean([c[m] for c in ok]) for m in METRICS[:3]}
         errs = [c[name]["error"] for c in ceils.values() if "error" in c[name]]
@@ -163,7 +235,7 @@ def _summary(arms, cells, ceils) -> dict:
 
 def _table(result: dict) -> None:
     s = result["summary"]
-    bel = s["ceiling:belady"]["block_hit_rate"]
+    bel = (s.get("ceiling:belady") or {}).get("block_hit_rate")
     wl = result["workload"]
     desc = ", ".join(f"{k}={v}" for k, v in wl.items())
     t = Table(title=f"spfcore simulate ({result['mode']}; seeds {','.join(map(str, result['seeds']))})",

@@ -29,13 +29,20 @@ What is modelled, and where vLLM 0.32 does it (``vllm/v1/core/``):
 * **Decode-block keys** continue the chain: from the workload's output tokens
   when it defines them (``Request.output_token_ids``, e.g. ``multiturn``, so
   the next turn can hit them), else unique content
-  ``hash((parent, ("out", request_id, depth)))``. (The engine generates its
+  :func:`spfcore.keys.decode_key` ``(parent, request_id, depth)``. (The engine generates its
   own output tokens, so there decode blocks never match workload outputs; only
   prompt hits take part in the engine agreement test.)
 * **Release** (``SingleTypeKVCacheManager.free`` -> ``BlockPool.free_blocks``):
   a finished request's blocks in reverse order (tail first); blocks whose ref
   count reaches 0 go to the free queue: hashed ones appended (LRU tail),
   hashless ones prepended (reused first).
+
+Streaming: the sequential replay consumes an iterable of per-request plans
+(:attr:`Prepared.plans`, or :func:`iter_plans`, which keys one request at a
+time), so :func:`simulate_stream` replays a trace read lazily
+(:class:`~spfcore.workloads.traces.TraceStream`) with memory bounded by the
+cache and the policy's state; :func:`scan` sizes and checks a stream in one
+pass without keeping keys. Concurrent mode holds the prepared workload.
 
 Time: sequential mode uses a virtual clock of one second per request
 (``now = arrival index``); policies should decide by arrival index anyway.
@@ -60,14 +67,16 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import time
 from collections import deque
+from collections.abc import Iterable, Iterator
 
 import attrs
 
 from spfcore.keys import chain_keys, decode_key
 from spfcore.runtime import PolicyRuntime
 from spfcore.views import RequestView
-from spfcore.workloads.model import Workload, block_keys
+from spfcore.workloads.model import Workload, block_keys, request_view
 
 
 @attrs.frozen
@@ -84,9 +93,12 @@ class Prepared:
             decode (depths ``P // bs .. (P + O - 1) // bs - 1``).
         prompt_tokens, output_tokens: Per request, tokens.
         plans: Per request ``(view, lookup_keys, full_keys, decode_keys,
-            prompt_blocks, total_blocks)``: ``lookup_keys`` = the first
-            ``min(F, (P - 1) // bs)`` full keys (the last-token rule),
-            ``prompt_blocks = cdiv(P, bs)``, ``total_blocks = cdiv(P + O - 1, bs)``.
+            prompt_blocks, total_blocks, arrival_s)``: ``lookup_keys`` = the
+            first ``min(F, (P - 1) // bs)`` full keys (the last-token rule),
+            ``prompt_blocks = cdiv(P, bs)``, ``total_blocks = cdiv(P + O - 1, bs)``,
+            ``arrival_s`` the request's own arrival time (s). The sequential
+            replay consumes any iterable of such plans (:func:`iter_plans`
+            yields them one request at a time).
     """
 
     workload: Workload
@@ -105,9 +117,38 @@ class Prepared:
         return [-(-(p + o - 1) // bs) for p, o in zip(self.prompt_tokens, self.output_tokens)]
 
 
+def _plan(r, i: int, block_size: int) -> tuple:
+    """The replay plan of request ``r`` at arrival index ``i`` (see
+    :attr:`Prepared.plans`), keys computed here.
+
+    Raises:
+        ValueError: keys not computable at this block size, or no prompt or
+            output token.
+    """
+    keys = block_keys(r, block_size)
+    p, o = r.num_prompt_tokens, r.output_tokens
+    if p < 1 or o < 1:
+        raise ValueError(f"request {r.request_id}: needs >= 1 prompt and output token (got {p}, {o})")
+    f = min(len(keys), p // block_size)
+    nf = (p + o - 1) // block_size
+    if r.output_token_ids and r.prompt_token_ids:
+        toks = r.prompt_token_ids + r.output_token_ids[: o - 1]
+        dec = chain_keys(toks[f * block_size: nf * block_size], block_size, keys[f - 1] if f else None)
+    else:
+        dec, parent = [], keys[f - 1] if f else None
+        for d in range(f, nf):
+            parent = decode_key(parent, r.request_id, d)
+            dec.append(parent)
+    view = RequestView(r.request_id, r.session_id, i, float(i), p, keys, r.prefix_group)
+    fk = keys[:f]
+    return (view, fk[: min(f, (p - 1) // block_size)], fk, tuple(dec), -(-p // block_size),
+            -(-(p + o - 1) // block_size), r.arrival_s)
+
+
 def prepare(workload: Workload | Prepared, block_size: int) -> Prepared:
     """Precompute keys and views of ``workload`` at ``block_size`` (no-op for
-    a :class:`Prepared` of the same block size).
+    a :class:`Prepared` of the same block size). Memory: every request's keys
+    at once; :func:`iter_plans` is the streaming alternative.
 
     Raises:
         ValueError: bad block size, a request whose keys cannot be computed at
@@ -120,30 +161,99 @@ def prepare(workload: Workload | Prepared, block_size: int) -> Prepared:
         return workload
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
-    views, fulls, decs, ps, os_ = [], [], [], [], []
-    for i, r in enumerate(workload.requests):
-        keys = block_keys(r, block_size)
+    plans = tuple(_plan(r, i, block_size) for i, r in enumerate(workload.requests))
+    return Prepared(workload, block_size, tuple(pl[0] for pl in plans), tuple(pl[2] for pl in plans),
+                    tuple(pl[3] for pl in plans), tuple(pl[0].num_prompt_tokens for pl in plans),
+                    tuple(r.output_tokens for r in workload.requests), plans)
+
+
+def _too_big(request_id, need: int, block_size: int, num_blocks: int) -> ValueError:
+    return ValueError(f"request {request_id} needs {need} blocks of {block_size} tokens but the cache has "
+                      f"{num_blocks - 1} usable (num_blocks={num_blocks} includes the null block)")
+
+
+def iter_plans(requests: Iterable, block_size: int, num_blocks: int | None = None) -> Iterator[tuple]:
+    """Replay plans (see :attr:`Prepared.plans`) of ``requests``, computed one
+    request at a time: memory holds one request's keys, not the trace's.
+
+    Args:
+        requests: Requests in arrival order (any iterable, e.g. a
+            :class:`~spfcore.workloads.traces.TraceStream`).
+        block_size: Tokens per block (>= 1).
+        num_blocks: When given, a request needing more than ``num_blocks - 1``
+            blocks raises (when it is reached) with :func:`simulate`'s message.
+
+    Raises:
+        ValueError: bad block size, a request whose keys cannot be computed,
+            or (with ``num_blocks``) a request that does not fit.
+        spfcore.workloads.traces.TraceError: a malformed trace line, from a
+            streamed trace.
+    """
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    for i, r in enumerate(requests):
+        pl = _plan(r, i, block_size)
+        if num_blocks is not None and pl[5] > num_blocks - 1:
+            raise _too_big(r.request_id, pl[5], block_size, num_blocks)
+        yield pl
+
+
+@attrs.frozen
+class Scan:
+    """What one pass over a request stream tells before a replay (no keys kept).
+
+    Attributes:
+        num_requests: Requests in the stream.
+        blocks_total: Sum over requests of the blocks held at the end,
+            ``cdiv(P + O - 1, bs)``; :func:`infinite_blocks` is this + 1.
+        worst_blocks: The largest such count (0 for an empty stream).
+        worst_request: The request id of the first request that needs
+            ``worst_blocks`` (None for an empty stream).
+    """
+
+    num_requests: int
+    blocks_total: int
+    worst_blocks: int
+    worst_request: str | None
+
+    @property
+    def infinite_blocks(self) -> int:
+        """A never-evicting cache size, null block included (see :func:`infinite_blocks`)."""
+        return self.blocks_total + 1
+
+    def check_fits(self, block_size: int, num_blocks: int) -> None:
+        """Raise :func:`simulate`'s "does not fit" ``ValueError`` if the worst
+        request needs more than ``num_blocks - 1`` blocks."""
+        if self.worst_request is not None and self.worst_blocks > num_blocks - 1:
+            raise _too_big(self.worst_request, self.worst_blocks, block_size, num_blocks)
+
+
+def scan(requests: Iterable, block_size: int) -> Scan:
+    """One streaming pass over ``requests`` at ``block_size``: sizes, and the
+    checks :func:`prepare` makes (keys computable, >= 1 prompt and output
+    token) without computing keys. Memory: one request at a time.
+
+    Raises:
+        ValueError: bad block size, a request without tokens at a foreign
+            block size, or without prompt or output tokens.
+        spfcore.workloads.traces.TraceError: a malformed trace line.
+    """
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    n = total = worst = 0
+    worst_id = None
+    for r in requests:
+        if not r.prompt_token_ids and not (r.hash_ids is not None and block_size == r.hash_block_tokens):
+            block_keys(r, block_size)  # raises its message
         p, o = r.num_prompt_tokens, r.output_tokens
         if p < 1 or o < 1:
             raise ValueError(f"request {r.request_id}: needs >= 1 prompt and output token (got {p}, {o})")
-        f = min(len(keys), p // block_size)
-        nf = (p + o - 1) // block_size
-        if r.output_token_ids and r.prompt_token_ids:
-            toks = r.prompt_token_ids + r.output_token_ids[: o - 1]
-            dec = chain_keys(toks[f * block_size: nf * block_size], block_size, keys[f - 1] if f else None)
-        else:
-            dec, parent = [], keys[f - 1] if f else None
-            for d in range(f, nf):
-                parent = decode_key(parent, r.request_id, d)
-                dec.append(parent)
-        views.append(RequestView(r.request_id, r.session_id, i, float(i), p, keys, r.prefix_group))
-        fulls.append(keys[:f])
-        decs.append(tuple(dec))
-        ps.append(p)
-        os_.append(o)
-    plans = tuple((v, fk[: min(len(fk), (p - 1) // block_size)], fk, dk, -(-p // block_size),
-                   -(-(p + o - 1) // block_size)) for v, fk, dk, p, o in zip(views, fulls, decs, ps, os_))
-    return Prepared(workload, block_size, tuple(views), tuple(fulls), tuple(decs), tuple(ps), tuple(os_), plans)
+        need = -(-(p + o - 1) // block_size)
+        total += need
+        if need > worst or worst_id is None:
+            worst, worst_id = need, r.request_id
+        n += 1
+    return Scan(n, total, worst, worst_id)
 
 
 class _Cache:
@@ -188,31 +298,32 @@ class _Cache:
                     del self.dups[k]
 
 
-def _record(arm, seed, prep: Prepared, hits: list[int], runtime: PolicyRuntime, mode: str, num_blocks: int,
-            extra: dict | None = None) -> dict:
-    bs = prep.block_size
-    ps = prep.prompt_tokens
-    cached = [h * bs for h in hits]
-    prompt = sum(ps)
-    refs = sum(len(v.block_keys) for v in prep.views)
-    ctok = sum(cached)
+def _cell(arm, seed, mode: str, num_blocks: int, bs: int, totals: tuple, runtime: PolicyRuntime,
+          wall_seconds: float, rows: list | None, extra: dict | None = None) -> dict:
+    """A cell record from the replay's totals ``(requests, prompt tokens,
+    block refs, hit blocks)`` and, when given, per-request rows
+    ``(request_id, session_id, prefix_group, arrival_s, prompt_tokens, hit_blocks)``."""
+    n, prompt, refs, hit_blocks = totals
+    ctok = hit_blocks * bs
     rec = {
         "arm": arm, "seed": seed, "mode": mode, "num_blocks": num_blocks, "block_size": bs,
-        "num_requests": len(ps), "prompt_tokens": prompt, "cached_tokens": ctok,
+        "num_requests": n, "prompt_tokens": prompt, "cached_tokens": ctok,
         "token_hit_rate": ctok / prompt if prompt else 0.0,
-        "block_refs": refs, "hit_blocks": sum(hits),
-        "block_hit_rate": sum(hits) / refs if refs else 0.0,
+        "block_refs": refs, "hit_blocks": hit_blocks,
+        "block_hit_rate": hit_blocks / refs if refs else 0.0,
         "prefill_tokens_recomputed": prompt - ctok,
     }
     rec.update(runtime.stats())
-    reqs = []
-    for j, (r, v) in enumerate(zip(prep.workload.requests, prep.views)):
-        d = {"request_id": v.request_id, "session_id": v.session_id, "prefix_group": v.prefix_group,
-             "arrival_s": r.arrival_s, "prompt_tokens": ps[j], "cached_tokens": cached[j]}
-        if extra:
-            d.update({k: vals[j] for k, vals in extra.items()})
-        reqs.append(d)
-    rec["requests"] = reqs
+    rec["wall_seconds"] = wall_seconds
+    if rows is not None:
+        reqs = []
+        for j, (rid, sid, group, arr, p, h) in enumerate(rows):
+            d = {"request_id": rid, "session_id": sid, "prefix_group": group, "arrival_s": arr,
+                 "prompt_tokens": p, "cached_tokens": h * bs}
+            if extra:
+                d.update({k: vals[j] for k, vals in extra.items()})
+            reqs.append(d)
+        rec["requests"] = reqs
     return rec
 
 
@@ -220,25 +331,26 @@ def _check_fits(prep: Prepared, num_blocks: int) -> None:
     need = prep.blocks_needed
     worst = max(range(len(need)), key=need.__getitem__, default=None)
     if worst is not None and need[worst] > num_blocks - 1:
-        raise ValueError(f"request {prep.views[worst].request_id} needs {need[worst]} blocks of "
-                         f"{prep.block_size} tokens but the cache has {num_blocks - 1} usable "
-                         f"(num_blocks={num_blocks} includes the null block)")
+        raise _too_big(prep.views[worst].request_id, need[worst], prep.block_size, num_blocks)
 
 
-def _run_sequential(prep: Prepared, rt: PolicyRuntime, num_blocks: int) -> list[int]:
-    """The sequential replay; returns hit blocks per request. Written for
+def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, bs: int,
+                    rows: list | None = None) -> tuple[int, int, int, int]:
+    """The sequential replay of ``plans`` (any iterable of
+    :attr:`Prepared.plans` tuples, consumed once, in order); returns
+    ``(requests, prompt tokens, block refs, hit blocks)`` and, if ``rows`` is
+    a list, appends one row per request (see :func:`_cell`). Written for
     speed: local bindings, no per-block objects, the cache map inlined."""
-    bs = prep.block_size
     c = _Cache(num_blocks)
     first, dups, key_of, ref = c.first, c.dups, c.key_of, c.ref
     first_get, slow_drop = first.get, c.drop
     ev_remove = rt.evictor.remove
     arrived, hit, evict, stored, finished, release = rt.arrived, rt.hit, rt.evict, rt.stored, rt.finished, rt.release
     rt.release([], list(range(1, num_blocks)), 0.0)
-    hits_out: list[int] = []
-    append_hits = hits_out.append
+    keep = rows.append if rows is not None else None
+    n_req = prompt_total = refs_total = hits_total = 0
     now = -1.0
-    for view, lookup, fk, dk, n_prompt, n_total in prep.plans:
+    for view, lookup, fk, dk, n_prompt, n_total, arrival_s in plans:
         now += 1.0
         arrived(view, now)
         blocks = []
@@ -255,7 +367,12 @@ def _run_sequential(prep: Prepared, rt: PolicyRuntime, num_blocks: int) -> list[
                 ref[b] = 1
         hit(view, blocks, now)
         h = len(blocks)
-        append_hits(h)
+        n_req += 1
+        prompt_total += view.num_prompt_tokens
+        refs_total += len(view.block_keys)
+        hits_total += h
+        if keep is not None:
+            keep((view.request_id, view.session_id, view.prefix_group, arrival_s, view.num_prompt_tokens, h))
         new = evict(n_prompt - h, now)
         for b in new:
             ref[b] = 1
@@ -304,7 +421,7 @@ def _run_sequential(prep: Prepared, rt: PolicyRuntime, num_blocks: int) -> list[
             if not r:
                 (hashless if key_of[b] is None else cached_ids).append(b)
         release(cached_ids, hashless, now)
-    return hits_out
+    return n_req, prompt_total, refs_total, hits_total
 
 
 class _Req:
@@ -501,8 +618,10 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
         prompt block references; a reference is a ``RequestView.block_keys``
         entry), ``prefill_tokens_recomputed`` (prompt - cached tokens),
         ``evictions`` and the other :meth:`PolicyRuntime.stats` fields, and
-        ``requests``: per request ``request_id, session_id, prefix_group,
-        arrival_s, prompt_tokens, cached_tokens`` (+ ``ttft_s`` in concurrent mode).
+        ``wall_seconds`` (the replay loop alone, s: no preparation, no
+        future hand-over), and ``requests``: per request ``request_id,
+        session_id, prefix_group, arrival_s, prompt_tokens, cached_tokens``
+        (+ ``ttft_s`` in concurrent mode).
 
     Raises:
         spfcore.registry.PolicyConfigError: unknown/broken arm or bad option.
@@ -519,9 +638,12 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
     if mode == "sequential":
         if rt.needs_future:
             rt.set_future(prep.views)
+        rows: list = []
         with _no_gc():
-            hits = _run_sequential(prep, rt, num_blocks)
-        return _record(arm, seed, prep, hits, rt, mode, num_blocks)
+            t = time.perf_counter()
+            totals = _run_sequential(prep.plans, rt, num_blocks, block_size, rows)
+            wall = time.perf_counter() - t
+        return _cell(arm, seed, mode, num_blocks, block_size, totals, rt, wall, rows)
     if max_running < 1 or token_budget < 1:
         raise ValueError(f"max_running and token_budget must be >= 1, got {max_running}, {token_budget}")
     arr = [r.arrival_s for r in prep.workload.requests]
@@ -531,17 +653,107 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
     if rt.needs_future:
         rt.set_future(views)
     with _no_gc():
+        t = time.perf_counter()
         hits, ttft = _run_concurrent(prep, rt, num_blocks, views, max_running, token_budget,
                                      step_overhead_s, per_token_s)
-    rec = _record(arm, seed, prep, hits, rt, mode, num_blocks, {"ttft_s": ttft})
+        wall = time.perf_counter() - t
+    rows = [(v.request_id, v.session_id, v.prefix_group, a, v.num_prompt_tokens, h)
+            for v, a, h in zip(prep.views, arr, hits)]
+    totals = (len(rows), sum(prep.prompt_tokens), sum(len(v.block_keys) for v in prep.views), sum(hits))
+    rec = _cell(arm, seed, mode, num_blocks, block_size, totals, rt, wall, rows, {"ttft_s": ttft})
     rec.update(max_running=max_running, token_budget=token_budget)
     return rec
 
 
+def iter_views(requests: Iterable, block_size: int) -> Iterator[RequestView]:
+    """The policy-facing views of ``requests`` (arrival_time = arrival index),
+    as :attr:`Prepared.views` but computed one request at a time: the future
+    stream handed to ``needs-future`` policies by :func:`simulate_stream`.
+
+    Raises:
+        ValueError: a request whose keys cannot be computed at ``block_size``.
+    """
+    for i, r in enumerate(requests):
+        yield request_view(r, i, float(i), block_keys(r, block_size))
+
+
+def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size: int,
+                    options: dict | None = None, seed: int = 0, env: dict | None = None,
+                    per_request: bool = False) -> dict:
+    """Sequential replay of a request *stream*: the same model, loop and
+    results as :func:`simulate` in sequential mode, but requests are read and
+    keyed one at a time, so memory is bounded by the cache and the policy's
+    state, not by the trace length.
+
+    Args:
+        requests: Requests in arrival order. Any iterable; it must be
+            re-iterable (e.g. a :class:`~spfcore.workloads.traces.TraceStream`
+            or a tuple) for a ``needs-future`` arm, whose future stream is a
+            second pass (a generator of :class:`RequestView`, handed to
+            :meth:`PolicyRuntime.set_future`).
+        arm, num_blocks, block_size, options, seed, env: As :func:`simulate`.
+        per_request: Keep the per-request records (``requests`` in the
+            result; memory then grows by one record per request).
+
+    Returns:
+        :func:`simulate`'s sequential cell record (``requests`` only with
+        ``per_request``). ``wall_seconds``: the replay loop's wall time, s,
+        reading and keying the stream included (it is interleaved with the
+        replay), the future hand-over excluded.
+
+    Raises:
+        spfcore.registry.PolicyConfigError: unknown/broken arm or bad option.
+        spfcore.runtime.PolicyError: the policy failed during the run.
+        ValueError: bad sizes, a one-shot iterator for a ``needs-future`` arm,
+            a request whose keys cannot be computed, or a request that does
+            not fit in the cache (same message as :func:`simulate`; raised
+            when that request is reached, with nothing returned).
+        spfcore.workloads.traces.TraceError: a malformed line of a streamed
+            trace (file, line and field named), when it is reached.
+    """
+    if num_blocks < 2:
+        raise ValueError(f"num_blocks must be >= 2 (null block + 1), got {num_blocks}")
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    rt = PolicyRuntime.for_policy(arm, num_blocks, block_size, options, env=env)
+    if rt.needs_future:
+        if iter(requests) is requests:
+            raise ValueError(f"arm {arm!r} needs the future request stream: give a re-iterable request "
+                             "source (a TraceStream, a tuple), not a one-shot iterator")
+        rt.set_future(iter_views(requests, block_size))
+    rows: list | None = [] if per_request else None
+    with _no_gc():
+        t = time.perf_counter()
+        totals = _run_sequential(iter_plans(requests, block_size, num_blocks), rt, num_blocks, block_size, rows)
+        wall = time.perf_counter() - t
+    return _cell(arm, seed, "sequential", num_blocks, block_size, totals, rt, wall, rows)
+
+
 def infinite_blocks(workload: Workload | Prepared, block_size: int) -> int:
     """A cache size (null block included) at which nothing is ever evicted in
-    sequential mode: every block a request ever holds, plus the null block."""
+    sequential mode: every block a request ever holds, plus the null block.
+    For a stream, :attr:`Scan.infinite_blocks` of :func:`scan` is the same."""
     return sum(prepare(workload, block_size).blocks_needed) + 1
+
+
+_CEILING_KEYS = ("token_hit_rate", "block_hit_rate", "prefill_tokens_recomputed", "cached_tokens")
+
+
+def _ceilings(run, infinite: int, num_blocks: int, belady: str, belady_record: dict | None) -> dict:
+    """Both ceilings through ``run(arm, num_blocks) -> cell record``."""
+    from spfcore.registry import PolicyConfigError
+    from spfcore.runtime import PolicyError
+
+    inf = run("lru", infinite)
+    if inf["evictions"]:
+        raise RuntimeError(f"infinite-cache run evicted {inf['evictions']} blocks (simulator bug)")
+    out = {"infinite": {k: inf[k] for k in _CEILING_KEYS}}
+    try:
+        bel = belady_record or run(belady, num_blocks)
+        out["belady"] = {k: bel[k] for k in _CEILING_KEYS}
+    except (PolicyConfigError, PolicyError) as exc:
+        out["belady"] = {"error": str(exc)}
+    return out
 
 
 def ceilings(workload: Workload | Prepared, *, num_blocks: int, block_size: int,
@@ -557,19 +769,27 @@ def ceilings(workload: Workload | Prepared, *, num_blocks: int, block_size: int,
         :func:`simulate` result of that arm on the same input, is reused
         instead of a new run.
     """
-    from spfcore.registry import PolicyConfigError
-    from spfcore.runtime import PolicyError
-
     prep = prepare(workload, block_size)
-    keys = ("token_hit_rate", "block_hit_rate", "prefill_tokens_recomputed", "cached_tokens")
     # ceilings are measurements, not arms: they ignore SPFCORE_POLICIES / SPFCORE_DISABLE_POLICIES
-    inf = simulate(prep, "lru", num_blocks=infinite_blocks(prep, block_size), block_size=block_size, env={})
-    if inf["evictions"]:
-        raise RuntimeError(f"infinite-cache run evicted {inf['evictions']} blocks (simulator bug)")
-    out = {"infinite": {k: inf[k] for k in keys}}
-    try:
-        bel = belady_record or simulate(prep, belady, num_blocks=num_blocks, block_size=block_size, env={})
-        out["belady"] = {k: bel[k] for k in keys}
-    except (PolicyConfigError, PolicyError) as exc:
-        out["belady"] = {"error": str(exc)}
-    return out
+    return _ceilings(lambda arm, nb: simulate(prep, arm, num_blocks=nb, block_size=block_size, env={}),
+                     infinite_blocks(prep, block_size), num_blocks, belady, belady_record)
+
+
+def ceilings_stream(requests: Iterable, *, num_blocks: int, block_size: int, belady: str = "belady_oracle",
+                    belady_record: dict | None = None, infinite: int | None = None) -> dict:
+    """:func:`ceilings` of a re-iterable request stream, through
+    :func:`simulate_stream` (same results). The infinite cache holds every
+    block of the trace, so that run's memory grows with the trace by nature;
+    so does the Belady run's future index.
+
+    Args:
+        infinite: The never-evicting size (:attr:`Scan.infinite_blocks`), if
+            already known; else one :func:`scan` pass computes it.
+
+    Raises:
+        ValueError, spfcore.workloads.traces.TraceError: as :func:`simulate_stream`.
+    """
+    if infinite is None:
+        infinite = scan(requests, block_size).infinite_blocks
+    return _ceilings(lambda arm, nb: simulate_stream(requests, arm, num_blocks=nb, block_size=block_size, env={}),
+                     infinite, num_blocks, belady, belady_record)

@@ -30,7 +30,7 @@ import click
 from spfcore.workloads import generators
 from spfcore.workloads.model import Workload
 from spfcore.workloads.pressure import num_blocks_for_pressure
-from spfcore.workloads.traces import TraceError, read_trace
+from spfcore.workloads.traces import TraceError, TraceStream, read_trace
 
 
 def _flag_help() -> str:
@@ -75,6 +75,21 @@ class WorkloadSpec:
             raise click.BadParameter(str(exc), param_hint="--trace") from None
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--workload/--set") from None
+
+    def stream(self, seed: int) -> TraceStream:
+        """The trace as a lazily read, re-iterable request stream (``seed`` as
+        in :meth:`build`); lines are checked when a pass reaches them.
+
+        Raises:
+            ValueError: no ``--trace`` in this spec.
+            click.BadParameter: an empty trace or one of neither format.
+        """
+        if self.trace is None:
+            raise ValueError("stream() needs a trace (--trace)")
+        try:
+            return TraceStream(self.trace, limit=self.limit, tokens_per_block=self.tokens_per_block, seed=seed)
+        except TraceError as exc:
+            raise click.BadParameter(str(exc), param_hint="--trace") from None
 
     def describe(self) -> dict:
         """Every setting, defaults included (for results JSON)."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -122,6 +123,59 @@ def _block_tokens(cache: dict, hid: int, seed: int, tokens_per_block: int, vocab
     return b
 
 
+#: Most materialized id blocks kept for reuse while reading (a bounded memo:
+#: an id's tokens are a pure function of ``(seed, id)``, so dropping the memo
+#: never changes what is read).
+_TOKEN_MEMO_MAX = 1 << 16
+
+
+def iter_mooncake(path: str | os.PathLike, *, limit: int | None = None, tokens_per_block: int | None = None,
+                  seed: int = 0, vocab: int = 32000) -> Iterator[Request]:
+    """Stream a Mooncake FAST'25 JSONL trace, one :class:`Request` per line,
+    in file order; memory does not grow with the trace (the id -> tokens memo
+    of materialized traces is bounded). Arguments, request fields and errors
+    as :func:`read_mooncake`; an error is raised when its line is reached,
+    after the requests before it were yielded.
+    """
+    path = Path(path)
+    if tokens_per_block is not None and tokens_per_block < 1:
+        raise ValueError(f"tokens_per_block must be >= 1, got {tokens_per_block}")
+    nonneg = lambda v: _is_int(v) and v >= 0  # noqa: E731
+    cache: dict[int, list] = {}
+    last_t = -math.inf
+    for lineno, obj in _lines(path, limit):
+        ts = _field(path, lineno, obj, "timestamp", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+                    and v >= 0, "a number of milliseconds >= 0")
+        n_in = _field(path, lineno, obj, "input_length", lambda v: _is_int(v) and v >= 1, "an int >= 1")
+        n_out = _field(path, lineno, obj, "output_length", nonneg, "an int >= 0")
+        hids = _int_list(path, lineno, obj, "hash_ids", nonneg, "ints >= 0")
+        if len(hids) != math.ceil(n_in / MOONCAKE_BLOCK_TOKENS):
+            raise TraceError(f"{path}:{lineno}: field 'hash_ids': {len(hids)} ids for input_length "
+                             f"{n_in} (expected ceil({n_in}/{MOONCAKE_BLOCK_TOKENS}))")
+        if ts < last_t:
+            raise TraceError(f"{path}:{lineno}: field 'timestamp': {ts} goes back in time (previous {last_t})")
+        last_t = ts
+        common = dict(request_id=f"mc-{lineno}", arrival_s=ts / 1000.0, hash_ids=tuple(hids),
+                      hash_block_tokens=MOONCAKE_BLOCK_TOKENS)
+        if tokens_per_block is None:
+            yield Request(prompt_token_ids=(), output_tokens=max(1, n_out), num_prompt_tokens=n_in, **common)
+        else:
+            if len(cache) > _TOKEN_MEMO_MAX:
+                cache.clear()
+            n = math.ceil(n_in * tokens_per_block / MOONCAKE_BLOCK_TOKENS)
+            toks: list[int] = []
+            for h in hids:
+                toks.extend(_block_tokens(cache, h, seed, tokens_per_block, vocab))
+            yield Request(prompt_token_ids=toks[:n],
+                          output_tokens=max(1, math.ceil(n_out * tokens_per_block / MOONCAKE_BLOCK_TOKENS)),
+                          **common)
+
+
+def _mooncake_params(path, limit, tokens_per_block, seed, vocab) -> dict:
+    return {"trace": str(path), "format": "mooncake", "limit": limit, "tokens_per_block": tokens_per_block,
+            "seed": seed, "vocab": vocab}
+
+
 def read_mooncake(path: str | os.PathLike, *, limit: int | None = None, tokens_per_block: int | None = None,
                   seed: int = 0, vocab: int = 32000) -> Workload:
     """Read a Mooncake FAST'25 JSONL trace.
@@ -145,40 +199,8 @@ def read_mooncake(path: str | os.PathLike, *, limit: int | None = None, tokens_p
             not covering ``input_length``.
         OSError: the file cannot be read.
     """
-    path = Path(path)
-    if tokens_per_block is not None and tokens_per_block < 1:
-        raise ValueError(f"tokens_per_block must be >= 1, got {tokens_per_block}")
-    nonneg = lambda v: _is_int(v) and v >= 0  # noqa: E731
-    cache: dict[int, list] = {}
-    out: list[Request] = []
-    last_t = -math.inf
-    for lineno, obj in _lines(path, limit):
-        ts = _field(path, lineno, obj, "timestamp", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-                    and v >= 0, "a number of milliseconds >= 0")
-        n_in = _field(path, lineno, obj, "input_length", lambda v: _is_int(v) and v >= 1, "an int >= 1")
-        n_out = _field(path, lineno, obj, "output_length", nonneg, "an int >= 0")
-        hids = _int_list(path, lineno, obj, "hash_ids", nonneg, "ints >= 0")
-        if len(hids) != math.ceil(n_in / MOONCAKE_BLOCK_TOKENS):
-            raise TraceError(f"{path}:{lineno}: field 'hash_ids': {len(hids)} ids for input_length "
-                             f"{n_in} (expected ceil({n_in}/{MOONCAKE_BLOCK_TOKENS}))")
-        if ts < last_t:
-            raise TraceError(f"{path}:{lineno}: field 'timestamp': {ts} goes back in time (previous {last_t})")
-        last_t = ts
-        common = dict(request_id=f"mc-{lineno}", arrival_s=ts / 1000.0, hash_ids=tuple(hids),
-                      hash_block_tokens=MOONCAKE_BLOCK_TOKENS)
-        if tokens_per_block is None:
-            out.append(Request(prompt_token_ids=(), output_tokens=max(1, n_out), num_prompt_tokens=n_in, **common))
-        else:
-            n = math.ceil(n_in * tokens_per_block / MOONCAKE_BLOCK_TOKENS)
-            toks: list[int] = []
-            for h in hids:
-                toks.extend(_block_tokens(cache, h, seed, tokens_per_block, vocab))
-            out.append(Request(prompt_token_ids=toks[:n],
-                               output_tokens=max(1, math.ceil(n_out * tokens_per_block / MOONCAKE_BLOCK_TOKENS)),
-                               **common))
-    params = {"trace": str(path), "format": "mooncake", "limit": limit, "tokens_per_block": tokens_per_block,
-              "seed": seed, "vocab": vocab}
-    return Workload("mooncake", params, out)
+    out = list(iter_mooncake(path, limit=limit, tokens_per_block=tokens_per_block, seed=seed, vocab=vocab))
+    return Workload("mooncake", _mooncake_params(Path(path), limit, tokens_per_block, seed, vocab), out)
 
 
 _REQ_FIELDS = {f.name: f for f in attrs.fields(Request)}
@@ -220,6 +242,27 @@ def _request_from(path: Path, lineno: int, obj: dict) -> Request:
     return Request(**kw)
 
 
+def iter_jsonl(path: str | os.PathLike, *, limit: int | None = None) -> Iterator[Request]:
+    """Stream spfcore's own JSONL, one :class:`Request` per line, in file
+    order. Checks and errors as :func:`read_jsonl`, raised when their line is
+    reached. The repeated-id check keeps the set of request ids seen, so
+    memory grows by one id string per request (Mooncake traces have no such
+    set: their ids are line numbers).
+    """
+    path = Path(path)
+    seen: set[str] = set()
+    last = 0.0
+    for lineno, obj in _lines(path, limit):
+        r = _request_from(path, lineno, obj)
+        if r.request_id in seen:
+            raise TraceError(f"{path}:{lineno}: field 'request_id': {r.request_id!r} repeats")
+        if r.arrival_s < last:
+            raise TraceError(f"{path}:{lineno}: field 'arrival_s': {r.arrival_s} goes back in time")
+        seen.add(r.request_id)
+        last = r.arrival_s
+        yield r
+
+
 def read_jsonl(path: str | os.PathLike, *, limit: int | None = None) -> Workload:
     """Read spfcore's own JSONL (one Request per line, fields as in
     :class:`~spfcore.workloads.model.Request`).
@@ -231,19 +274,64 @@ def read_jsonl(path: str | os.PathLike, *, limit: int | None = None) -> Workload
             arrival times going backwards.
     """
     path = Path(path)
-    out: list[Request] = []
-    seen: set[str] = set()
-    last = 0.0
-    for lineno, obj in _lines(path, limit):
-        r = _request_from(path, lineno, obj)
-        if r.request_id in seen:
-            raise TraceError(f"{path}:{lineno}: field 'request_id': {r.request_id!r} repeats")
-        if r.arrival_s < last:
-            raise TraceError(f"{path}:{lineno}: field 'arrival_s': {r.arrival_s} goes back in time")
-        seen.add(r.request_id)
-        last = r.arrival_s
-        out.append(r)
+    out = list(iter_jsonl(path, limit=limit))
     return Workload(path.stem, {"trace": str(path), "format": "spfcore", "limit": limit}, out)
+
+
+@attrs.frozen
+class TraceStream:
+    """A trace file read lazily: every iteration re-reads the file from the
+    start and yields :class:`Request` objects one at a time, so several passes
+    (a scan, one replay per arm, a policy's future) hold one request at a
+    time. Duck-types :class:`Workload` where only ``name``, ``params`` and an
+    iterable ``requests`` are needed.
+
+    Attributes:
+        path: The trace file (Mooncake or spfcore JSONL, see :func:`detect_format`).
+        limit: Keep the first ``limit`` requests (None: all).
+        tokens_per_block: Mooncake: materialize hash ids (see :func:`read_mooncake`).
+        seed: Mooncake: seed of the id -> tokens map.
+        vocab: Mooncake: token ids lie in ``[3, vocab)``.
+        format: ``"mooncake"`` or ``"spfcore"``, detected on construction.
+
+    Raises:
+        TraceError: on construction, an empty trace or an unknown format;
+            while iterating, a malformed line (file, line and field named).
+    """
+
+    path: Path = attrs.field(converter=Path)
+    limit: int | None = None
+    tokens_per_block: int | None = None
+    seed: int = 0
+    vocab: int = 32000
+    format: str = attrs.field(init=False)
+
+    @format.default
+    def _detect(self) -> str:
+        return detect_format(self.path)
+
+    @property
+    def name(self) -> str:
+        """``mooncake``, or the file's stem for spfcore JSONL (as the readers name the workload)."""
+        return "mooncake" if self.format == "mooncake" else self.path.stem
+
+    @property
+    def params(self) -> dict:
+        """The reader's options, as :func:`read_trace`'s ``Workload.params``."""
+        if self.format == "mooncake":
+            return _mooncake_params(self.path, self.limit, self.tokens_per_block, self.seed, self.vocab)
+        return {"trace": str(self.path), "format": "spfcore", "limit": self.limit}
+
+    @property
+    def requests(self) -> TraceStream:
+        """Itself: an iterable of requests that re-reads the file on every pass."""
+        return self
+
+    def __iter__(self) -> Iterator[Request]:
+        if self.format == "mooncake":
+            return iter_mooncake(self.path, limit=self.limit, tokens_per_block=self.tokens_per_block,
+                                 seed=self.seed, vocab=self.vocab)
+        return iter_jsonl(self.path, limit=self.limit)
 
 
 def read_trace(path: str | os.PathLike, *, limit: int | None = None, tokens_per_block: int | None = None,
