@@ -107,7 +107,7 @@ class SeedPolicy:
 
     A chain is identified by its root key (the request's first block hash);
     each block belongs to the chain of the request that stored it. The score of
-    a free block is ``Score(U(chain), expires_at_arrival=i + score_ttl_arrivals)``
+    a free block is ``U(chain)``, expiring at arrival ``i + score_ttl_arrivals``
     (lowest utility evicted first; blocks of one chain tie, so the evictor's
     release order evicts a chain's tail first). ``U`` and its terms are defined
     in :class:`SeedScorer`; a score batch computes ``U`` once per chain.
@@ -124,8 +124,10 @@ class SeedPolicy:
     arrivals (in batches). A score batch reads each block's chain from an
     array indexed by block id (kept by the store and eviction hooks, O(1) per
     block there), computes ``U`` once per distinct chain and answers
-    :class:`~spfcore.Scores` (numpy; no per-block Python). O(prompt blocks)
-    per arrival.
+    :class:`~spfcore.Scores` (numpy; no per-block Python). Hashes held by two
+    blocks (recomputed copies) are tracked per block id, so the answer is
+    the per-hash one exactly; a batch not on the runtime's block table (a
+    test's ``BlockBatch.of``) is scored by hash. O(prompt blocks) per arrival.
     """
 
     capabilities = frozenset({"sessions", "prefetch", "pins", "scoring"})
