@@ -110,6 +110,14 @@ NEVER_ARRIVAL = 2**62
 N_KINDS = 3  # decode, fresh prompt, continuation prompt
 
 
+@functools.lru_cache(maxsize=8)
+def _later(nb: int) -> np.ndarray:
+    """``later[i, j]``: ``j > i`` (read-only)."""
+    m = np.triu(np.ones((nb, nb), dtype=bool), 1)
+    m.setflags(write=False)
+    return m
+
+
 def change_offsets(rows, lo_int, rel_tol: float, cut: float = math.inf) -> np.ndarray:
     """Re-score offsets of an index table (numpy, O(rows x buckets^2)
     elementwise work in a few array operations).
@@ -126,7 +134,7 @@ def change_offsets(rows, lo_int, rel_tol: float, cut: float = math.inf) -> np.nd
     nc, nb = r.shape
     x = r[:, :, None]  # row[i]
     y = r[:, None, :]  # row[j]
-    later = np.triu(np.ones((nb, nb), dtype=bool), 1)  # j > i
+    later = _later(nb)  # j > i
     with np.errstate(invalid="ignore"):  # inf - inf: NaN compares False, as in Python
         differs = (np.abs(y - x) > rel_tol * np.abs(x)) & later  # (nc, i, j)
     if cut == math.inf:  # every value is below an infinite cut
@@ -228,6 +236,10 @@ class UtilityPolicy:
                 continue
             gap = 2 ** ((g - 1) * p.gap_octaves)
             self.gap_prior[c, self.bucket_of[gap] if gap < len(self.bucket_of) else self.nb - 1] = p.gap_prior
+        nb, lo = self.nb, self.lo
+        a = lo[:nb][:, None]  # (nb, 1): start age of bucket i
+        self._layout = ((np.arange(nb)[None, :] >= np.arange(nb)[:, None])[None], a[None],
+                        lo[1:nb + 1][None, None, :] - a[None])  # for _build
         self._cwf = [1.0]  # count term per access count (index 0 unused), grown on demand
         self.rescored = 0  # blocks scored (first scores and re-scores), for cost accounting
         self._reset(0)
@@ -378,16 +390,13 @@ class UtilityPolicy:
         H = np.concatenate([np.zeros((self.nc, 1)), np.cumsum(h, 1)], 1)  # (nc, nb+1)
         HR = np.concatenate([np.zeros((self.nc, 1)), np.cumsum(h * rep, 1)], 1)
         total = H[:, -1] + nev  # (nc,)
-        ii = np.arange(nb)[:, None]
-        jj = np.arange(nb)[None, :]
-        valid = jj >= ii  # (nb, nb)
-        a = lo[:, None]  # (nb, 1)
+        valid, a, span = self._layout  # j >= i; a = lo_i; hi_j - lo_i
         hits = H[:, None, 1:] - H[:, :nb, None]  # (nc, i, j)
         sum_hr = HR[:, None, 1:] - HR[:, :nb, None]
         tail = total[:, None, None] - H[:, None, 1:]
-        occ = sum_hr - hits * a[None] + tail * (hi[None, None, :] - a[None])
+        occ = sum_hr - hits * a + tail * span
         with np.errstate(divide="ignore", invalid="ignore"):
-            dens = np.where(valid[None] & (occ > 0), hits / occ, 0.0)
+            dens = np.where(valid & (occ > 0), hits / occ, 0.0)
         idx = dens.max(2)
         cut = p.cut_factor * self.theta if self.theta > 0 else math.inf
         self._install(idx, cut)
