@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from spfcore import Score
+from spfcore import BlockBatch
+from spfcore.runtime import score_columns
 from spfcore.registry import PolicyConfigError
 from spfcore.testing import MiniCache
 
@@ -21,8 +22,11 @@ def test_seed_formula_by_hand():
     c.serve(["b0"], "B")              # arrival 1
     c.serve(["a0", "a1", "a2"], "A")  # arrival 2: hits a0, a1; stores a2
     pol = c.rt.pm.get_plugin("spf_expected_utility")
-    views = [c.rt.meta[c.rt.by_key[k]] for k in ("a2", "a0", "b0")]
-    got = pol.spfcore_score_blocks(views, 2.0)
+    ids = [c.rt.by_key[k] for k in ("a2", "a0", "b0")]
+    got = score_columns(pol.spfcore_score_blocks(BlockBatch(c.rt.table, ids), 2.0), 3)
+    # a batch of copies (not the runtime's table) is scored by hash: same answer
+    copies = BlockBatch.of([c.rt.meta[i] for i in ids])
+    assert score_columns(pol.spfcore_score_blocks(copies, 2.0), 3) == got
     # Resident: chain a0 = 3 blocks, chain b0 = 1 -> average 2 blocks, victim_saved = 0.16 ms.
     # Chain a0 at arrival 2: A went a0 -> a0 once (p = 1, n = 1), recency 0,
     # accesses 2, consecutive 2 (A twice), reuse distance 2 - 0 = 2.
@@ -36,9 +40,10 @@ def test_seed_formula_by_hand():
     P_b = min(0.5, 1 / (1 + 1 / 3)) + math.log(2) / LN51 + 1 / 15
     U_b = P_b * 0.08 * 1 - (1 - P_b) * 0.16 - (1 - P_b) * 0.5 * 0.4 - 0.02
     assert U_b == pytest.approx(0.44 * 0.742958 - 0.38, abs=1e-6)  # P_b = 0.5 + 0.176291 + 0.066667
-    assert [s.expires_at_arrival for s in got] == [6, 6, 6]  # arrival 2 + score_ttl_arrivals 4
-    assert [s.value for s in got] == pytest.approx([U_a, U_a, U_b], abs=1e-12)
-    assert all(isinstance(s, Score) and not s.pinned for s in got)
+    values, expires_at, expires_at_arrival, pinned = got
+    assert expires_at_arrival == [6, 6, 6]  # arrival 2 + score_ttl_arrivals 4
+    assert values == pytest.approx([U_a, U_a, U_b], abs=1e-12)
+    assert expires_at is None and pinned is None
 
 
 def test_whole_chain_kept_over_a_later_single_block():

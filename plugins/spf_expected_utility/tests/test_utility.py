@@ -5,11 +5,14 @@ learning (LRU hits nothing); decode blocks ranked below prompt blocks;
 chain-monotone scores with arrival expiries; determinism; bounded ghosts.
 """
 
+import numpy as np
+import math
+
 import pytest
 
-from spfcore import BlockView, Score
+from spfcore import BlockBatch, BlockView
 from spfcore.registry import new_plugin_manager
-from spfcore.runtime import PolicyRuntime
+from spfcore.runtime import PolicyRuntime, score_columns
 from spfcore.testing import MiniCache
 from spfcore_spf_expected_utility import ExpectedUtilityParams as UtilityParams
 from spfcore_spf_expected_utility.utility import UtilityPolicy
@@ -57,16 +60,18 @@ def test_decode_blocks_score_below_prompt_blocks():
     for i in range(40):  # prompt blocks reused at gap 1, "decode" blocks never
         req = c.view(["root", f"q{i}"])
         pol.spfcore_request_arrived(req, float(i))
-        pol.spfcore_blocks_stored(req, [BlockView("root", 0, None, 4, None, "r", 1, 0.0, 0.0),
-                                        BlockView(f"q{i}", 1, "root", 4, None, "r", 1, 0.0, 0.0),
-                                        BlockView(f"out{i}", 2, f"q{i}", 4, None, "r", 1, 0.0, 0.0)], float(i))
+        pol.spfcore_blocks_stored(req, BlockBatch.of([BlockView("root", 0, None, 4, None, "r", 1, 0.0, 0.0),
+                                                      BlockView(f"q{i}", 1, "root", 4, None, "r", 1, 0.0, 0.0),
+                                                      BlockView(f"out{i}", 2, f"q{i}", 4, None, "r", 1, 0.0, 0.0)]),
+                                  float(i))
         pol.spfcore_blocks_evicted([f"out{i - 1}", f"q{i - 1}"] if i else [], float(i))
         c.next_index += 1
-    s = pol.spfcore_score_blocks([BlockView("root", 0, None, 4, None, "r", 1, 0.0, 0.0),
-                                  BlockView("out39", 2, "q39", 4, None, "r", 1, 0.0, 0.0)], 39.0)
-    assert all(isinstance(x, Score) for x in s)
-    assert s[0].value > s[1].value
-    assert pol.info["out39"][2] < pol.nd * pol.per_kind  # decode kind = group rows 0..depth_classes-1
+    vals, _, exp, _ = score_columns(pol.spfcore_score_blocks(
+        BlockBatch.of([BlockView("root", 0, None, 4, None, "r", 1, 0.0, 0.0),
+                       BlockView("out39", 2, "q39", 4, None, "r", 1, 0.0, 0.0)]), 39.0), 2)
+    assert exp is not None and all(e < 2**62 for e in exp)
+    assert vals[0] > vals[1]
+    assert pol.record("out39")[2] < pol.nd * pol.per_kind  # decode kind = group rows 0..depth_classes-1
 
 
 def test_scores_chain_monotone_and_expire_ahead():
@@ -76,11 +81,12 @@ def test_scores_chain_monotone_and_expire_ahead():
     blocks = [BlockView(f"p0-{d}", d, f"p0-{d - 1}" if d else None, 4, None, "r", 1, 0.0, 0.0)
               for d in range(5, -1, -1)]  # tail first, like a release batch
     for b in blocks:
-        pol.info.setdefault(b.key, [t, 1, 0])
-    s = pol.spfcore_score_blocks(blocks, float(t))
-    vals = [x.value for x in s][::-1]  # depth order
+        if pol.record(b.key) is None:
+            pol.set_record(b.key, t, 1, 0)
+    vals, _, exp, _ = score_columns(pol.spfcore_score_blocks(BlockBatch.of(blocks), float(t)), len(blocks))
+    vals = vals[::-1]  # depth order
     assert all(a >= b for a, b in zip(vals, vals[1:]))
-    assert all(t < x.expires_at_arrival <= t + pol.params.max_ttl for x in s)
+    assert all(t < x <= t + pol.params.max_ttl for x in exp)
 
 
 def test_deterministic_and_ghosts_bounded():
@@ -100,12 +106,13 @@ def test_classes_by_mean_gap_and_depth():
     for t in (0, 1, 9):  # gaps 1, 8: mean gap (9 - 0) // 2 = 4 -> g = 1 + 2 = 3; latest gap 8 -> g = 4
         req = pol_view(["a"], t)
         pol.spfcore_request_arrived(req, float(t))
-        (pol.spfcore_blocks_stored if t == 0 else pol.spfcore_blocks_hit)(req, [blk], float(t))
+        (pol.spfcore_blocks_stored if t == 0 else pol.spfcore_blocks_hit)(req, BlockBatch.of([blk]), float(t))
     grp = pol._grp(1, 20)
     assert grp == 1 * 4 + 2
     assert [pol._grp(1, d) - 4 for d in (0, 2, 3, 14, 15, 62, 63, 10**6)] == [0, 0, 1, 1, 2, 2, 3, 3]
-    assert pol.info["a"][:2] == [9, 3] and pol.info["a"][3] == 0
-    assert pol.info["a"][2] == grp * pol.per_kind + 3
+    assert pol.record("a") == [9, 3, grp * pol.per_kind + 3, 0]
+    assert pol._clss(np.array([grp]), np.array([3]), np.array([4])).tolist() == [grp * pol.per_kind + 3]
+    assert [pol._grps(1, np.array([d])).item() - 4 for d in (0, 2, 3, 14, 15, 62, 63, 10**6)] == [0, 0, 1, 1, 2, 2, 3, 3]
     old = UtilityPolicy(UtilityParams(gap_mean=False, depth_classes=1))
     assert old._cls(1, 3, 8) == 1 * old.per_kind + 4
 
@@ -132,13 +139,13 @@ def test_reset_on_configure():
     c, pol = cache(30)
     cyclic(c, rounds=3)
     pol.spfcore_cache_configured(num_blocks=30, block_size=4)
-    assert not pol.info and not pol.ghost and pol.hist.sum() == 0
+    assert not pol.info and not pol.ghost and pol.hist.sum() == 0 and len(pol._free) == len(pol.last) - 1
 
 
 # ---------------------------------------------------------------- cheap re-scoring
 
 from spfcore_spf_expected_utility import ExpectedUtilityPolicy  # noqa: E402
-from spfcore_spf_expected_utility.utility import change_points  # noqa: E402
+from spfcore_spf_expected_utility.utility import change_offsets, change_points  # noqa: E402
 
 LO = [0, 1, 2, 4, 8, 32]  # first integer age of buckets 0..4 (1 per octave, max_age_log2 4), and the end
 ROW = [4.0, 2.0, 2.0, 1.0, 1.0]
@@ -157,42 +164,54 @@ def test_change_points_exact():
 def scorer(**kw):
     pol = UtilityPolicy(UtilityParams(buckets_per_octave=1, max_age_log2=4, max_count=1, **kw))
     assert pol.lo_int == LO
-    pol.rows = [change_points(ROW, LO, 0.0)] * pol.nc
+    pol._install([ROW] * pol.nc, math.inf)
     pol.t = 10
     return pol
+
+
+def score(pol, blocks):
+    """The score columns (values, expires_at_arrival) of a direct call."""
+    vals, exp_t, exp, pins = score_columns(pol.spfcore_score_blocks(BlockBatch.of(blocks), float(pol.t)), len(blocks))
+    assert exp_t is None and pins is None
+    return vals, exp
 
 
 def bv(key, depth=0, parent=None):
     return BlockView(key, depth, parent, 4, None, "r", 1, 0.0, 0.0)
 
 
-def test_scores_expire_at_change_points_or_are_plain_floats():
+def test_scores_expire_at_change_points_or_never():
     pol = scorer(chain_monotone=False)
-    pol.info.update(a=[10, 1, 0], b=[9, 1, 0], c=[8, 1, 0], d=[5, 1, 0], e=[9, 1, 0])
-    s = pol.spfcore_score_blocks([bv(k) for k in "abcde"], 10.0)
-    # ages 0, 1, 2, 5, 1 -> buckets 0, 1, 2, 3, 1
-    assert s[0] == Score(4.0, expires_at_arrival=11)   # bucket 1 starts at age 1
-    assert s[1] == Score(2.0, expires_at_arrival=13)   # buckets 1, 2 equal: next change at age 4
-    assert s[2] == Score(2.0, expires_at_arrival=12)
-    assert s[3] == 1.0 and type(s[3]) is float         # flat to the end: never re-scored
-    assert s[4] is s[1]                                # equal (value, expiry) share one Score
-    assert pol.rescored == 5
+    for k, last in zip("abcde", (10, 9, 8, 5, 9)):
+        pol.set_record(k, last, 1, 0)
+    vals, exp = score(pol, [bv(k) for k in "abcde"])
+    # ages 0, 1, 2, 5, 1 -> buckets 0, 1, 2, 3, 1; bucket 1 starts at age 1;
+    # buckets 1, 2 equal: next change at age 4; bucket 3 flat to the end: never re-scored
+    assert vals == [4.0, 2.0, 2.0, 1.0, 2.0]
+    assert exp == [11, 13, 12, 2**62, 13]
+    assert score(pol, [bv("d")]) == ([1.0], None)  # nothing expires: values only
+    assert pol.rescored == 6
 
 
 def test_max_ttl_caps_expiry_and_count_weight_scales():
     pol = scorer(chain_monotone=False, max_ttl=2, count_weight=0.5)
-    pol.info.update(b=[9, 4, 0], d=[5, 2, 0])
-    s = pol.spfcore_score_blocks([bv("b"), bv("d")], 10.0)
-    assert s[0] == Score(2.0 * (1 + 0.5 * 2), expires_at_arrival=12)  # 13 capped at t + 2
-    assert s[1] == 1.0 * 1.5
+    pol.set_record("b", 9, 4, 0)
+    pol.set_record("d", 5, 2, 0)
+    vals, exp = score(pol, [bv("b"), bv("d")])
+    assert vals == [2.0 * (1 + 0.5 * 2), 1.0 * 1.5]
+    assert exp == [12, 2**62]  # 13 capped at t + 2
 
 
 def test_chain_monotone_caps_child_at_parent():
     pol = scorer()
-    pol.info.update(p=[5, 1, 0], q=[10, 1, 0])  # parent at 1.0 (flat), child at 4.0
-    s = pol.spfcore_score_blocks([bv("q", 1, "p"), bv("p", 0)], 10.0)  # tail first
-    assert s[1] == 1.0
-    assert s[0] == Score(1.0, expires_at_arrival=11)
+    pol.set_record("p", 5, 1, 0)  # parent at 1.0 (flat)
+    pol.set_record("q", 10, 1, 0)  # child at 4.0
+    assert score(pol, [bv("q", 1, "p"), bv("p", 0)]) == ([1.0, 1.0], [11, 2**62])  # tail first
+    assert score(pol, [bv("p", 0), bv("q", 1, "p")]) == ([1.0, 1.0], [2**62, 11])  # parent first
+    # only a parent met earlier in the pass caps (here the pass starts at q: depth 1 > depth 0)
+    pol.set_record("r", 10, 1, 0)
+    assert score(pol, [bv("q", 1, "p"), bv("r", 0), bv("p", 0)])[0] == [1.0, 4.0, 1.0]
+    assert score(pol, [bv("r", 0), bv("q", 1, "p"), bv("p", 0)])[0] == [4.0, 4.0, 1.0]
 
 
 def test_one_policy_class_delegates_per_variant():
@@ -206,4 +225,6 @@ def test_one_policy_class_delegates_per_variant():
         assert ("spfcore_blocks_hit" in names) is not has_hints
         assert pol.spfcore_score_blocks.__self__ is pol.impl  # no wrapper call
     assert ExpectedUtilityPolicy().params.variant == "utility"
+    assert ExpectedUtilityPolicy.capabilities == {"scoring"} == ExpectedUtilityPolicy().capabilities
+    assert ExpectedUtilityPolicy(UtilityParams(variant="seed")).capabilities == {"sessions", "prefetch", "pins", "scoring"}
     assert isinstance(ExpectedUtilityPolicy().impl, UtilityPolicy)

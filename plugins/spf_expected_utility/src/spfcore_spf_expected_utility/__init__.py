@@ -21,7 +21,9 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from spfcore import Hint, Score, hookimpl
+import numpy as np
+
+from spfcore import Hint, Scores, hookimpl
 from spfcore_spf_expected_utility.params import SAVED_MS_PER_BLOCK, VARIANT_NAMES, ExpectedUtilityParams
 
 LN51 = math.log(51.0)
@@ -105,7 +107,7 @@ class SeedPolicy:
 
     A chain is identified by its root key (the request's first block hash);
     each block belongs to the chain of the request that stored it. The score of
-    a free block is ``Score(U(chain), expires_at_arrival=i + score_ttl_arrivals)``
+    a free block is ``U(chain)``, expiring at arrival ``i + score_ttl_arrivals``
     (lowest utility evicted first; blocks of one chain tie, so the evictor's
     release order evicts a chain's tail first). ``U`` and its terms are defined
     in :class:`SeedScorer`; a score batch computes ``U`` once per chain.
@@ -118,15 +120,24 @@ class SeedPolicy:
     free blocks. In retention mode a chain with no resident block is not
     hinted (nothing to protect); in prefetch mode it is (a promotion request).
 
-    Costs: O(1) per scored block; every free block is re-scored once per
-    ``score_ttl_arrivals`` arrivals (in batches); O(prompt blocks) per arrival.
+    Costs: every free block is re-scored once per ``score_ttl_arrivals``
+    arrivals (in batches). A score batch reads each block's chain from an
+    array indexed by block id (kept by the store and eviction hooks, O(1) per
+    block there), computes ``U`` once per distinct chain and answers
+    :class:`~spfcore.Scores` (numpy; no per-block Python). Hashes held by two
+    blocks (recomputed copies) are tracked per block id, so the answer is
+    the per-hash one exactly; a batch not on the runtime's block table (a
+    test's ``BlockBatch.of``) is scored by hash. O(prompt blocks) per arrival.
     """
+
+    capabilities = frozenset({"sessions", "prefetch", "pins", "scoring"})
 
     def __init__(self, params: ExpectedUtilityParams | None = None) -> None:
         self.params = params or ExpectedUtilityParams(variant="seed")
         self.scorer = SeedScorer(self.params)
         self.saved_ms = SAVED_MS_PER_BLOCK[self.params.mode]
         self.block_size = 16
+        self.num_blocks = 0
         self._reset()
 
     def _reset(self) -> None:
@@ -140,6 +151,22 @@ class SeedPolicy:
         self.prev_session: str | None = None
         self.resident_blocks = 0
         self.resident_chains = 0
+        # block id -> chain: the index (in _names) of root.get(key, key) of the
+        # hash the block holds, -1 for a hash with no root (each its own chain)
+        self._names: list = []  # chain index -> chain root
+        self._cid: dict = {}  # chain root -> chain index
+        self.id_key: list = []  # block id -> hash last stored in it
+        self.holders: dict = {}  # hash -> block ids that hold it (id_key)
+        self.chain_of_id = np.zeros(0, np.int64)
+        self._table = None  # the runtime's BlockTable (block ids index it)
+        self._grow(self.num_blocks)
+
+    def _grow(self, n: int) -> None:
+        """Room for block ids below ``n``."""
+        m = n - len(self.id_key)
+        if m > 0:
+            self.id_key += [None] * m
+            self.chain_of_id = np.concatenate([self.chain_of_id, np.full(m, -1, np.int64)])
 
     # -------------------------------------------------------------- model
     def transition(self, session: str | None, x) -> tuple[float, int]:
@@ -171,6 +198,7 @@ class SeedPolicy:
     @hookimpl
     def spfcore_cache_configured(self, num_blocks, block_size):
         self.block_size = block_size
+        self.num_blocks = num_blocks
         self._reset()
 
     @hookimpl
@@ -226,16 +254,48 @@ class SeedPolicy:
 
     @hookimpl
     def spfcore_blocks_stored(self, request, blocks, now):
-        if not blocks:
+        keys = blocks.keys
+        if not keys:
             return
-        x = self.req_root.setdefault(request.request_id, blocks[0].key)
+        self._table = blocks.table
+        x = self.req_root.setdefault(request.request_id, keys[0])
         ch, root = self.chains[x], self.root
+        ids = blocks.ids.tolist()
+        if ids and max(ids) >= len(self.id_key):
+            self._grow(max(ids) + 1)
+        id_key, holders = self.id_key, self.holders
         before = ch.blocks
-        for b in blocks:
-            if b.key not in root:  # a recomputed duplicate is not a new resident block
-                ch.blocks += 1
-                self.resident_blocks += 1
-            root[b.key] = x
+        added = 0
+        shared = []  # other copies of a hash stored here: they follow the hash into chain x
+        for i, k in zip(ids, keys):
+            if k not in root:  # a recomputed duplicate is not a new resident block
+                added += 1
+            root[k] = x
+            o = id_key[i]
+            if o is not None and o != k:  # block id reused: it no longer holds hash o
+                h = holders[o]
+                if len(h) == 1:
+                    del holders[o]
+                else:
+                    h.remove(i)
+            h = holders.get(k)
+            if h is None:
+                holders[k] = [i]
+            else:
+                if i not in h:
+                    h.append(i)
+                if len(h) > 1:
+                    shared += h
+            id_key[i] = k
+        ch.blocks += added
+        self.resident_blocks += added
+        cx = self._cid.get(x)
+        if cx is None:
+            cx = self._cid[x] = len(self._names)
+            self._names.append(x)
+        self.chain_of_id[ids] = cx
+        if shared:
+            self.chain_of_id[shared] = cx
         if before == 0 and ch.blocks:
             self.resident_chains += 1
 
@@ -245,29 +305,55 @@ class SeedPolicy:
 
     @hookimpl
     def spfcore_blocks_evicted(self, keys, now):
-        root, chains = self.root, self.chains
+        root, chains, holders = self.root, self.chains, self.holders
+        alone = []  # copies left behind: their hash has no chain now (each is its own)
         for k in keys:
             x = root.pop(k, None)
             if x is None:
                 continue
+            h = holders.get(k)
+            if h is not None:
+                alone += h
             ch = chains[x]
             ch.blocks -= 1
             self.resident_blocks -= 1
             if ch.blocks == 0:
                 self.resident_chains -= 1
+        if alone:
+            self.chain_of_id[alone] = -1
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
-        root, cache = self.root, {}
         exp = self.arrival + self.params.score_ttl_arrivals
-        out = []
-        for b in blocks:
-            x = root.get(b.key, b.key)
-            u = cache.get(x)
-            if u is None:
-                u = cache[x] = self.chain_utility(x)
-            out.append(Score(u, expires_at_arrival=exp))
-        return out
+        n = len(blocks)
+        if blocks.table is not self._table:  # not the runtime's blocks (a test's batch): by hash
+            root, cache, util = self.root, {}, self.chain_utility
+            vals = []
+            for k in blocks.keys:
+                x = root.get(k, k)
+                u = cache.get(x)
+                if u is None:
+                    u = cache[x] = util(x)
+                vals.append(u)
+            return Scores(np.array(vals, dtype=np.float64), expires_at_arrival=exp)
+        ids = blocks.ids
+        c = self.chain_of_id[ids]
+        util = self.chain_utility
+        lo, hi = int(c.min()), int(c.max())
+        if lo == hi and lo >= 0:  # one chain (the common case): U once
+            return Scores(np.full(n, util(self._names[lo])), expires_at_arrival=exp)
+        names = self._names
+        uniq, inv = np.unique(c, return_inverse=True)
+        out = np.array([util(names[u]) if u >= 0 else 0.0 for u in uniq.tolist()])[inv]
+        if uniq[0] < 0:  # copies of an evicted hash: each is its own chain (named by its hash)
+            id_key, cache = self.id_key, {}
+            for j in np.flatnonzero(c < 0).tolist():
+                k = id_key[int(ids[j])]
+                u = cache.get(k)
+                if u is None:
+                    u = cache[k] = util(k)
+                out[j] = u
+        return Scores(out, expires_at_arrival=exp)
 
 
 from spfcore_spf_expected_utility.utility import UtilityPolicy  # noqa: E402
@@ -292,16 +378,19 @@ class ExpectedUtilityPolicy:
     construction, so pluggy registers them directly (no extra call per hook)
     and the runtime calls only the hooks that variant implements
     (``utility``: no hints, no pins; ``seed``: hints and pins).
-    ``capabilities`` is the union of both variants'.
+    ``capabilities``: the class's (what ``spfcore list-policies`` shows) are
+    the default variant's (``utility``: scoring only); an instance's are its
+    variant's (``seed``: sessions, prefetch, pins, scoring).
     """
 
     name = "spf_expected_utility"
-    capabilities = frozenset({"sessions", "prefetch", "pins", "scoring"})
+    capabilities = UtilityPolicy.capabilities
     Params = ExpectedUtilityParams
 
     def __init__(self, params: ExpectedUtilityParams | None = None) -> None:
         self.params = params or ExpectedUtilityParams()
         self.impl = VARIANTS[self.params.variant](self.params)
+        self.capabilities = self.impl.capabilities
         for hook in _HOOKS:
             fn = getattr(self.impl, hook, None)
             if fn is not None:

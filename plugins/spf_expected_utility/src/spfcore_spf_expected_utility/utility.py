@@ -59,9 +59,11 @@ the simulator and the engine decide identically):
   optionally, lies below ``cut_factor`` x the eviction frontier (see
   :func:`change_points`). A score expires when the block's age reaches that
   bucket (at most ``max_ttl`` arrivals ahead); if no later bucket differs the
-  score is a plain ``float`` (no expiry heap entry, never re-scored). Blocks
-  with equal (value, expiry) in one batch share one ``Score`` object. Each
-  block is re-scored at most once per bucket it ages through (O(log age)).
+  score never expires (``2**62``: no expiry heap entry, never re-scored).
+  The answer is one :class:`~spfcore.Scores` per batch (values and
+  arrival expiries as numpy arrays; a plain value array when nothing
+  expires). Each block is re-scored at most once per bucket it ages through
+  (O(log age)).
 * **Count term** (``count_weight`` > 0, default off): score x ``(1 +
   count_weight x log2(accesses))``, a frequency tie-break within a class.
 * **Chains.** Within one scored batch a block never outranks its parent (a
@@ -70,15 +72,26 @@ the simulator and the engine decide identically):
 Units: score value = expected hits per block per arrival of residence
 (x ``block_size`` tokens = expected prefill tokens saved per block-arrival).
 
-Costs: O(1) per block in every observation hook (dict + OrderedDict), O(1)
-per scored block (table lookup; one pass per batch, chain cap included),
-O(prompt blocks) per arrival for the seen prefix, O(classes x buckets^2)
+Costs (every hook takes the batch form, :class:`~spfcore.BlockBatch`): the
+records live in numpy arrays indexed by a slot per block hash (``info``:
+resident hash -> slot, ``ghost``: evicted hash -> slot, LRU), so per block a
+hook does one dict operation in C (``map`` over ``BlockBatch.keys``) and the
+rest (class, gap bucket, histogram update with ``np.add.at``, new class) is a
+few numpy operations per batch; ghosts coming back, blocks hit without a
+record and hashes held twice take short Python paths. A score batch: slot
+lookup, two table gathers (value, re-score offset), the chain cap (parent
+positions by a dict over the batch's keys, then a running minimum over runs
+of consecutive parent -> child blocks, exact via ranks, plus one slice per
+run whose parent sits elsewhere in the batch) and the expiries; no per-block
+Python object. O(prompt blocks) per arrival (the seen prefix stops after
+``root_blocks + 1`` blocks; the prompt's hash set), O(classes x buckets^2)
 numpy work per ``period`` arrivals (index table and change points, both
 vectorized; classes = 3 kinds x ``depth_classes`` x ``max_count`` = 96 by
 default); the age-bucket layout is built once per (``buckets_per_octave``,
 ``max_age_log2``) and shared. Victims: the index takes few distinct values
 (table entries), so the evictor's per-value groups hand them out in O(1)
-amortized each.
+amortized each. Mooncake (288,500 block references, 9,139 blocks): about
+4.3M blocks scored (most re-scores as blocks age into the next bucket).
 """
 
 from __future__ import annotations
@@ -86,14 +99,51 @@ from __future__ import annotations
 import functools
 import math
 from collections import OrderedDict
+from itertools import repeat
 
 import numpy as np
 
-from spfcore import Score, hookimpl
+from spfcore import Scores, hookimpl
 from spfcore_spf_expected_utility.params import ExpectedUtilityParams
 
 NEVER_ARRIVAL = 2**62
 N_KINDS = 3  # decode, fresh prompt, continuation prompt
+
+
+@functools.lru_cache(maxsize=8)
+def _later(nb: int) -> np.ndarray:
+    """``later[i, j]``: ``j > i`` (read-only)."""
+    m = np.triu(np.ones((nb, nb), dtype=bool), 1)
+    m.setflags(write=False)
+    return m
+
+
+def change_offsets(rows, lo_int, rel_tol: float, cut: float = math.inf) -> np.ndarray:
+    """Re-score offsets of an index table (numpy, O(rows x buckets^2)
+    elementwise work in a few array operations).
+
+    Args:
+        rows: ``(classes, buckets)`` index table (array-like of floats).
+        lo_int, rel_tol, cut: As in :func:`change_points`.
+
+    Returns:
+        ``(classes, buckets)`` int64 array: the ``offset`` of
+        :func:`change_points` per entry, ``-1`` for ``None`` (flat: never re-score).
+    """
+    r = np.asarray(rows, dtype=np.float64)  # (nc, nb)
+    nc, nb = r.shape
+    x = r[:, :, None]  # row[i]
+    y = r[:, None, :]  # row[j]
+    later = _later(nb)  # j > i
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN compares False, as in Python
+        differs = (np.abs(y - x) > rel_tol * np.abs(x)) & later  # (nc, i, j)
+    if cut == math.inf:  # every value is below an infinite cut
+        crosses = differs
+    else:
+        crosses = differs & ((x < cut) | (y < cut))
+    first = crosses.argmax(2)  # first such j (0 if none)
+    lo = np.asarray(lo_int, dtype=np.int64)
+    return np.where(crosses.any(2), lo[first], np.where(differs.any(2), lo[nb], -1))
 
 
 def change_points(row: list[float], lo_int: list[int], rel_tol: float, cut: float = math.inf) -> list[tuple]:
@@ -118,38 +168,9 @@ def change_points(row: list[float], lo_int: list[int], rel_tol: float, cut: floa
 
 def change_points_all(rows: list[list[float]], lo_int: list[int], rel_tol: float,
                       cut: float = math.inf) -> list[list[tuple]]:
-    """:func:`change_points` of every row at once (numpy, O(rows x buckets^2)
-    elementwise work in a few array operations); same floats, same result.
-
-    Args:
-        rows: ``(classes, buckets)`` index table, Python floats.
-        lo_int, rel_tol, cut: As in :func:`change_points`.
-
-    Returns:
-        Per row, the list :func:`change_points` returns for it.
-    """
-    r = np.asarray(rows, dtype=np.float64)  # (nc, nb)
-    nc, nb = r.shape
-    x = r[:, :, None]  # row[i]
-    y = r[:, None, :]  # row[j]
-    later = np.triu(np.ones((nb, nb), dtype=bool), 1)  # j > i
-    with np.errstate(invalid="ignore"):  # inf - inf: NaN compares False, as in Python
-        differs = (np.abs(y - x) > rel_tol * np.abs(x)) & later  # (nc, i, j)
-    if cut == math.inf:  # every value is below an infinite cut
-        crosses = differs
-    else:
-        crosses = differs & ((x < cut) | (y < cut))
-    first = crosses.argmax(2)  # first such j (0 if none)
-    has_cross = crosses.any(2)
-    has_diff = differs.any(2)
-    end = lo_int[nb]
-    lo = lo_int
-    out = []
-    for c in range(nc):
-        fc, hc, hd = first[c].tolist(), has_cross[c].tolist(), has_diff[c].tolist()
-        out.append([(v, lo[f] if h else (end if d else None))
-                    for v, f, h, d in zip(rows[c], fc, hc, hd)])
-    return out
+    """:func:`change_points` of every row at once (see :func:`change_offsets`)."""
+    off = change_offsets(rows, lo_int, rel_tol, cut).tolist()
+    return [[(v, o if o >= 0 else None) for v, o in zip(row, orow)] for row, orow in zip(rows, off)]
 
 
 @functools.lru_cache(maxsize=8)
@@ -173,16 +194,27 @@ def _age_buckets(buckets_per_octave: int, max_age_log2: int) -> tuple:
     return nb, lo, tuple(lo_int), tuple(bucket_of)
 
 
+def _bit_length(x: np.ndarray) -> np.ndarray:
+    """``int.bit_length`` of each non-negative integer (exact below 2**53)."""
+    return np.frexp(x.astype(np.float64))[1].astype(np.int64)
+
+
 class UtilityPolicy:
     """Evict the lowest learned hit density first (see the module doc).
 
-    Per resident block hash: ``[last access arrival, accesses, class, first
-    access arrival]``; the same record moves to the ghost list on eviction
-    (with the table epoch appended).
+    State per block hash with a record: a *slot* (row of the record arrays
+    ``last`` (arrival of the latest access), ``count`` (accesses), ``cls``
+    (class), ``first`` (arrival of the first access), ``epoch`` (table epoch
+    at eviction, ghosts only)); ``info`` maps resident hashes to their slot,
+    ``ghost`` (LRU) evicted ones. A record keeps its slot from its first
+    store until it falls off the ghost list. Slot 0 is a sentinel (no record:
+    score 0, never re-scored).
 
     Args:
         params: :class:`ExpectedUtilityParams`; only its ``utility`` fields are read.
     """
+
+    capabilities = frozenset({"scoring"})
 
     def __init__(self, params: ExpectedUtilityParams | None = None) -> None:
         self.params = p = params or ExpectedUtilityParams()
@@ -190,6 +222,8 @@ class UtilityPolicy:
         # bucket_of: bucket per small integer age (direct lookup); shared read-only per layout
         self.nb, self.lo, lo_int, self.bucket_of = _age_buckets(p.buckets_per_octave, p.max_age_log2)
         self.lo_int = list(lo_int)
+        # bucket of min(age, len(bucket_of)): ages past the resolved range fall in the last bucket
+        self._bucket_np = np.array(self.bucket_of + (self.nb - 1,), dtype=np.int64)
         self.per_kind = p.max_count  # reuse classes per group
         self.nd = p.depth_classes
         self.nc = N_KINDS * self.nd * self.per_kind  # groups (kind x depth bucket) x reuse classes
@@ -202,6 +236,11 @@ class UtilityPolicy:
                 continue
             gap = 2 ** ((g - 1) * p.gap_octaves)
             self.gap_prior[c, self.bucket_of[gap] if gap < len(self.bucket_of) else self.nb - 1] = p.gap_prior
+        nb, lo = self.nb, self.lo
+        a = lo[:nb][:, None]  # (nb, 1): start age of bucket i
+        self._layout = ((np.arange(nb)[None, :] >= np.arange(nb)[:, None])[None], a[None],
+                        lo[1:nb + 1][None, None, :] - a[None])  # for _build
+        self._cwf = [1.0]  # count term per access count (index 0 unused), grown on demand
         self.rescored = 0  # blocks scored (first scores and re-scores), for cost accounting
         self._reset(0)
 
@@ -210,22 +249,75 @@ class UtilityPolicy:
         self.t = 0
         self.kind = 1  # kind of the current request's prompt blocks
         self.prompt: set = set()
-        self.info: dict = {}
-        self.ghost: OrderedDict = OrderedDict()
+        self.info: dict = {}  # resident block hash -> slot
+        self.ghost: OrderedDict = OrderedDict()  # evicted block hash -> slot, oldest first
+        self._dual: set = set()  # hashes with a ghost record and another (newer) resident one
         self.ghost_cap = max(1, int(p.ghost_factor * num_blocks))
+        n = max(64, num_blocks + self.ghost_cap // 4)
+        self.last = np.zeros(n, np.int64)
+        self.count = np.ones(n, np.int64)
+        self.cls = np.zeros(n, np.int64)
+        self.first = np.zeros(n, np.int64)
+        self.epoch_of = np.zeros(n, np.int64)
+        self.cls[0] = self.nc  # the sentinel's class: the all-zero, never-changing row
+        self._free = list(range(n - 1, 0, -1))
         self.hist = np.zeros((self.nc, self.nb))
         self.never = np.zeros(self.nc)
-        self.table = [[0.0] * self.nb for _ in range(self.nc)]
-        self.rows = [[(0.0, None)] * self.nb for _ in range(self.nc)]
+        self._install([[0.0] * self.nb for _ in range(self.nc)], math.inf)
         self.next_build = 0
         self.epoch = 0  # table builds so far (decay steps)
         self.theta = 0.0  # eviction frontier: largest victim index in the previous period
         self.theta_next = 0.0  # ... in the current period
 
+    # ------------------------------------------------------------ records
+    def _alloc(self, m: int) -> np.ndarray:
+        """``m`` free slots (the record arrays grow by doubling)."""
+        free = self._free
+        if len(free) < m:
+            n = len(self.last)
+            grow = max(n, m)
+            for name in ("last", "count", "cls", "first", "epoch_of"):
+                a = getattr(self, name)
+                setattr(self, name, np.concatenate([a, np.zeros(grow, np.int64)]))
+            free[:0] = range(n + grow - 1, n - 1, -1)
+        out = free[len(free) - m:]
+        del free[len(free) - m:]
+        return np.array(out, dtype=np.int64)
+
+    def _new(self, keys: list, grp: np.ndarray) -> None:
+        """Records for hashes seen the first time now: one access, class 0 of
+        their group (``grp``, an array)."""
+        s = self._alloc(len(keys))
+        t = self.t
+        self.last[s] = t
+        self.count[s] = 1
+        self.cls[s] = grp * self.per_kind
+        self.first[s] = t
+        self.info.update(zip(keys, s.tolist()))
+
+    def record(self, key) -> list | None:
+        """``[last, count, class, first]`` of a resident hash, or None (tests, debugging)."""
+        s = self.info.get(key)
+        if s is None:
+            return None
+        return [int(self.last[s]), int(self.count[s]), int(self.cls[s]), int(self.first[s])]
+
+    def set_record(self, key, last: int, count: int, cls: int, first: int = 0) -> None:
+        """Make ``key`` resident with this record (tests)."""
+        s = self.info.get(key)
+        if s is None:
+            s = self.info[key] = int(self._alloc(1)[0])
+        self.last[s], self.count[s], self.cls[s], self.first[s] = last, count, cls, first
+
     # ------------------------------------------------------------ helpers
     def _bucket(self, age: int) -> int:
         bo = self.bucket_of
         return bo[age] if age < len(bo) else self.nb - 1
+
+    def _buckets(self, age: np.ndarray) -> np.ndarray:
+        """:meth:`_bucket` of each (non-negative) age."""
+        bo = self._bucket_np
+        return bo[np.minimum(age, len(bo) - 1)]
 
     def _grp(self, kind: int, depth: int) -> int:
         """Class group: kind x depth bucket (``floor(log2(depth + 1)) // depth_octaves``, capped)."""
@@ -234,6 +326,14 @@ class UtilityPolicy:
             return kind
         j = ((depth + 1).bit_length() - 1) // self.params.depth_octaves
         return kind * nd + (j if j < nd else nd - 1)
+
+    def _grps(self, kind, depth: np.ndarray) -> np.ndarray:
+        """:meth:`_grp` of each block (``kind`` an int or an array)."""
+        nd = self.nd
+        if nd == 1:
+            return np.broadcast_to(np.asarray(kind, dtype=np.int64), depth.shape)
+        j = (_bit_length(depth + 1) - 1) // self.params.depth_octaves
+        return np.minimum(j, nd - 1) + np.asarray(kind, dtype=np.int64) * nd
 
     def _cls(self, kind: int, count: int, gap: int = 0) -> int:
         p = self.params
@@ -247,6 +347,26 @@ class UtilityPolicy:
         else:
             g = count - 1 if count < m else m - 1
         return base + g
+
+    def _clss(self, grp: np.ndarray, count: np.ndarray, gap: np.ndarray) -> np.ndarray:
+        """:meth:`_cls` of each block (arrays)."""
+        p = self.params
+        m = p.max_count
+        if p.gap_classes:
+            g = np.where(gap > 0, 1 + (_bit_length(gap) - 1) // p.gap_octaves, 1)
+        else:
+            g = count - 1
+        return grp * self.per_kind + np.where(count <= 1, 0, np.minimum(g, m - 1))
+
+    def _install(self, table, cut: float) -> None:
+        """Make ``table`` ((classes, buckets) index) the scores, with its re-score offsets."""
+        nb = self.nb
+        self.table = table if isinstance(table, list) else table.tolist()
+        vals = np.zeros((self.nc + 1, nb))
+        vals[:self.nc] = table
+        offs = np.full((self.nc + 1, nb), -1, np.int64)
+        offs[:self.nc] = change_offsets(vals[:self.nc], self.lo_int, self.params.rel_tol, cut)
+        self._vals, self._offs = vals, offs
 
     def _build(self) -> None:
         """Rebuild the per-class index table from the histograms (numpy,
@@ -270,20 +390,16 @@ class UtilityPolicy:
         H = np.concatenate([np.zeros((self.nc, 1)), np.cumsum(h, 1)], 1)  # (nc, nb+1)
         HR = np.concatenate([np.zeros((self.nc, 1)), np.cumsum(h * rep, 1)], 1)
         total = H[:, -1] + nev  # (nc,)
-        ii = np.arange(nb)[:, None]
-        jj = np.arange(nb)[None, :]
-        valid = jj >= ii  # (nb, nb)
-        a = lo[:, None]  # (nb, 1)
+        valid, a, span = self._layout  # j >= i; a = lo_i; hi_j - lo_i
         hits = H[:, None, 1:] - H[:, :nb, None]  # (nc, i, j)
         sum_hr = HR[:, None, 1:] - HR[:, :nb, None]
         tail = total[:, None, None] - H[:, None, 1:]
-        occ = sum_hr - hits * a[None] + tail * (hi[None, None, :] - a[None])
+        occ = sum_hr - hits * a + tail * span
         with np.errstate(divide="ignore", invalid="ignore"):
-            dens = np.where(valid[None] & (occ > 0), hits / occ, 0.0)
+            dens = np.where(valid & (occ > 0), hits / occ, 0.0)
         idx = dens.max(2)
-        self.table = idx.tolist()
         cut = p.cut_factor * self.theta if self.theta > 0 else math.inf
-        self.rows = change_points_all(self.table, self.lo_int, p.rel_tol, cut)
+        self._install(idx, cut)
         self.theta = self.theta_next
         self.theta_next = 0.0
         self.hist *= p.decay
@@ -302,141 +418,209 @@ class UtilityPolicy:
             self._build()
             # warm-up: rebuild after 1, 2, 3, ... arrivals until ``period``
             self.next_build = t + min(self.params.period, 1 + t // 4)
-        info, ghost = self.info, self.ghost
-        seen = 0
-        for k in request.block_keys:
-            if k in info or k in ghost:
-                seen += 1
-            else:
+        info, ghost, rb = self.info, self.ghost, self.params.root_blocks
+        keys = request.block_keys
+        seen = 0  # length of the seen prefix, counted up to root_blocks + 1
+        for k in keys:
+            if seen > rb or not (k in info or k in ghost):
                 break
-        self.kind = 2 if seen > self.params.root_blocks else 1
-        self.prompt = set(request.block_keys)
+            seen += 1
+        self.kind = 2 if seen > rb else 1
+        self.prompt = set(keys)
 
-    def _reuse(self, cls: int, gap: int) -> None:
-        self.hist[cls, self._bucket(gap)] += 1.0
+    def _update(self, s: np.ndarray, grp: np.ndarray, gap: np.ndarray, count: np.ndarray) -> None:
+        """Latest access now of records ``s`` (access counts ``count`` after
+        it): move each to its new class (``grp`` group, ``gap`` latest gap)."""
+        t = self.t
+        self.last[s] = t
+        if self.params.gap_mean:
+            gap = np.where(count > 1, (t - self.first[s]) // np.maximum(count - 1, 1), gap)
+        self.cls[s] = self._clss(grp, count, gap)
 
     @hookimpl
     def spfcore_blocks_hit(self, request, blocks, now):
-        info, t = self.info, self.t
-        c2 = self._cls
-        kind = self.kind
-        hist = self.hist
-        bucket = self._bucket
-        gm = self.params.gap_mean
-        grp = self._grp
-        for b in blocks:
-            r = info.get(b.key)
-            kg = grp(kind, b.depth)
-            if r is None:
-                info[b.key] = [t, 1, c2(kg, 1), t]
-                continue
-            gap = t - r[0]
-            hist[r[2], bucket(gap)] += 1.0
-            r[0] = t
-            n = r[1] = r[1] + 1
-            r[2] = c2(kg, n, (t - r[3]) // (n - 1) if gm else gap)
+        keys = blocks.keys
+        n = len(keys)
+        if not n:
+            return
+        info = self.info
+        grp = self._grps(self.kind, blocks.depth)
+        slots = np.fromiter(map(info.get, keys, repeat(-1)), np.int64, n)
+        old = slots >= 0
+        if not old.all():  # not seen through a store (a copy of an evicted hash): a new record
+            new = np.flatnonzero(~old)
+            nk = [keys[j] for j in new.tolist()]
+            ghost = self.ghost
+            self._dual.update(k for k in nk if k in ghost)
+            self._new(nk, grp[new])
+            slots, grp = slots[old], grp[old]
+        if not len(slots):
+            return
+        gap = self.t - self.last[slots]
+        np.add.at(self.hist, (self.cls[slots], self._buckets(gap)), 1.0)
+        count = self.count[slots] + 1
+        self.count[slots] = count
+        self._update(slots, grp, gap, count)
 
     @hookimpl
     def spfcore_blocks_stored(self, request, blocks, now):
-        info, ghost, t = self.info, self.ghost, self.t
-        c2, prompt, kind = self._cls, self.prompt, self.kind
-        hist, bucket = self.hist, self._bucket
-        gm = self.params.gap_mean
-        grp = self._grp
-        for b in blocks:
-            k = b.key
-            kd = grp(kind if k in prompt else 0, b.depth)
-            r = info.get(k)
-            if r is None:
-                r = ghost.pop(k, None)
-                if r is None:
-                    info[k] = [t, 1, c2(kd, 1), t]
-                    continue
-                # the eviction counted as "never": take it back (decayed since)
-                nv = self.never[r[2]] - self.params.decay ** (self.epoch - r.pop())
-                self.never[r[2]] = nv if nv > 0.0 else 0.0
-                info[k] = r
-            gap = t - r[0]
-            if gap > 0:
-                hist[r[2], bucket(gap)] += 1.0
-                r[1] += 1
-            r[0] = t
-            n = r[1]
-            r[2] = c2(kd, n, (t - r[3]) // (n - 1) if gm and n > 1 else gap)
+        keys = blocks.keys
+        n = len(keys)
+        if not n:
+            return
+        info = self.info
+        inp = np.fromiter(map(self.prompt.__contains__, keys), bool, n)
+        grp = self._grps(np.where(inp, self.kind, 0), blocks.depth)
+        slots = np.fromiter(map(info.get, keys, repeat(-1)), np.int64, n)
+        old = slots >= 0
+        if not old.all():
+            miss = np.flatnonzero(~old).tolist()
+            gpop = self.ghost.pop
+            back = [gpop(keys[j], -1) for j in miss]
+            new = [j for j, s in zip(miss, back) if s < 0]
+            if len(new) < len(miss):  # ghosts come back: their eviction counted as "never"; take it back
+                never, cls, eps = self.never, self.cls, self.epoch_of
+                decay, epoch = self.params.decay, self.epoch
+                for j, s in zip(miss, back):
+                    if s >= 0:
+                        c = cls[s]
+                        nv = never[c] - decay ** (epoch - int(eps[s]))  # decayed since
+                        never[c] = nv if nv > 0.0 else 0.0
+                        info[keys[j]] = s
+                        slots[j] = s
+                        old[j] = True
+            if new:
+                self._new([keys[j] for j in new], grp[new])
+            slots, grp = slots[old], grp[old]
+        if not len(slots):
+            return
+        gap = self.t - self.last[slots]
+        pos = gap > 0
+        count = self.count[slots]
+        if pos.all():
+            np.add.at(self.hist, (self.cls[slots], self._buckets(gap)), 1.0)
+            count += 1
+        else:  # stored again in the same arrival: not a reuse
+            np.add.at(self.hist, (self.cls[slots[pos]], self._buckets(gap[pos])), 1.0)
+            count += pos
+        self.count[slots] = count
+        self._update(slots, grp, gap, count)
 
     @hookimpl
     def spfcore_blocks_evicted(self, keys, now):
-        info, ghost, cap = self.info, self.ghost, self.ghost_cap
-        never, ep = self.never, self.epoch
+        info, ghost = self.info, self.ghost
         if keys:  # the eviction frontier: the last victim ranked highest
-            r = info.get(keys[-1])
-            if r is not None:
-                age = self.t - r[0]
-                bo = self.bucket_of
-                x = self.table[r[2]][bo[age] if age < len(bo) else self.nb - 1]
+            s = info.get(keys[-1])
+            if s is not None:
+                x = self.table[int(self.cls[s])][self._bucket(self.t - int(self.last[s]))]
                 if x > self.theta_next:
                     self.theta_next = x
-        for k in keys:
-            r = info.pop(k, None)
-            if r is not None:
-                ghost[k] = r
-                never[r[2]] += 1.0  # pessimistic until the hash comes back
-                r.append(ep)
-        while len(ghost) > cap:
-            ghost.popitem(last=False)
+        slots = list(map(info.pop, keys, repeat(-1)))
+        if -1 in slots:  # a copy whose hash was evicted before
+            keys = [k for k, s in zip(keys, slots) if s >= 0]
+            slots = [s for s in slots if s >= 0]
+        if not slots:
+            return
+        free = self._free
+        if self._dual:  # the ghost record a newer one replaces is dropped
+            dual = self._dual
+            for k in keys:
+                if k in dual:
+                    dual.discard(k)
+                    s = ghost.get(k)
+                    if s is not None:
+                        free.append(s)
+        ghost.update(zip(keys, slots))
+        s = np.array(slots, dtype=np.int64)
+        np.add.at(self.never, self.cls[s], 1.0)  # pessimistic until the hash comes back
+        self.epoch_of[s] = self.epoch
+        over = len(ghost) - self.ghost_cap
+        if over > 0:
+            pop = ghost.popitem
+            free += [pop(last=False)[1] for _ in range(over)]
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
-        """Index of each block (see the module doc): a plain ``float`` when
-        the index is flat for the rest of the block's life, else a ``Score``
+        """Index of each block (see the module doc), as :class:`~spfcore.Scores`
         expiring (in arrivals) where the index next changes, at most
-        ``max_ttl`` ahead. Equal (value, expiry) pairs share one Score."""
-        info, t, rows = self.info, self.t, self.rows
-        bo, nbm = self.bucket_of, self.nb - 1
-        nbo = len(bo)
-        p = self.params
-        cap = t + p.max_ttl  # latest expiry (arrival index)
-        cw = p.count_weight
-        n = len(blocks)
+        ``max_ttl`` ahead (``2**62``: flat for the rest of the block's life,
+        never re-scored); a plain array when no block expires."""
+        keys = blocks.keys
+        n = len(keys)
         self.rescored += n
-        out: list = [0.0] * n
-        # one pass in chain order (parents first: a released chain comes tail first)
+        t = self.t
+        p = self.params
+        s = np.fromiter(map(self.info.get, keys, repeat(0)), np.int64, n)  # 0: no record
+        t0 = self.last[s]
+        b = self._buckets(t - t0)
+        c = self.cls[s]
+        x = self._vals[c, b]
+        off = self._offs[c, b]
+        if p.count_weight:
+            x = x * self._count_factor(self.count[s])
         if n > 1 and p.chain_monotone:
-            order = range(n - 1, -1, -1) if blocks[0].depth > blocks[-1].depth else range(n)
-            low: dict | None = {}  # key -> (capped) value of the blocks seen so far
-        else:
-            order, low = range(n), None
-        cache: dict = {}  # (value, expiry) -> shared Score
-        for k in order:
-            b = blocks[k]
-            r = info.get(b.key)
-            e = None
-            if r is None:  # not seen through a store/hit (cannot happen in a run): neutral
-                x = 0.0
-            else:
-                t0 = r[0]
-                age = t - t0
-                x, off = rows[r[2]][bo[age] if age < nbo else nbm]
-                if cw:
-                    x *= 1.0 + cw * math.log2(r[1])
-                if off is not None:
-                    e = t0 + off
-                    if e > cap:
-                        e = cap
-            if low is not None:
-                pv = low.get(b.parent)
-                if pv is not None and pv < x:
-                    x = pv
-                low[b.key] = x
-            if e is None:
-                out[k] = x
-            else:
-                key = (x, e)
-                sc = cache.get(key)
-                if sc is None:
-                    sc = cache[key] = Score(x, expires_at_arrival=e)
-                out[k] = sc
-        return out
+            x = self._chain_cap(blocks, keys, x)
+        never = off < 0
+        if never.all():
+            return x
+        e = np.minimum(t0 + off, t + p.max_ttl)
+        if never.any():
+            e[never] = NEVER_ARRIVAL
+        return Scores(x, expires_at_arrival=e)
+
+    def _count_factor(self, count: np.ndarray) -> np.ndarray:
+        """``1 + count_weight * log2(count)`` per block (Python floats, cached per count)."""
+        f = self._cwf
+        top = int(count.max())
+        if top >= len(f):
+            cw = self.params.count_weight
+            f += [1.0 + cw * math.log2(k) for k in range(len(f), top + 1)]
+            self._cwf_np = np.array(f)
+        return self._cwf_np[count]
+
+    @staticmethod
+    def _chain_cap(blocks, keys: list, x: np.ndarray) -> np.ndarray:
+        """Cap each block's value at its parent's, in one pass in chain order
+        (parents first: a released chain comes tail first, so the pass runs
+        backwards when the first block is deeper than the last); only a parent
+        met earlier in the pass caps."""
+        n = len(keys)
+        depth = blocks.depth
+        back = depth[0] > depth[-1]
+        parents = blocks.parents
+        pos = dict(zip(keys, range(n)))
+        if len(pos) < n:  # a hash twice (a recomputed copy): the latest one met counts
+            xs = x.tolist()
+            low: dict = {}
+            for k in (range(n - 1, -1, -1) if back else range(n)):
+                pv = low.get(parents[k])
+                if pv is not None and pv < xs[k]:
+                    xs[k] = pv
+                low[keys[k]] = xs[k]
+            return np.array(xs)
+        pi = np.fromiter(map(pos.get, parents, repeat(-1)), np.int64, n)
+        if back:  # work in pass order
+            pi = np.where(pi >= 0, n - 1 - pi, -1)[::-1]
+            x = x[::-1]
+        idx = np.arange(n)
+        first = pi != idx - 1  # starts a run (its parent is not the block just before it)
+        first[0] = True
+        link = np.flatnonzero(first & (pi >= 0) & (pi < idx))  # a run whose parent is met earlier
+        if first.all():  # no run longer than one block
+            if not len(link):
+                return x[::-1] if back else x
+            res = x.copy()
+        else:  # running minimum within runs, exactly: ranks, each run offset below all earlier ones
+            u, r = np.unique(x, return_inverse=True)
+            off = (np.cumsum(first) - 1) * len(u)
+            res = u[np.minimum.accumulate(r - off) + off]
+        if len(link):
+            starts = np.flatnonzero(first).tolist()
+            end_of = dict(zip(starts, starts[1:] + [n]))
+            for h, j in zip(link.tolist(), pi[link].tolist()):
+                e = end_of[h]
+                np.minimum(res[h:e], res[j], out=res[h:e])
+        return res[::-1] if back else res
 
 
-__all__ = ["UtilityPolicy", "change_points", "change_points_all"]
+__all__ = ["UtilityPolicy", "change_offsets", "change_points", "change_points_all"]
