@@ -17,7 +17,7 @@ mkdir -p "$D"
 TRACE=${SPFCORE_TRACE:-../shared/traces/mooncake_conversation_trace.jsonl}
 sim() { local name=$1; shift; "$S" simulate "$@" --json > "$D/sim-$name.json.tmp" && mv "$D/sim-$name.json.tmp" "$D/sim-$name.json"; }
 
-# Simulator, generator defaults (DESIGN.md §1 scale), block size 16, pressure 2.3, seeds 42-44.
+# Simulator, generator defaults (docs/design.md §1 scale), block size 16, pressure 2.3, seeds 42-44.
 for w in personas zipf bursty revisit multiturn; do
   sim "$w" --workload "$w" --block-size 16 --cache-pressure 2.3 --seeds 42,43,44
 done

@@ -91,7 +91,7 @@ def test_multiturn_hits_the_previous_output_blocks():
 
 
 def test_seed_workload_matches_the_engine_measurements():
-    """DESIGN.md §1: on the H200 at the seed's full scale (3,561 blocks of 16 tokens), stock vLLM recomputed
+    """docs/design.md §1: on the H200 at the seed's full scale (3,561 blocks of 16 tokens), stock vLLM recomputed
     1,064,960 prompt tokens (0% hit) and the Belady-ordered free queue 676,096 (36.5%)."""
     wl = make("personas", seed=42)
     nb = num_blocks_for_pressure(wl, 2.3, 16)

@@ -1,7 +1,7 @@
 """Embedded model presets: random-weight models defined by a config.json only.
 
 vLLM's ``load_format="dummy"`` builds random weights from a model folder that
-holds nothing but ``config.json`` (DESIGN.md section 3), so no model hub is
+holds nothing but ``config.json`` (docs/design.md §5), so no model hub is
 needed. KV-cache behaviour does not depend on weight values and timing depends
 on the architecture only.
 

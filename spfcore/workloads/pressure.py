@@ -1,7 +1,7 @@
 """Cache pressure: how much reusable prefix a workload has per cache slot.
 
 Cache pressure = reusable prefix tokens / KV-cache capacity in tokens
-(DESIGN.md §2.5). Reusable prefix tokens = ``block_size`` x the number of
+(docs/design.md §4). Reusable prefix tokens = ``block_size`` x the number of
 distinct block hashes that occur in the prompts of at least two requests
 (only full blocks; a request counts once per block hash). At pressure 1 every
 reusable block fits; at 2.3 (the SPF seed run) 1/2.3 of them do.
