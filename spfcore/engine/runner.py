@@ -236,6 +236,14 @@ class EngineSession:
             engine.abort_request(internal, internal=True)
         sched = self.scheduler
         aborted = set(internal) | {r.request_id for r in sched.finish_requests(None, RequestStatus.FINISHED_ABORTED)}
+        left = dict(sched.requests)  # finished, but freeing them raised half way (still queued)
+        if left:
+            sched.running = [r for r in sched.running if r.request_id not in left]
+            for rid, r in left.items():
+                sched.kv_cache_manager.free(r)
+                sched.finished_req_ids.add(rid)
+                del sched.requests[rid]
+            aborted |= set(left)
         if not self.llm.reset_prefix_cache():
             pool = sched.kv_cache_manager.block_pool
             used = pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()

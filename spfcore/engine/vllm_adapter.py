@@ -583,7 +583,7 @@ def check_block_pool(scheduler) -> None:
     queue exactly once, ref count 0) or referenced (ref count > 0), never
     both; ``num_free_blocks`` equals the free blocks; a block's ref count
     equals the number of requests whose block tables
-    (``req_to_blocks`` of every KV cache group) hold it; the null block is
+    (``req_to_blocks`` of every KV cache group) hold it, plus deferred frees; the null block is
     never free; ``cached_block_hash_to_block`` holds only blocks that carry
     that hash, and every block with a hash is in it. On vLLM's own linked
     queue (stock, or a policy queue after a fault), the links agree both ways.
@@ -615,6 +615,10 @@ def check_block_pool(scheduler) -> None:
             for b in blocks:
                 if not b.is_null:
                     refs[b.block_id] = refs.get(b.block_id, 0) + 1
+    for _, blocks in getattr(scheduler, "deferred_frees", ()):  # freed once an in-flight step is done
+        for b in blocks:
+            if not b.is_null:
+                refs[b.block_id] = refs.get(b.block_id, 0) + 1
     hashes = pool.cached_block_hash_to_block
     extra = getattr(pool, "cached_block_hashes_by_block", {})
     for b in pool.blocks:
