@@ -191,9 +191,14 @@ class EngineSession:
         next :meth:`run` uses ``arm``. Only for sessions opened with a policy
         (the stock arm has no policy queue).
 
+        Requests a failed earlier run left in the engine are aborted first
+        (:meth:`reset`), so a failed arm never blocks the next one.
+
         Raises:
             ValueError: on a stock session or ``arm`` ``"stock"``/``None``.
             spfcore.registry.PolicyConfigError: unknown policy or bad option.
+            spfcore.runtime.PolicyError: the policy fails while being built
+                (``spfcore_cache_configured``); the engine stays usable.
         """
         if not self.policy or arm is None or arm == "stock":
             raise ValueError("use_policy() switches between policy arms of a policy session; "
@@ -203,8 +208,48 @@ class EngineSession:
         opts = dict(options or {})
         nb, bs = self.num_blocks, self.block_size
         PolicyRuntime.for_policy(arm, nb, bs, opts)  # fail fast
+        self.reset()
         self.scheduler.spf_install(lambda: PolicyRuntime.for_policy(arm, nb, bs, opts))
         self.arm, self.options = arm, opts
+
+    def reset(self) -> int:
+        """Leave the engine clean after a failed run: abort every request the
+        engine still holds (output processor and scheduler; vLLM frees their
+        KV blocks), then reset the prefix cache (a policy arm gets a fresh
+        runtime). :meth:`run` calls this itself when it fails, and
+        :meth:`use_policy` before switching arms; callers need it only after
+        driving ``llm`` themselves.
+
+        Returns:
+            The number of requests aborted.
+
+        Raises:
+            RuntimeError: blocks are still held after every request was
+                aborted (vLLM's state is broken; close this engine and open
+                a new one); the message gives the count.
+        """
+        from vllm.v1.request import RequestStatus
+
+        engine = self.llm.llm_engine
+        internal = list(engine.output_processor.request_states)
+        if internal:
+            engine.abort_request(internal, internal=True)
+        sched = self.scheduler
+        aborted = set(internal) | {r.request_id for r in sched.finish_requests(None, RequestStatus.FINISHED_ABORTED)}
+        left = dict(sched.requests)  # finished, but freeing them raised half way (still queued)
+        if left:
+            sched.running = [r for r in sched.running if r.request_id not in left]
+            for rid, r in left.items():
+                sched.kv_cache_manager.free(r)
+                sched.finished_req_ids.add(rid)
+                del sched.requests[rid]
+            aborted |= set(left)
+        if not self.llm.reset_prefix_cache():
+            pool = sched.kv_cache_manager.block_pool
+            used = pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()
+            raise RuntimeError(f"engine not clean: {used} KV blocks still held after aborting "
+                               f"{len(aborted)} requests; close this engine and open a new one")
+        return len(aborted)
 
     @property
     def runtime(self):
@@ -245,32 +290,54 @@ class EngineSession:
             "evict_calls", "hints_issued", "hints_used", "pins_refused",
             "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "ttft_mean_s",
             "e2e_p50_s", "e2e_p95_s", "throughput_rps", "wall_s", "block_size",
-            "num_blocks", "requests": [{"request_id", "session_id",
+            "num_blocks", "policy_faults", "policy_fault", "fail_open_allocations",
+            "fail_open_blocks", "requests": [{"request_id", "session_id",
             "prefix_group", "arrival_s", "prompt_tokens", "cached_tokens",
             "ttft_s", "e2e_s"}]}``. Tokens are counts, times seconds. Stock
             vLLM has no runtime: its ``evictions`` is ``None`` and its hook
             counters are 0.
 
+            A policy fault does not stop the run: the adapter fails open
+            (:mod:`spfcore.engine.vllm_adapter`) and the run completes in
+            vLLM's own order. ``policy_faults`` is then 1 (else 0),
+            ``policy_fault`` is ``{"policy", "hook", "where", "error"}``
+            (else ``None``), ``fail_open_allocations`` / ``fail_open_blocks``
+            count the allocations (blocks) served in vLLM's order; the
+            counters of the policy stop at the fault. A caller judging the
+            arm must treat ``policy_faults > 0`` as a failed arm.
+
         Raises:
             ValueError: bad mode, a request without tokens or longer than
                 ``max_model_len``.
-            RuntimeError: the prefix cache could not be reset (requests running).
+            RuntimeError: the prefix cache could not be reset (see :meth:`reset`).
+            Exception: anything that escapes the engine; the engine is
+                cleaned first (:meth:`reset`), so the next run or arm works.
         """
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-
         reqs = list(workload.requests)
         if mode == "timed":
             reqs.sort(key=lambda r: r.arrival_s)
         self._check(reqs)
-        if not self.llm.reset_prefix_cache():
-            raise RuntimeError("reset_prefix_cache() failed: requests still hold KV blocks")
+        self.reset()
+        try:
+            return self._run(workload, seed, mode, reqs, keep_outputs)
+        except BaseException as exc:
+            try:
+                self.reset()
+            except Exception as cleanup:  # noqa: BLE001 - the run's own error matters more
+                exc.add_note(f"cleanup after the failed run also failed: {cleanup}")
+            raise
+
+    def _run(self, workload, seed, mode, reqs, keep_outputs) -> dict:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
         sched, bs = self.scheduler, self.block_size
         runtime = self.runtime
         if runtime is not None and runtime.needs_future:
-            runtime.set_future([request_view(r, i, r.arrival_s, block_keys(r, bs)) for i, r in enumerate(reqs)])
+            views = [request_view(r, i, r.arrival_s, block_keys(r, bs)) for i, r in enumerate(reqs)]
+            sched.spf_guarded("future", runtime.set_future, views)
 
         engine = self.llm.llm_engine
         recs: dict[str, dict] = {}
@@ -346,6 +413,11 @@ class EngineSession:
                 "token_hit_rate": cached / prompt if prompt else 0.0,
                 "prefill_tokens_recomputed": prompt - cached}
         cell.update(stats)
+        queue = self.scheduler.spf_queue if self.policy else None
+        fault = queue.fault if queue is not None else None
+        cell.update({"policy_faults": int(fault is not None), "policy_fault": fault,
+                     "fail_open_allocations": queue.fail_open_allocations if queue is not None else 0,
+                     "fail_open_blocks": queue.fail_open_blocks if queue is not None else 0})
         cell.update({"ttft_p50_s": q(ttft, 50), "ttft_p95_s": q(ttft, 95), "ttft_p99_s": q(ttft, 99),
                      "ttft_mean_s": float(ttft.mean()) if ttft.size else math.nan,
                      "e2e_p50_s": q(e2e, 50), "e2e_p95_s": q(e2e, 95),

@@ -31,6 +31,26 @@ follows the same code paths), with no fork and no patch of vLLM's files:
 With no policy installed the scheduler is stock vLLM: the queue is not
 replaced and no wrapper is installed.
 
+Policy faults fail open. Any exception from the runtime (a hook that raises,
+answers garbage, NaN, bad or duplicate victim indices, or exceeds its time
+budget: the runtime raises :class:`spfcore.runtime.PolicyError`) inside one of
+the steps above never reaches vLLM. The queue keeps, besides the runtime, the
+free blocks in vLLM's own order (what vLLM's ``FreeKVCacheBlockQueue`` would
+hold); on the first fault the allocation that failed, and every queue
+operation after it until the next prefix-cache reset or install, is served by
+a real ``FreeKVCacheBlockQueue`` built from that order: stock vLLM (hashless
+first, then cached blocks in release order). The policy is not called again
+in that run: a hook that raised may have left its own state half updated,
+which no runtime can roll back. The fault (policy, hook, message) and the
+allocations served in vLLM's order are recorded on the queue
+(:attr:`PolicyFreeQueue.fault`, ``fail_open_allocations``,
+``fail_open_blocks``) and reported in the runner's cell record. vLLM's block
+pool stays consistent throughout (:func:`check_block_pool`) and the engine
+keeps serving; the next reset installs a fresh runtime and the policy is in
+charge again. Failing the request instead is not possible cleanly: the fault
+surfaces inside ``Scheduler.schedule()``, after other requests of the same
+step were given blocks, and vLLM has no way to undo part of a step.
+
 Selecting a policy: in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) call
 :meth:`PolicyScheduler.spf_install` on the engine's scheduler (see
 :func:`engine_scheduler`); for ``vllm serve --scheduler-cls
@@ -42,9 +62,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 
+from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from spfcore.keys import chain_keys
@@ -64,7 +87,9 @@ class PolicyFreeQueue:
 
     Holds no linked list: the free blocks live in ``runtime.evictor`` as
     physical block ids, and this class maps ids to vLLM's ``KVCacheBlock``
-    objects (``blocks[i].block_id == i``).
+    objects (``blocks[i].block_id == i``). It also keeps the free ids in the
+    order vLLM's own queue would hold them (an ``OrderedDict``, O(1) per
+    block), so that a policy fault can fail open (module docstring).
 
     Args:
         blocks: All of the pool's ``KVCacheBlock`` objects, indexed by block id
@@ -76,6 +101,17 @@ class PolicyFreeQueue:
     Attributes:
         num_free_blocks: Free blocks held, exact after every operation (vLLM
             reads this attribute directly).
+        fault: ``None``, or after the first policy fault ``{"policy", "hook",
+            "where", "error"}``: the policy's name, the hook that failed
+            (``None`` if the runtime did not name one), the adapter step
+            (``arrived``, ``hit``, ``evict``, ``stored``, ``finished``,
+            ``release``, ``remove``, ``future``, ``reset``) and
+            ``"ExceptionType: message"``.
+        fallback: ``None``, or after a fault vLLM's own
+            ``FreeKVCacheBlockQueue`` that serves every operation from then on.
+        fail_open_allocations: Allocations (``popleft_n`` calls) served in
+            vLLM's order because of the fault.
+        fail_open_blocks: Blocks those allocations handed out.
     """
 
     def __init__(self, blocks: Sequence, runtime: PolicyRuntime,
@@ -83,8 +119,13 @@ class PolicyFreeQueue:
         self.blocks = blocks
         self.runtime = runtime
         self.clock = clock
-        self.num_free_blocks = len(runtime.evictor)
+        self._order: OrderedDict[int, None] = OrderedDict.fromkeys(runtime.evictor.free_ids())
+        self.num_free_blocks = len(self._order)
         self.before_evict: Callable[[], None] | None = None  # set by PolicyScheduler
+        self.fault: dict | None = None
+        self.fallback: FreeKVCacheBlockQueue | None = None
+        self.fail_open_allocations = 0
+        self.fail_open_blocks = 0
 
     def install_free(self, free_blocks: Iterable) -> None:
         """Step 0 of the event protocol: hand every free block, all hashless,
@@ -92,7 +133,47 @@ class PolicyFreeQueue:
         is handed out first."""
         ids = [b.block_id for b in free_blocks]
         self.runtime.release([], ids, self.clock())
-        self.num_free_blocks = len(self.runtime.evictor)
+        self._order = OrderedDict.fromkeys(ids)
+        self.num_free_blocks = len(self._order)
+
+    # ------------------------------------------------------------ faults
+    def fail_open(self, where: str, exc: BaseException) -> None:
+        """Record a policy fault and hand the queue to vLLM's own order.
+
+        From now on every operation is served by a ``FreeKVCacheBlockQueue``
+        holding the free blocks in the order stock vLLM would (hashless blocks
+        first, then cached blocks in release order); the runtime is not called
+        again. Only the first fault is recorded; later calls do nothing.
+
+        Args:
+            where: The adapter step that failed (see :attr:`fault`).
+            exc: The exception; the hook is read from ``exc.hook`` or from a
+                ``hook spfcore_...`` phrase in the message (PolicyError).
+        """
+        if self.fallback is not None:
+            return
+        msg = str(exc).splitlines()[0] if str(exc) else ""
+        hook = getattr(exc, "hook", None)
+        if hook is None:
+            m = re.search(r"hook (spfcore_\w+)", msg)
+            hook = m.group(1) if m else None
+        self.fault = {"policy": getattr(exc, "policy", None) or self.runtime.policy_name, "hook": hook,
+                      "where": where, "error": f"{type(exc).__name__}: {msg}".rstrip(": ")}
+        blocks = self.blocks
+        for b in blocks:  # stale links from an earlier stock queue would hide a bad remove()
+            b.prev_free_block = b.next_free_block = None
+        self.fallback = FreeKVCacheBlockQueue([blocks[i] for i in self._order])
+        self.num_free_blocks = self.fallback.num_free_blocks
+        self._order = OrderedDict()
+
+    def _fallback_popleft_n(self, n: int) -> list:
+        if n > self.fallback.num_free_blocks:
+            raise ValueError(f"No free blocks available: asked for {n}, {self.fallback.num_free_blocks} free")
+        out = self.fallback.popleft_n(n)
+        self.num_free_blocks = self.fallback.num_free_blocks
+        self.fail_open_allocations += 1
+        self.fail_open_blocks += n
+        return out
 
     # ----------------------------------------------------------- evictions
     def popleft(self):
@@ -105,18 +186,32 @@ class PolicyFreeQueue:
 
     def popleft_n(self, n: int) -> list:
         """Take ``n`` blocks for an allocation: hashless blocks first, then the
-        policy's victims (``runtime.evict``). One call per allocation.
+        policy's victims (``runtime.evict``). One call per allocation. A
+        runtime error, or victims that are not ``n`` distinct free blocks,
+        fails open (:meth:`fail_open`): this allocation is served in vLLM's
+        order.
 
         Raises:
             ValueError: if fewer than ``n`` blocks are free.
         """
         if self.before_evict is not None:
             self.before_evict()
+        if self.fallback is not None:
+            return self._fallback_popleft_n(n) if n else []
         if n == 0:
             return []
         if n > self.num_free_blocks:
             raise ValueError(f"No free blocks available: asked for {n}, {self.num_free_blocks} free")
-        ids = self.runtime.evict(n, self.clock())
+        order = self._order
+        try:
+            ids = self.runtime.evict(n, self.clock())
+            if len(ids) != n or len(set(ids)) != n or not all(i in order for i in ids):
+                raise RuntimeError(f"runtime.evict({n}) returned {list(ids)!r}: not {n} distinct free blocks")
+        except Exception as exc:  # noqa: BLE001 - fail open, recorded
+            self.fail_open("evict", exc)
+            return self._fallback_popleft_n(n)
+        for i in ids:
+            del order[i]
         self.num_free_blocks -= n
         blocks = self.blocks
         return [blocks[i] for i in ids]
@@ -127,11 +222,19 @@ class PolicyFreeQueue:
         Raises:
             RuntimeError: if the block is not free (as vLLM's queue does).
         """
-        try:
-            self.runtime.evictor.remove(block.block_id)
-        except (KeyError, ValueError):
-            raise RuntimeError(f"remove() called on a block that is not free: block {block.block_id}") from None
+        if self.fallback is not None:
+            self.fallback.remove(block)
+            self.num_free_blocks = self.fallback.num_free_blocks
+            return
+        i = block.block_id
+        if i not in self._order:
+            raise RuntimeError(f"remove() called on a block that is not free: block {i}")
+        del self._order[i]
         self.num_free_blocks -= 1
+        try:
+            self.runtime.evictor.remove(i)
+        except Exception as exc:  # noqa: BLE001 - the runtime lost track: fail open
+            self.fail_open("remove", exc)
 
     # ------------------------------------------------------------- releases
     def append(self, block) -> None:
@@ -141,37 +244,64 @@ class PolicyFreeQueue:
     def append_n(self, blocks: Sequence) -> None:
         """Release blocks in release order (a finished request's deepest block
         first): cached ones (with a block hash) to ``runtime.release`` as
-        cached, any without a hash as hashless."""
+        cached, any without a hash as hashless. A runtime error fails open
+        (the blocks are free either way)."""
         if not blocks:
             return
-        cached = [b.block_id for b in blocks if b.block_hash is not None]
-        if len(cached) == len(blocks):
-            self.runtime.release(cached, (), self.clock())
-        else:
-            hashless = [b.block_id for b in blocks if b.block_hash is None]
-            self.runtime.release(cached, hashless, self.clock())
+        if self.fallback is not None:
+            self.fallback.append_n(blocks)
+            self.num_free_blocks = self.fallback.num_free_blocks
+            return
+        order = self._order
+        for b in blocks:
+            order[b.block_id] = None
         self.num_free_blocks += len(blocks)
+        try:
+            cached = [b.block_id for b in blocks if b.block_hash is not None]
+            if len(cached) == len(blocks):
+                self.runtime.release(cached, (), self.clock())
+            else:
+                hashless = [b.block_id for b in blocks if b.block_hash is None]
+                self.runtime.release(cached, hashless, self.clock())
+        except Exception as exc:  # noqa: BLE001 - fail open, recorded
+            self.fail_open("release", exc)
 
     def prepend_n(self, blocks: Sequence) -> None:
         """Release hashless blocks; ``blocks[0]`` is handed out first."""
         if not blocks:
             return
-        self.runtime.release((), [b.block_id for b in blocks], self.clock())
+        if self.fallback is not None:
+            self.fallback.prepend_n(blocks)
+            self.num_free_blocks = self.fallback.num_free_blocks
+            return
+        order = self._order
+        for b in reversed(blocks):
+            order[b.block_id] = None
+            order.move_to_end(b.block_id, last=False)
         self.num_free_blocks += len(blocks)
+        try:
+            self.runtime.release((), [b.block_id for b in blocks], self.clock())
+        except Exception as exc:  # noqa: BLE001 - fail open, recorded
+            self.fail_open("release", exc)
 
     # -------------------------------------------------------------- queries
     def get_all_free_blocks(self) -> list:
-        """Every free block: hashless first, then cached in no fixed order."""
+        """Every free block, in the order vLLM's own queue would hold them."""
+        if self.fallback is not None:
+            return self.fallback.get_all_free_blocks()
         blocks = self.blocks
-        return [blocks[i] for i in self.runtime.evictor.free_ids()]
+        return [blocks[i] for i in self._order]
 
     def iter_blocks_after(self, cursor):
-        """Not supported: the policy order is not a linked list (vLLM's
-        simple KV offload connector walks the queue with this).
+        """Not supported while the policy is in charge: the policy order is
+        not a linked list (vLLM's simple KV offload connector walks the queue
+        with this). After a fault, vLLM's own queue answers.
 
         Raises:
-            NotImplementedError: always.
+            NotImplementedError: while no fault happened.
         """
+        if self.fallback is not None:
+            return self.fallback.iter_blocks_after(cursor)
         raise NotImplementedError("PolicyFreeQueue has no linked eviction order; "
                                   "KV offload connectors are not supported with spfcore policies")
 
@@ -224,6 +354,29 @@ class PolicySchedulerMixin:
         """The PolicyRuntime in charge now, or ``None`` (stock vLLM)."""
         return None if self.spf_queue is None else self.spf_queue.runtime
 
+    @property
+    def spf_fault(self) -> dict | None:
+        """The policy fault of the current run (:attr:`PolicyFreeQueue.fault`),
+        or ``None``."""
+        return None if self.spf_queue is None else self.spf_queue.fault
+
+    def spf_guarded(self, where: str, fn: Callable, *args) -> None:
+        """Call ``fn(*args)`` (a runtime event) unless the run already failed
+        open; an ``Exception`` from it fails open
+        (:meth:`PolicyFreeQueue.fail_open`) instead of reaching vLLM.
+
+        Args:
+            where: The adapter step, recorded with the fault.
+            fn: A bound method of the current runtime.
+        """
+        q = self.spf_queue
+        if q is None or q.fallback is not None:
+            return
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - fail open, recorded
+            q.fail_open(where, exc)
+
     def spf_install(self, factory: RuntimeFactory) -> PolicyRuntime:
         """Replace the free queue with a policy queue on a fresh runtime.
 
@@ -239,14 +392,20 @@ class PolicySchedulerMixin:
             The new runtime (call ``set_future`` on it for needs-future policies).
 
         Raises:
-            RuntimeError: if blocks are still in use (requests running).
+            RuntimeError: if blocks are still in use (requests running; see
+                ``EngineSession.reset`` in :mod:`spfcore.engine.runner`).
             ValueError: if the runtime's pool size or block size differs.
+            Exception: whatever ``factory()`` raises (e.g. PolicyError from
+                ``spfcore_cache_configured``); the queue in place stays.
         """
         pool = self.kv_cache_manager.block_pool
         if not pool.reset_prefix_cache():
-            raise RuntimeError("cannot install a policy while requests hold KV blocks")
+            used = pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()
+            raise RuntimeError(f"cannot install a policy while requests hold KV blocks ({used} in use, "
+                               f"{len(self.requests)} requests known to the scheduler); "
+                               "abort them first (EngineSession.reset())")
+        self._spf_new_runtime(pool.free_block_queue.get_all_free_blocks(), factory)
         self._spf_factory = factory
-        self._spf_new_runtime(pool.free_block_queue.get_all_free_blocks())
         if not getattr(self, "_spf_wrapped", False):
             self._spf_wrap()
         return self.spf_queue.runtime
@@ -257,8 +416,8 @@ class PolicySchedulerMixin:
         to vLLM (vLLM may append a random suffix; both forms are matched)."""
         self._spf_labels[request_id] = (session_id, prefix_group)
 
-    def _spf_new_runtime(self, free_blocks: list) -> None:
-        runtime = self._spf_factory()
+    def _spf_new_runtime(self, free_blocks: list, factory: RuntimeFactory | None = None) -> None:
+        runtime = (factory or self._spf_factory)()
         if runtime.num_blocks != self.spf_num_blocks or runtime.block_size != self.spf_block_size:
             raise ValueError(f"runtime built for {runtime.num_blocks} blocks of {runtime.block_size} tokens, "
                              f"pool has {self.spf_num_blocks} of {self.spf_block_size}")
@@ -277,7 +436,10 @@ class PolicySchedulerMixin:
         starts a fresh runtime (all blocks hashless, no metadata)."""
         ok = super().reset_prefix_cache(*args, **kwargs)
         if ok and self.spf_queue is not None:
-            self._spf_new_runtime(self.spf_queue.get_all_free_blocks())
+            try:
+                self._spf_new_runtime(self.spf_queue.get_all_free_blocks())
+            except Exception as exc:  # noqa: BLE001 - the policy cannot start: this run fails open
+                self.spf_queue.fail_open("reset", exc)
         return ok
 
     # ------------------------------------------------------------ events
@@ -300,7 +462,7 @@ class PolicySchedulerMixin:
         view = RequestView(ext, session_id, self._spf_arrivals, now, len(tokens), tuple(keys), group)
         self._spf_arrivals += 1
         self._spf_requests[rid] = _RequestState(view, keys)
-        self.spf_queue.runtime.arrived(view, now)
+        self.spf_guarded("arrived", self.spf_queue.runtime.arrived, view, now)
 
     def _spf_flush_hit(self) -> None:
         pending = self._spf_pending
@@ -309,7 +471,7 @@ class PolicySchedulerMixin:
         self._spf_pending = None
         state, ids = pending
         state.hit_done = True
-        self.spf_queue.runtime.hit(state.view, ids, self._spf_clock())
+        self.spf_guarded("hit", self.spf_queue.runtime.hit, state.view, ids, self._spf_clock())
 
     def _spf_wrap(self) -> None:
         """Install the observation wrappers on this engine's KV cache manager
@@ -344,7 +506,8 @@ class PolicySchedulerMixin:
         def cache_full_blocks(request, blocks, num_cached_blocks, num_full_blocks, *args, **kwargs):
             orig_cache(request, blocks, num_cached_blocks, num_full_blocks, *args, **kwargs)
             state = requests.get(request.request_id)
-            if state is None or self.spf_queue is None or num_full_blocks <= num_cached_blocks:
+            if (state is None or self.spf_queue is None or self.spf_queue.fallback is not None
+                    or num_full_blocks <= num_cached_blocks):
                 return
             keys = state.keys
             if len(keys) < num_full_blocks:
@@ -361,14 +524,17 @@ class PolicySchedulerMixin:
                     ks.append(keys[d])
             if ids:
                 parent = keys[first - 1] if first > 0 else None
-                self.spf_queue.runtime.stored(state.view, ids, ks, first, parent, bs, self._spf_clock())
+                self.spf_guarded("stored", self.spf_queue.runtime.stored, state.view, ids, ks, first, parent, bs,
+                                 self._spf_clock())
 
         def free(request, *args, **kwargs):
-            if self.spf_queue is not None and request.is_finished():
-                state = requests.pop(request.request_id, None)
-                if state is not None:
-                    self.spf_queue.runtime.finished(state.view, self._spf_clock())
-            return orig_free(request, *args, **kwargs)
+            try:
+                if self.spf_queue is not None and request.is_finished():
+                    state = requests.pop(request.request_id, None)
+                    if state is not None:
+                        self.spf_guarded("finished", self.spf_queue.runtime.finished, state.view, self._spf_clock())
+            finally:  # the blocks go back whatever the policy did
+                orig_free(request, *args, **kwargs)
 
         mgr.allocate_slots = allocate_slots
         pool.cache_full_blocks = cache_full_blocks
@@ -408,3 +574,85 @@ def engine_scheduler(llm):
         raise RuntimeError(f"engine core is not in-process ({type(client).__name__}); "
                            "set VLLM_ENABLE_V1_MULTIPROCESSING=0 before creating the LLM")
     return sched
+
+
+def check_block_pool(scheduler) -> None:
+    """Check vLLM's block-pool invariants on a scheduler between steps.
+
+    vLLM's own invariants: every non-null block is either free (in the free
+    queue exactly once, ref count 0) or referenced (ref count > 0), never
+    both; ``num_free_blocks`` equals the free blocks; a block's ref count
+    equals the number of requests whose block tables
+    (``req_to_blocks`` of every KV cache group) hold it, plus deferred frees; the null block is
+    never free; ``cached_block_hash_to_block`` holds only blocks that carry
+    that hash, and every block with a hash is in it. On vLLM's own linked
+    queue (stock, or a policy queue after a fault), the links agree both ways.
+    With a policy in charge, the runtime's evictor holds exactly the free
+    blocks.
+
+    Args:
+        scheduler: A vLLM v1 ``Scheduler`` (stock or :class:`PolicyScheduler`),
+            between engine steps.
+
+    Raises:
+        AssertionError: listing every violation found (at most 20 lines).
+    """
+    mgr = scheduler.kv_cache_manager
+    pool = mgr.block_pool
+    q = pool.free_block_queue
+    errors: list[str] = []
+    free = q.get_all_free_blocks()
+    ids = [b.block_id for b in free]
+    free_set = set(ids)
+    if len(free_set) != len(ids):
+        dup = sorted(i for i in free_set if ids.count(i) > 1)
+        errors.append(f"blocks in the free queue more than once: {dup}")
+    if q.num_free_blocks != len(ids):
+        errors.append(f"num_free_blocks {q.num_free_blocks} != {len(ids)} blocks in the free queue")
+    refs: dict[int, int] = {}
+    for m in mgr.coordinator.single_type_managers:
+        for blocks in m.req_to_blocks.values():
+            for b in blocks:
+                if not b.is_null:
+                    refs[b.block_id] = refs.get(b.block_id, 0) + 1
+    for _, blocks in getattr(scheduler, "deferred_frees", ()):  # freed once an in-flight step is done
+        for b in blocks:
+            if not b.is_null:
+                refs[b.block_id] = refs.get(b.block_id, 0) + 1
+    hashes = pool.cached_block_hash_to_block
+    extra = getattr(pool, "cached_block_hashes_by_block", {})
+    for b in pool.blocks:
+        if b.is_null:
+            if b.block_id in free_set:
+                errors.append(f"null block {b.block_id} is in the free queue")
+            continue
+        i, rc = b.block_id, b.ref_cnt
+        if rc < 0:
+            errors.append(f"block {i}: ref_cnt {rc} < 0")
+        if (rc == 0) != (i in free_set):
+            errors.append(f"block {i}: ref_cnt {rc} but {'in' if i in free_set else 'not in'} the free queue")
+        if rc != refs.get(i, 0):
+            errors.append(f"block {i}: ref_cnt {rc} != {refs.get(i, 0)} request block tables holding it")
+        if b.block_hash is not None and not hashes.contain(b.block_hash, i):
+            errors.append(f"block {i} carries a hash that cached_block_hash_to_block does not map to it")
+    for key, held in hashes._cache.items():
+        for b in (held.values() if isinstance(held, dict) else (held,)):
+            if b.block_hash != key and key not in extra.get(b.block_id, ()):
+                errors.append(f"cached_block_hash_to_block maps a hash to block {b.block_id}, which does not carry it")
+    linked = q.fallback if isinstance(q, PolicyFreeQueue) else q
+    if isinstance(linked, FreeKVCacheBlockQueue):
+        prev = linked.fake_free_list_head
+        for b in free + [linked.fake_free_list_tail]:
+            if b.prev_free_block is not prev or prev.next_free_block is not b:
+                errors.append(f"free list links broken at block {b.block_id}")
+                break
+            prev = b
+    if isinstance(q, PolicyFreeQueue) and q.fallback is None:
+        ev = q.runtime.evictor
+        held_ids = set(ev.free_ids())
+        if held_ids != free_set or len(ev) != len(free_set):
+            errors.append(f"the policy's evictor holds {sorted(held_ids ^ free_set)} differently from the free queue "
+                          f"({len(ev)} vs {len(free_set)} blocks)")
+    if errors:
+        more = f"\n... and {len(errors) - 20} more" if len(errors) > 20 else ""
+        raise AssertionError("block pool invariants violated:\n" + "\n".join(errors[:20]) + more)
