@@ -1,11 +1,17 @@
-"""Atomic file writes, shared by every writer of results, pages and traces."""
+"""Atomic file writes, shared by every writer of results, pages and traces,
+and the one-writer lock of a results file."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
+import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+import filelock
 
 
 def write_atomic(path: str | os.PathLike, text: str | Iterable[str]) -> Path:
@@ -46,3 +52,93 @@ def write_atomic(path: str | os.PathLike, text: str | Iterable[str]) -> Path:
             pass
         raise
     return path
+
+
+class OutputInUseError(RuntimeError):
+    """Another live run holds the lock of this output file."""
+
+
+def lock_path(path: str | os.PathLike) -> Path:
+    """``<path>.lock``: the lock file of results file ``path`` (in its folder)."""
+    path = Path(path)
+    return path.with_name(path.name + ".lock")
+
+
+@contextlib.contextmanager
+def output_lock(path: str | os.PathLike) -> Iterator[Path]:
+    """Hold ``<path>.lock`` (:func:`lock_path`) exclusively for the body: one
+    writer per results file (its sidecar and plots included). Refuses at once,
+    never waits. The lock is an OS lock (``flock``, through the ``filelock``
+    library): it dies with its process, so a killed run never blocks the next
+    one; the lock file records the holder (pid, host, command) for the
+    message, and is removed on release. Temporary files a killed writer of
+    ``path`` left (:func:`write_atomic`'s) are removed. A folder created for the lock is
+    removed again on release when left empty (a refused run writes nothing).
+
+    Yields:
+        The lock file's path.
+
+    Raises:
+        OutputInUseError: another live process (or another ``output_lock`` in
+            this one) holds the lock; the message names the file and the holder.
+        OSError: the folder cannot be created or written.
+    """
+    lock_file = lock_path(path)
+    made = []
+    for d in reversed([lock_file.parent, *lock_file.parent.parents]):
+        if not d.exists():
+            made.append(d)
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+
+    def describe(fd: int) -> None:
+        who = f"pid {os.getpid()} on {socket.gethostname()}: {' '.join(sys.argv)[:300]}\n".encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, who, 0)
+
+    lock = filelock.FileLock(lock_file, timeout=0, on_acquired=describe)
+    try:
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            try:
+                holder = lock_file.read_text(encoding="utf-8", errors="replace").strip()
+            except OSError:
+                holder = ""
+            raise OutputInUseError(
+                f"{path}: another run is writing this output ({holder or 'holder unknown'}; lock {lock_file}); "
+                "wait for it to finish or choose another output") from None
+        try:
+            for stale in lock_file.parent.glob(f".{Path(path).name}.*.tmp"):  # write_atomic's, of a killed writer
+                stale.unlink(missing_ok=True)
+            yield lock_file
+        finally:
+            # unlinked while held: filelock refuses an inode found unlinked after its flock, so no two holders
+            lock_file.unlink(missing_ok=True)
+            lock.release()
+    finally:
+        for d in reversed(made):  # deepest first; a folder another run now uses is not empty
+            try:
+                d.rmdir()
+            except OSError:
+                break
+
+
+def hold_output_lock(path: str | os.PathLike | None) -> None:
+    """In a click command: hold :func:`output_lock` on ``path`` until the
+    command ends (``click.Context.with_resource``); nothing for ``None``.
+
+    Raises:
+        click.ClickException: another live run holds ``path``, or its folder
+            cannot be written (exit status 1).
+    """
+    import click
+
+    if path is None:
+        return
+    try:
+        click.get_current_context().with_resource(output_lock(path))
+    except OutputInUseError as exc:
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise click.ClickException(f"{path}: cannot lock: {exc.strerror or exc}{where}") from None

@@ -12,6 +12,7 @@ import attrs
 import click
 
 from spfcore import gate, gate_runner, registry, report
+from spfcore.fileio import hold_output_lock
 from spfcore.workloads.options import RecordingCommand, cache_options, command_line, workload_options
 
 #: Presets: the workload, cache and engine of a run. ``seed`` is the SPF
@@ -111,6 +112,7 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
     # verdict readable unless the user asked otherwise.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     out = Path(output or f"runs/gate-{preset}/results.json")
+    hold_output_lock(out)  # one writer per results file (and its sidecar, plots), resume included
     try:
         options = registry.parse_options(policy_opt)
         ws = workload_spec

@@ -11,7 +11,7 @@ import click
 from rich.table import Table
 
 from spfcore import registry
-from spfcore.fileio import write_atomic
+from spfcore.fileio import hold_output_lock, write_atomic
 from spfcore.report import make_console
 from spfcore.runtime import PolicyError
 from spfcore.sim.simulator import ceilings, ceilings_stream, infinite_blocks, prepare, scan
@@ -100,6 +100,7 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
     Generated workloads and concurrent mode are held in memory. Each cell's
     wall_seconds is that arm's replay alone.
     """
+    hold_output_lock(output)  # one writer per --output, for the whole run
     try:
         options = registry.parse_options(policy_opt)
     except registry.PolicyConfigError as exc:

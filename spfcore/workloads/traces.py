@@ -25,6 +25,7 @@ is written to a temporary file in the same folder and moved into place with
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import os
@@ -58,10 +59,11 @@ def _lines(path: Path, limit: int | None):
         for lineno, raw in enumerate(fh, 1):
             if limit is not None and n >= limit:
                 return
-            try:
-                line = raw.decode("utf-8")
+            bom = len(codecs.BOM_UTF8) if lineno == 1 and raw.startswith(codecs.BOM_UTF8) else 0
+            try:  # a UTF-8 byte-order mark opening the file is skipped (editors on Windows write one)
+                line = raw[bom:].decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise TraceError(f"{path}:{lineno}: not UTF-8 text (byte {exc.start + 1}: {exc.reason})") from None
+                raise TraceError(f"{path}:{lineno}: not UTF-8 text (byte {bom + exc.start + 1}: {exc.reason})") from None
             if not line.strip():
                 continue
             try:
