@@ -46,6 +46,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import attrs
 import numpy as np
 
+from spfcore.report import error_text
+
 SURVIVES, FAILS = "SURVIVES", "FAILS"
 INVALID_HARNESS, NO_HEADROOM, INCOMPLETE = "INVALID-HARNESS", "NO-HEADROOM", "INCOMPLETE"
 VERDICTS = (SURVIVES, FAILS, INVALID_HARNESS, NO_HEADROOM, INCOMPLETE)
@@ -334,8 +336,10 @@ def evaluate(cells: Iterable[Mapping], *, sim: Mapping | None = None, roles: Rol
             ``throughput_rps`` (requests/s), ``hints_issued``, ``hints_used``,
             ``token_hit_rate``, optional ``requests`` (per-request records with
             ``request_id``, ``prompt_tokens``, ``cached_tokens``, ``ttft_s``,
-            ``e2e_s``) for request-level CIs, and ``error`` (str) for a failed
-            cell.
+            ``e2e_s``) for request-level CIs, and ``error`` for a failed cell
+            (``{"policy", "hook", "message"}``, or a str in older files); a
+            failed role arm makes the verdict INCOMPLETE, its reason naming
+            the arm, the seed, the hook and the message.
         sim: Simulator results for the same input: ``{"cells": [sim cells
             with arm, seed, token_hit_rate], "ceilings": [{"seed",
             "belady": {"token_hit_rate"}, ...}]}``; ``None`` skips the harness
@@ -367,10 +371,10 @@ def evaluate(cells: Iterable[Mapping], *, sim: Mapping | None = None, roles: Rol
     common = [s for s in asked if all(s in ok.get(a, {}) for a in role_arms)]
     reasons: list[str] = []
     for c in failed:
-        reasons.append(f"arm {c['arm']} seed {c['seed']} failed: {c['error']}")
+        reasons.append(f"arm {c['arm']} seed {c['seed']} failed: {error_text(c['error'])}")
     for c in (sim or {}).get("cells", ()):
         if c.get("error"):
-            reasons.append(f"simulator: arm {c['arm']} seed {c['seed']} failed: {c['error']}")
+            reasons.append(f"simulator: arm {c['arm']} seed {c['seed']} failed: {error_text(c['error'])}")
     for a in dict.fromkeys(role_arms):
         missing = [s for s in asked if s not in ok.get(a, {})]
         if missing and not any(f["arm"] == a for f in failed):
