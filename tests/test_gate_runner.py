@@ -357,3 +357,19 @@ def test_changed_policy_code_is_a_mismatch(tmp_path, monkeypatch):
     monkeypatch.setattr(gate_runner, "code_digest", lambda arms: {**d, "spfcore_spf_expected_utility": "0" * 16})
     with pytest.raises(GateResumeError, match=r"differs in: code\)"):
         run(config(), out, [])
+
+
+def test_gate_an_arm_not_installed_fails_its_cells_and_the_others_run(tmp_path):
+    """The gate with an extra arm that is not installed: its sim and engine
+    cells are error cells, the engine never sees it, the role arms decide the
+    verdict (a non-role failure is listed, not INCOMPLETE)."""
+    log = []
+    res = run_gate(config(arms=ARMS + ("nosuch",)), tmp_path / "r.json", engine_factory=factory(log),
+                   sim_fn=sim_fn([]), ceilings_fn=ceilings_fn, progress=False, plots=False)
+    bad = [c for c in res["cells"] if c["arm"] == "nosuch"]
+    assert [c["status"] for c in bad] == ["error"] * 3
+    assert all("policy 'nosuch' is not installed" in c["error"]["message"] for c in bad)
+    assert all(c["status"] == "ok" for c in res["cells"] if c["arm"] != "nosuch")
+    assert not any("nosuch" in str(e) for e in log)
+    assert res["verdict"]["status"] != "INCOMPLETE"
+    assert any(r.startswith("arm nosuch seed 1 failed:") and "not a role arm" in r for r in res["verdict"]["reasons"])
