@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import signal
+import threading
 import time
 from collections.abc import Iterable, Sequence
 
@@ -156,9 +158,6 @@ def _values(a: np.ndarray, n: int, policy: str) -> list:
 def _budgeted(hook, kw: dict, budget: float):
     """``hook(**kw)`` under a SIGALRM timer of ``budget`` seconds (raising
     :class:`HookTimeout` in the hook) where one can be used, else plainly."""
-    import signal
-    import threading
-
     if (not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread()
             or signal.getitimer(signal.ITIMER_REAL)[0]):
         return hook(**kw)
@@ -306,6 +305,8 @@ class PolicyRuntime:
             raise registry.PolicyConfigError(f"hook budget {hook_budget_ms!r} ms: must be > 0")
         pm, instance = registry.plugin_manager(info, options)
         cap = getattr(instance.params, "pin_cap_fraction", 0.5)  # params: checked at discovery
+        if not (isinstance(cap, numbers.Real) and 0 <= cap <= 1):
+            raise registry.PolicyConfigError(f"policy {name!r}: pin_cap_fraction must be in [0, 1], got {cap!r}")
         return cls(pm, num_blocks, block_size, policy_name=name,
                    needs_future="needs-future" in info.capabilities, pin_cap_fraction=cap,
                    hook_budget_s=None if hook_budget_ms is None else hook_budget_ms / 1e3)

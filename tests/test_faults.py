@@ -262,3 +262,35 @@ def _req():
 
     return RequestView(request_id="r", session_id="s", arrival_index=0, arrival_time=0.0,
                        num_prompt_tokens=17, block_keys=("k0", "k1", "k2", "k3"))
+
+
+@pytest.mark.engine
+def test_gate_with_a_candidate_that_raises_runs_every_other_cell(faulty_dist, tmp_path):
+    """Issue 13, reproducer 3, through the real (CPU) vLLM engine: the candidate
+    raises in its score hook; its cells fail with the policy, hook and message,
+    every other arm's engine cells still run (a failed run restarts the
+    engine), the verdict is INCOMPLETE naming the arm, the exit status is 4, and
+    running the same command again (the advice) keeps the finished cells and
+    fails only the faulty arm's again."""
+    pytest.importorskip("vllm")
+    out = tmp_path / "gate" / "results.json"
+    args = ["gate", "--preset", "quick", "--arms", "lru,faulty,session_ttl,belady_oracle", "--candidate", "faulty",
+            "--policy-opt", "faulty.fault=raises", "--seeds", "1,2,3",
+            "--set", "personas=4", "--set", "prefix_tokens=256", "--set", "sessions=4",
+            "--set", "turns=2", "--set", "query_tokens=32", "--set", "output_tokens=2",
+            "--output", str(out), "--no-progress", "--no-sim"]
+    for attempt in (1, 2):
+        res = CliRunner().invoke(main, args, catch_exceptions=False, env={"COLUMNS": "200"})
+        assert res.exit_code == 4, res.output
+        r = json.loads(out.read_text())
+        bad = [c for c in r["cells"] if c["status"] == "error"]
+        assert [(c["arm"], c["seed"]) for c in bad] == [("faulty", 1), ("faulty", 2), ("faulty", 3)], bad
+        for c in bad:
+            assert c["error"]["policy"] == "faulty" and c["error"]["hook"] == "spfcore_score_blocks"
+            assert "ValueError('boom')" in c["error"]["message"]
+        ok = [c for c in r["cells"] if c["arm"] != "faulty"]
+        assert len(ok) == 9 and all(c["status"] == "ok" and c["num_requests"] == 8 for c in ok)
+        v = r["verdict"]
+        assert v["status"] == "INCOMPLETE"
+        assert v["reasons"][0].startswith("arm faulty seed ") and "spfcore_score_blocks" in v["reasons"][0]
+        assert "arm faulty failed: policy 'faulty' failed in hook spfcore_score_blocks" in res.output
