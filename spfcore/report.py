@@ -78,7 +78,7 @@ def error_text(err) -> str:
     """One line for a cell's ``error`` (a dict of :func:`error_of`, or the
     plain string of files written before it)."""
     if isinstance(err, Mapping):
-        where = f" [hook {err['hook']}]" if err.get("hook") else ""
+        where = f" [hook {err['hook']}]" if err.get("hook") and err["hook"] not in err.get("message", "") else ""
         return f"{err.get('message', '')}{where}"
     return str(err)
 

@@ -241,7 +241,10 @@ class PolicyRuntime:
         if self._has["spfcore_score_blocks"]:
             def score(ids, now):
                 res = self._call("spfcore_score_blocks", None, blocks=BlockBatch(table, ids), now=now)
-                return score_columns(res, len(ids), self.policy_name)
+                try:
+                    return score_columns(res, len(ids), self.policy_name)
+                except (TypeError, ValueError) as exc:  # e.g. a bare number: not a sequence
+                    raise _bad(self.policy_name, "spfcore_score_blocks", f"{res!r:.80}: {exc}") from exc
         if self._has["spfcore_admit_blocks"]:
             def admit(ids, now):
                 hook = "spfcore_admit_blocks"

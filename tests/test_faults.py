@@ -59,6 +59,8 @@ def faulty_dist(tmp_path, monkeypatch):
                     return np.full(n, np.nan)
                 if f == "wrong_type":
                     return ["high"] * n
+                if f == "scalar":
+                    return 3.5
                 if f == "slow":
                     time.sleep(0.05)
                 if f == "hangs":
@@ -137,6 +139,7 @@ def clean():
     ("wrong_length", "spfcore_score_blocks", "returned an array of shape"),
     ("nan", "spfcore_score_blocks", "nan at position 0: a score must be a real number (not NaN)"),
     ("wrong_type", "spfcore_score_blocks", "'high' at position 0: a score must be a real number"),
+    ("scalar", "spfcore_score_blocks", "hook spfcore_score_blocks returned 3.5: "),
     ("admit_type", "spfcore_admit_blocks", "'yes' at position 0: admission answers are bools"),
     ("duplicates", "spfcore_choose_victims", "returned [0, 0, 0]: need 3 distinct int indices"),
     ("out_of_range", "spfcore_choose_victims", "distinct int indices <"),
@@ -294,3 +297,20 @@ def test_gate_with_a_candidate_that_raises_runs_every_other_cell(faulty_dist, tm
         assert v["status"] == "INCOMPLETE"
         assert v["reasons"][0].startswith("arm faulty seed ") and "spfcore_score_blocks" in v["reasons"][0]
         assert "arm faulty failed: policy 'faulty' failed in hook spfcore_score_blocks" in res.output
+
+
+def test_the_budget_from_the_environment_reaches_every_runtime(faulty_dist, monkeypatch):
+    """``spfcore gate --hook-budget-ms`` sets SPFCORE_HOOK_BUDGET_MS; every
+    PolicyRuntime.for_policy of the process (the simulator's, the engine
+    adapter's) reads it."""
+    from spfcore.gate_runner import default_sim
+    from spfcore.workloads.generators import make
+
+    wl = make("personas", seed=1, personas=2, prefix_tokens=64, sessions=2, turns=2, query_tokens=16, output_tokens=2)
+    assert default_sim(wl, "faulty", num_blocks=8, block_size=16, options={"fault": "slow"})["status"] == "ok"
+    monkeypatch.setenv("SPFCORE_HOOK_BUDGET_MS", "5")
+    with pytest.raises(PolicyError, match=r"policy 'faulty': hook spfcore_score_blocks (took|interrupted after) .* ms, over its budget "
+                                          r"of 5 ms") as e:
+        default_sim(wl, "faulty", num_blocks=8, block_size=16, options={"fault": "slow"})
+    assert (e.value.policy, e.value.hook) == ("faulty", "spfcore_score_blocks")
+    assert default_sim(wl, "lru", num_blocks=8, block_size=16)["status"] == "ok"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spfcore import gate
+from spfcore import gate, report
 from spfcore.gate import GateThresholds, Roles, bootstrap_ci, evaluate
 
 SEEDS = (42, 43, 44)
@@ -163,6 +163,7 @@ def test_incomplete_missing_seed_missing_arm_and_failure():
     v = evaluate(cells, sim=sim(), seeds=SEEDS, resamples=50)
     assert v.status == gate.INCOMPLETE
     assert v.reasons[0] == "arm spf_expected_utility seed 43 failed: boom [hook spfcore_score_blocks]"
+    assert report.error_text({"policy": "p", "hook": "h", "message": "hook h raised"}) == "hook h raised"
 
 
 def test_min_seeds_and_roles_are_configurable():

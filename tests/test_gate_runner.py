@@ -151,7 +151,7 @@ def test_policy_error_is_recorded_and_retried_on_resume(tmp_path):
     assert len(res["cells"]) == 12  # the run went on
     assert all(c["status"] == "ok" for c in res["cells"] if c not in bad)
     assert res["verdict"]["status"] == "INCOMPLETE"
-    assert res["verdict"]["reasons"][0] == f"arm spf_expected_utility seed 2 failed: {msg} [hook spfcore_score_blocks]"
+    assert res["verdict"]["reasons"][0] == f"arm spf_expected_utility seed 2 failed: {msg}"
     assert res["summary"]["spf_expected_utility"]["seeds"] == [1, 3]
 
     log2 = []
