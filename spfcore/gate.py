@@ -31,8 +31,9 @@ Added to the seed's rule:
   (1 point) of the simulated floor, no policy can win; verdict ``NO-HEADROOM``.
 * **Bootstrap CIs** for every delta the rule uses (:func:`bootstrap_ci`).
 
-Verdict precedence: ``INCOMPLETE`` (a role arm or seeds missing, or any arm
-failed, in the engine or the simulator) > ``NO-HEADROOM`` > ``INVALID-HARNESS`` > ``SURVIVES`` / ``FAILS``.
+Verdict precedence: ``INCOMPLETE`` (a role arm or seeds missing, or a role
+arm failed, in the engine or the simulator; a failure of another arm is
+listed in the reasons but decides nothing) > ``NO-HEADROOM`` > ``INVALID-HARNESS`` > ``SURVIVES`` / ``FAILS``.
 The criteria are computed and listed whatever the verdict.
 
 Threshold comparisons round value and threshold to 12 decimals first, so a delta that is
@@ -45,6 +46,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 import numpy as np
+
+from spfcore.report import error_text
 
 SURVIVES, FAILS = "SURVIVES", "FAILS"
 INVALID_HARNESS, NO_HEADROOM, INCOMPLETE = "INVALID-HARNESS", "NO-HEADROOM", "INCOMPLETE"
@@ -334,8 +337,10 @@ def evaluate(cells: Iterable[Mapping], *, sim: Mapping | None = None, roles: Rol
             ``throughput_rps`` (requests/s), ``hints_issued``, ``hints_used``,
             ``token_hit_rate``, optional ``requests`` (per-request records with
             ``request_id``, ``prompt_tokens``, ``cached_tokens``, ``ttft_s``,
-            ``e2e_s``) for request-level CIs, and ``error`` (str) for a failed
-            cell.
+            ``e2e_s``) for request-level CIs, and ``error`` for a failed cell
+            (``{"policy", "hook", "message"}``, or a str in older files); a
+            failed role arm makes the verdict INCOMPLETE, its reason naming
+            the arm, the seed, the hook and the message.
         sim: Simulator results for the same input: ``{"cells": [sim cells
             with arm, seed, token_hit_rate], "ceilings": [{"seed",
             "belady": {"token_hit_rate"}, ...}]}``; ``None`` skips the harness
@@ -366,11 +371,14 @@ def evaluate(cells: Iterable[Mapping], *, sim: Mapping | None = None, roles: Rol
     asked = sorted({int(s) for s in seeds} if seeds is not None else {int(c["seed"]) for c in cells})
     common = [s for s in asked if all(s in ok.get(a, {}) for a in role_arms)]
     reasons: list[str] = []
-    for c in failed:
-        reasons.append(f"arm {c['arm']} seed {c['seed']} failed: {c['error']}")
-    for c in (sim or {}).get("cells", ()):
-        if c.get("error"):
-            reasons.append(f"simulator: arm {c['arm']} seed {c['seed']} failed: {c['error']}")
+    notes: list[str] = []  # failures of arms the verdict does not read
+    sim_failed = [c for c in (sim or {}).get("cells", ()) if c.get("error")]
+    for where, c in [("", c) for c in failed] + [("simulator: ", c) for c in sim_failed]:
+        line = f"{where}arm {c['arm']} seed {c['seed']} failed: {error_text(c['error'])}"
+        if c["arm"] in role_arms:
+            reasons.append(line)
+        else:
+            notes.append(f"{line} (not a role arm: the verdict does not depend on it)")
     for a in dict.fromkeys(role_arms):
         missing = [s for s in asked if s not in ok.get(a, {})]
         if missing and not any(f["arm"] == a for f in failed):
@@ -378,6 +386,7 @@ def evaluate(cells: Iterable[Mapping], *, sim: Mapping | None = None, roles: Rol
     if len(common) < t.min_seeds:
         reasons.append(f"{len(common)} seed(s) with every role arm, {t.min_seeds} required")
     incomplete = bool(reasons)
+    reasons += notes
 
     def arm_cells(a):
         return [ok[a][s] for s in common]

@@ -93,6 +93,8 @@ def _threshold_options(f):
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--check", is_flag=True,
               help="Exit status 3 unless the verdict is SURVIVES (for scripts and CI); default 0 for any verdict.")
+@click.option("--hook-budget-ms", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MS",
+              help="Most wall time of one hook call (engine and simulator); a call over it fails that arm's cell.")
 @click.option("--time-limit", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="Start no engine cell after this many seconds; the verdict is then INCOMPLETE and the "
                    "same command later resumes (machines lent by the minute).")
@@ -101,18 +103,24 @@ def _threshold_options(f):
 @_threshold_options
 @click.pass_context
 def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, baseline, floor_, oracle,
-                 policy_opt, mode, output, fresh, no_sim, no_progress, check, time_limit, workload_spec, cache_spec,
-                 **thresholds):
+                 policy_opt, mode, output, fresh, no_sim, no_progress, check, hook_budget_ms, time_limit,
+                 workload_spec, cache_spec, **thresholds):
     """Run the survival gate: every arm x seed through a real vLLM engine and
     the simulator, then judge the candidate (SURVIVES, FAILS, INVALID-HARNESS,
     NO-HEADROOM or INCOMPLETE). Exit status 0 for any verdict; with --check, 3
-    for any verdict but SURVIVES (1: bad input, 130: interrupted)."""
+    for any verdict but SURVIVES; 4 when a cell failed (a policy fault: its
+    arm's cells say status "error" with the policy, hook and message; the
+    other arms ran; 1: bad input, 130: interrupted)."""
     p = PRESETS[preset]
     # vLLM logs at INFO by default (and a harmless tokenizer warning per engine); keep the
     # verdict readable unless the user asked otherwise.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     out = Path(output or f"runs/gate-{preset}/results.json")
     hold_output_lock(out)  # one writer per results file (and its sidecar, plots), resume included
+    if hook_budget_ms is not None:  # read by every PolicyRuntime.for_policy of this process (engine and simulator)
+        from spfcore.runtime import BUDGET_ENV
+
+        os.environ[BUDGET_ENV] = f"{hook_budget_ms:g}"
     try:
         options = registry.parse_options(policy_opt)
         ws = workload_spec
@@ -149,9 +157,19 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
     report.print_report(results, console)
     console.print(f"results: {out}   cells: {gate_runner.sidecar_path(out)}   "
                   f"plots: {out.parent / 'cache.png'}, {out.parent / 'ttft_cdf.png'}", markup=False)
+    failed = [c for c in results["cells"] if c.get("error")]
+    failed += [c for c in (results.get("sim") or {}).get("cells", []) if c.get("error")]
     left = len(cfg.arms) * len(cfg.seeds) - sum(1 for c in results["cells"] if not c.get("error"))
-    if left:
+    for arm in dict.fromkeys(c["arm"] for c in failed):
+        first = next(c for c in failed if c["arm"] == arm)
+        console.print(f"arm {arm} failed: {report.error_text(first['error'])}", style="red", markup=False)
+    if failed:
+        console.print("a failed cell is tried again when the same command runs again (finished cells are kept): "
+                      "fix the policy first, or leave its arm out with --arms", markup=False)
+    elif left:
         console.print(f"{left} engine cell(s) not finished: run the same command again to run them "
                       "(finished cells are kept; --fresh starts over)", markup=False)
     if check and results["verdict"]["status"] != "SURVIVES":
         sys.exit(3)
+    if failed:
+        sys.exit(4)

@@ -264,7 +264,8 @@ def default_engine_factory(arm: str, options: Mapping | None, *, num_blocks: int
     return open_engine(spec, arm, dict(options or {}))
 
 
-def _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks, deadline=None) -> None:
+def _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks, deadline=None,
+                      broken: Mapping | None = None) -> None:
     """Run the engine cells not yet done, on ONE engine, interleaved: for each
     seed every arm in turn (``use_policy`` switches the arm; each run starts
     from an empty cache), the arm order rotated by one per seed. A slow spell
@@ -272,7 +273,14 @@ def _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks, 
     is what the TTFT and throughput criteria compare. One unrecorded warm-up
     run (:func:`warmup_slice`) precedes the first cell. No cell starts after
     ``deadline`` (``time.monotonic()`` seconds).
+
+    A failed cell is recorded (:func:`spfcore.report.error_cell`) and the run
+    goes on: an arm in ``broken`` (``{arm: exception}``: not installed, not
+    allowed or not constructible) fails without touching the engine; a cell
+    whose run raised closes the engine (a run stopped part-way can leave
+    requests holding KV blocks) and the next cell starts a fresh one.
     """
+    broken = broken or {}
     arms, session, start_error = list(config.arms), None, None
     try:
         for k, seed in enumerate(config.seeds):
@@ -283,6 +291,11 @@ def _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks, 
                     return
                 opts = config.policy_options.get(arm)
                 bar.set_description(f"engine {arm} seed {seed}")
+                if arm in broken:  # never reaches the engine: a start failure here is the arm's, not the engine's
+                    side.put("engine", arm, seed, report.error_cell(arm, seed, broken[arm]))
+                    bar.update()
+                    continue
+                running = False
                 try:
                     if start_error is not None:  # no engine: do not retry a start per cell
                         raise start_error
@@ -297,16 +310,18 @@ def _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks, 
                         # warm-up, not recorded: the first pass over a workload compiles and
                         # allocates; measured, it inflated the first cell's p95 TTFT ~4x
                         bar.set_description("engine: warm-up")
-                        try:
-                            session.run(warmup_slice(workloads[seed]), seed=seed, mode=config.mode)
-                        except Exception:  # noqa: BLE001 - the measured run below reports it
-                            pass
+                        running = True  # a failed warm-up is this cell's failure (and closes the engine)
+                        session.run(warmup_slice(workloads[seed]), seed=seed, mode=config.mode)
                     else:
                         session.use_policy(arm, dict(opts or {}))
+                    running = True
                     cell = dict(session.run(workloads[seed], seed=seed, mode=config.mode))
-                    cell.update(arm=arm, seed=seed)
+                    cell.update(arm=arm, seed=seed, status="ok")
                 except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
-                    cell = {"arm": arm, "seed": seed, "error": _err(exc)}
+                    cell = report.error_cell(arm, seed, exc)
+                    if running:  # a run that failed part-way may leave requests holding blocks:
+                        session.close()  # the next cell starts a fresh engine, so only this arm fails
+                        session = None
                 side.put("engine", arm, seed, cell)
                 bar.update()
     finally:
@@ -338,10 +353,6 @@ def default_ceilings(workload, *, num_blocks, block_size):
     from spfcore.sim import ceilings
 
     return ceilings(workload, num_blocks=num_blocks, block_size=block_size)
-
-
-def _err(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
 
 
 # ------------------------------------------------------------------ sidecar
@@ -410,8 +421,8 @@ def _preflight(config: GateConfig, workloads: Mapping, num_blocks: int) -> None:
     """Check, before any engine starts, what would otherwise fail every cell.
 
     Raises:
-        GateConfigError: a role arm missing from ``arms``; an arm that is not
-            installed, not allowed or broken; a bad policy option; a model that
+        GateConfigError: a role arm missing from ``arms``; a bad policy
+            option of an installed arm; a model that
             is neither a preset nor a checkpoint folder; a request that does
             not fit in the cache.
     """
@@ -422,8 +433,8 @@ def _preflight(config: GateConfig, workloads: Mapping, num_blocks: int) -> None:
     for arm in config.arms:
         try:
             info = registry.get(arm)
-        except registry.PolicyConfigError as exc:
-            raise GateConfigError(f"field 'arms': {exc}") from None
+        except registry.PolicyConfigError:
+            continue  # not installed or broken: that arm's cells fail (broken_arms), the run goes on
         try:
             registry.make_params(info, config.policy_options.get(arm))
         except registry.PolicyConfigError as exc:
@@ -442,6 +453,21 @@ def _preflight(config: GateConfig, workloads: Mapping, num_blocks: int) -> None:
             _check_fits(prepare(wl, config.block_size), num_blocks)
         except ValueError as exc:
             raise GateConfigError(f"field 'num_blocks' (cache too small, seed {seed}): {exc}") from None
+
+
+def broken_arms(config: GateConfig) -> dict:
+    """``{arm: exception}`` for each arm that cannot run: not installed, not
+    allowed, broken at discovery, or whose constructor fails with the run's
+    options. Their cells are error cells; the other arms run."""
+    from spfcore import registry
+
+    out = {}
+    for arm in config.arms:
+        try:
+            registry.plugin_manager(registry.get(arm), config.policy_options.get(arm))
+        except Exception as exc:  # noqa: BLE001 - recorded per cell
+            out[arm] = exc
+    return out
 
 
 def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = False,
@@ -506,6 +532,7 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
                    "workload_label": workload_label(config, first, num_blocks), "versions": vers,
                    "sidecar": str(sidecar_path(output))}
     side = _Sidecar(sidecar_path(output), fingerprint, fresh)
+    broken = broken_arms(config)
 
     sim_units = [("ceilings", "*", s) for s in config.seeds] + \
                 [("sim", a, s) for s in config.seeds for a in config.arms] if config.simulate else []
@@ -523,15 +550,17 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
                     cell = dict(ceilings_fn(workloads[seed], num_blocks=num_blocks, block_size=config.block_size))
                     cell["seed"] = seed
                 else:
+                    if arm in broken:
+                        raise broken[arm]
                     cell = dict(sim_fn(workloads[seed], arm, num_blocks=num_blocks, block_size=config.block_size,
                                        options=config.policy_options.get(arm), mode=config.mode, seed=seed))
-                    cell.update(arm=arm, seed=seed)
+                    cell.update(arm=arm, seed=seed, status="ok")
             except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
-                cell = {"arm": arm, "seed": seed, "error": _err(exc)}
+                cell = report.error_cell(arm, seed, exc)
             side.put(kind, arm, seed, cell)
             bar.update()
         _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks,
-                          deadline=None if time_limit_s is None else t_start + time_limit_s)
+                          deadline=None if time_limit_s is None else t_start + time_limit_s, broken=broken)
     finally:
         bar.close()
 

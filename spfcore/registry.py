@@ -77,6 +77,12 @@ def _names(var: str, env) -> set[str] | None:
     return {n.strip() for n in raw.split(",") if n.strip()}
 
 
+def allowlist(env: typing.Mapping[str, str] | None = None) -> set[str] | None:
+    """The names in ``SPFCORE_POLICIES`` (``env``, default ``os.environ``), or
+    ``None`` when it is unset or blank (no allowlist)."""
+    return _names("SPFCORE_POLICIES", os.environ if env is None else env)
+
+
 def new_plugin_manager() -> pluggy.PluginManager:
     """A PluginManager that knows spfcore's hook specs and nothing else."""
     pm = pluggy.PluginManager(PROJECT)
@@ -116,10 +122,21 @@ def _validate(cls) -> tuple[tuple, tuple]:
     for attr in ("name", "capabilities", "Params"):
         if not hasattr(cls, attr):
             raise TypeError(f"policy class lacks attribute {attr!r}")
+    if not isinstance(cls.name, str):
+        raise TypeError(f"policy class attribute 'name' must be a str, got {type(cls.name).__name__}")
     unknown = set(cls.capabilities) - CAPABILITIES
     if unknown:
         raise TypeError(f"unknown capabilities {sorted(unknown)}")
-    instance = cls(cls.Params())
+    if not attrs.has(cls.Params):
+        raise TypeError("policy class attribute 'Params' is not an attrs class")
+    try:
+        defaults = cls.Params()
+    except Exception as exc:
+        raise TypeError(f"Params() cannot be built with its defaults: {type(exc).__name__}: {exc}") from exc
+    instance = cls(defaults)
+    if not hasattr(instance, "params"):  # the runtime reads instance.params (pin_cap_fraction)
+        raise TypeError("policy instance has no attribute 'params' after construction "
+                        "(set self.params = params in __init__)")
     pm = new_plugin_manager()
     pm.register(instance, name=cls.name)
     pm.check_pending()  # hookimpls that match no hookspec
@@ -287,8 +304,23 @@ def plugin_manager(info: PolicyInfo, options: typing.Mapping[str, str] | None = 
 
     Returns:
         (pm, instance).
+
+    Raises:
+        PolicyConfigError: unknown key or bad value of an option.
+        spfcore.runtime.PolicyError: the policy's constructor raised (hook
+            ``__init__``) or left no ``params`` attribute.
     """
-    instance = info.cls(make_params(info, options))
+    from spfcore.runtime import PolicyError
+
+    params = make_params(info, options)
+    try:
+        instance = info.cls(params)
+    except Exception as exc:
+        raise PolicyError(f"policy {info.name!r} failed in hook __init__: {exc!r}",
+                          policy=info.name, hook="__init__") from exc
+    if not hasattr(instance, "params"):
+        raise PolicyError(f"policy {info.name!r}: __init__ left no attribute 'params'",
+                          policy=info.name, hook="__init__")
     pm = new_plugin_manager()
     pm.register(instance, name=info.name)
     return pm, instance

@@ -13,7 +13,9 @@ Results JSON, ``schema_version`` 1::
                                               # versions, and "command" (the command line)
       "cells": [cell, ...],                   # engine: one per arm and seed, with
                                               # "requests" (per-request records);
-                                              # a failed cell is {"arm", "seed", "error"}
+                                              # every cell has "status": "ok" | "error";
+                                              # a failed one is {"arm", "seed", "status",
+                                              # "error": {"policy", "hook", "message"}}
       "sim": {"cells": [...], "ceilings": [{"seed", "infinite": {...}, "belady": {...}}],
               "summary": {arm: means}, "ceilings_summary": {"infinite": means, "belady": means}},
       "summary": {arm: means},                # engine, means over seeds (see summarize)
@@ -39,9 +41,47 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from spfcore.runtime import PolicyError
+
 from spfcore.fileio import write_atomic
 
 SCHEMA_VERSION = 1
+
+
+def error_of(exc: BaseException, arm: str | None = None) -> dict:
+    """A failed cell's ``error``: ``{"policy", "hook", "message"}``.
+
+    The first :class:`~spfcore.runtime.PolicyError` in ``exc``'s chain
+    (``__cause__``/``__context__``, e.g. one the engine wrapped) gives the
+    policy and the hook; otherwise ``policy`` is ``arm`` and ``hook`` None
+    (a fault outside any hook: not installed, engine start, ...). ``message``
+    is one line.
+    """
+    e: BaseException | None = exc
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, PolicyError):
+            return {"policy": e.policy or arm, "hook": e.hook, "message": str(e).splitlines()[0]}
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    msg = str(exc).splitlines()[0] if str(exc) else ""
+    return {"policy": arm, "hook": None, "message": f"{type(exc).__name__}: {msg}".rstrip(": ")}
+
+
+def error_cell(arm: str, seed, exc: BaseException) -> dict:
+    """The cell of an arm x seed that failed with ``exc``: ``{"arm", "seed",
+    "status": "error", "error": error_of(exc, arm)}``."""
+    return {"arm": arm, "seed": seed, "status": "error", "error": error_of(exc, arm)}
+
+
+def error_text(err) -> str:
+    """One line for a cell's ``error`` (a dict of :func:`error_of`, or the
+    plain string of files written before it)."""
+    if isinstance(err, Mapping):
+        where = f" [hook {err['hook']}]" if err.get("hook") and err["hook"] not in err.get("message", "") else ""
+        return f"{err.get('message', '')}{where}"
+    return str(err)
+
 
 
 def make_console() -> Console:
@@ -101,7 +141,7 @@ def summarize(cells: Iterable[Mapping]) -> dict[str, dict]:
     errors: dict[str, list] = {}
     for c in cells:
         if c.get("error"):
-            errors.setdefault(c["arm"], []).append(f"seed {c.get('seed')}: {c['error']}")
+            errors.setdefault(c["arm"], []).append(f"seed {c.get('seed')}: {error_text(c['error'])}")
             by_arm.setdefault(c["arm"], [])
         else:
             by_arm.setdefault(c["arm"], []).append(c)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import signal
+import threading
 import time
 from collections.abc import Iterable, Sequence
 
@@ -23,15 +25,34 @@ from spfcore.views import BlockBatch, BlockTable, BlockView, RequestView, Score,
 
 
 class PolicyError(RuntimeError):
-    """A policy hook raised or returned something invalid.
+    """A policy hook raised, returned something invalid or overran its time
+    budget.
 
-    The message names the policy and the hook; the original exception is
-    chained as ``__cause__``.
+    The message names the policy and the hook; ``policy`` and ``hook`` hold
+    them (``None`` where unknown) and the original exception is chained as
+    ``__cause__``.
     """
+
+    def __init__(self, message: str, *, policy: str | None = None, hook: str | None = None) -> None:
+        super().__init__(message)
+        self.policy, self.hook = policy, hook
+
+    def to_json(self) -> dict:
+        """``{"policy", "hook", "message"}`` for a results cell."""
+        return {"policy": self.policy, "hook": self.hook, "message": str(self)}
+
+
+class HookTimeout(BaseException):
+    """Raised inside a hook by the SIGALRM timer of a time budget. A
+    ``BaseException``, so a hook's ``except Exception`` does not swallow it."""
+
+
+#: Environment variable: default per-call hook budget, milliseconds (unset: none).
+BUDGET_ENV = "SPFCORE_HOOK_BUDGET_MS"
 
 
 def _bad(policy: str, hook: str, what: str) -> PolicyError:
-    return PolicyError(f"policy {policy!r}: hook {hook} returned {what}")
+    return PolicyError(f"policy {policy!r}: hook {hook} returned {what}", policy=policy, hook=hook)
 
 
 def _column(x, n: int, default, policy: str, field: str):
@@ -134,6 +155,30 @@ def _values(a: np.ndarray, n: int, policy: str) -> list:
     return a.astype(np.float64, copy=False).tolist()
 
 
+def _budgeted(hook, kw: dict, budget: float):
+    """``hook(**kw)`` under a SIGALRM timer of ``budget`` seconds (raising
+    :class:`HookTimeout` in the hook) where one can be used, else plainly."""
+    if (not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread()
+            or signal.getitimer(signal.ITIMER_REAL)[0]):
+        return hook(**kw)
+    armed = [True]
+
+    def ring(signum, frame):
+        if armed[0]:
+            raise HookTimeout
+
+    old = signal.signal(signal.SIGALRM, ring)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, budget)
+        try:
+            return hook(**kw)
+        finally:
+            armed[0] = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    finally:
+        signal.signal(signal.SIGALRM, old)
+
+
 def _timed(method):
     """Add the wall time of a runtime event (hooks, evictor bookkeeping,
     re-scoring) to ``self.policy_seconds``."""
@@ -158,12 +203,16 @@ class PolicyRuntime:
         needs_future: The policy declared ``needs-future``; the first arrival
             raises :class:`PolicyError` unless :meth:`set_future` was called.
         pin_cap_fraction: Most pinned free blocks, share of ``num_blocks``.
+        hook_budget_s: Most wall time of one hook call, seconds, or ``None``
+            (no budget). A call over it raises :class:`PolicyError`; see
+            :meth:`_call` for how a hook that never returns is stopped.
     """
 
     def __init__(self, pm: pluggy.PluginManager, num_blocks: int, block_size: int, *,
                  policy_name: str = "?", needs_future: bool = False,
-                 pin_cap_fraction: float = 0.5) -> None:
+                 pin_cap_fraction: float = 0.5, hook_budget_s: float | None = None) -> None:
         self.pm, self.hook, self.policy_name = pm, pm.hook, policy_name
+        self.hook_budget_s = hook_budget_s
         self.num_blocks, self.block_size = num_blocks, block_size
         self.needs_future, self._future_set = needs_future, False
         self.table = BlockTable(num_blocks)
@@ -192,48 +241,118 @@ class PolicyRuntime:
         if self._has["spfcore_score_blocks"]:
             def score(ids, now):
                 res = self._call("spfcore_score_blocks", None, blocks=BlockBatch(table, ids), now=now)
-                return score_columns(res, len(ids), self.policy_name)
+                try:
+                    return score_columns(res, len(ids), self.policy_name)
+                except (TypeError, ValueError) as exc:  # e.g. a bare number: not a sequence
+                    raise _bad(self.policy_name, "spfcore_score_blocks", f"{res!r:.80}: {exc}") from exc
         if self._has["spfcore_admit_blocks"]:
             def admit(ids, now):
-                res = self._call("spfcore_admit_blocks", len(ids), blocks=BlockBatch(table, ids), now=now)
-                return res.tolist() if isinstance(res, np.ndarray) else res
+                hook = "spfcore_admit_blocks"
+                res = self._call(hook, len(ids), blocks=BlockBatch(table, ids), now=now)
+                if res is None:
+                    return None
+                res = res.tolist() if isinstance(res, np.ndarray) else list(res)
+                for j, x in enumerate(res):
+                    if not isinstance(x, (bool, np.bool_)):
+                        raise _bad(self.policy_name, hook, f"{x!r} at position {j}: admission answers are bools")
+                return [bool(x) for x in res]
         if self._has["spfcore_choose_victims"]:
             def choose(ids, n, now):
-                res = self._call("spfcore_choose_victims", None, candidates=BlockBatch(table, ids), n=n, now=now)
-                return res.tolist() if isinstance(res, np.ndarray) else res
+                # validated here, so a bad answer is a PolicyError naming the policy
+                # and the hook before the evictor sees it
+                hook = "spfcore_choose_victims"
+                res = self._call(hook, None, candidates=BlockBatch(table, ids), n=n, now=now)
+                if res is None:
+                    return None
+                try:
+                    idx = res.tolist() if isinstance(res, np.ndarray) else list(res)
+                except TypeError:
+                    raise _bad(self.policy_name, hook, f"{res!r}: need a sequence of {n} indices") from None
+                if (len(idx) != n or not all(isinstance(k, numbers.Integral) and not isinstance(k, bool)
+                                             and 0 <= k < len(ids) for k in idx) or len(set(idx)) != n):
+                    raise _bad(self.policy_name, hook, f"{idx!r}: need {n} distinct int indices < {len(ids)}")
+                return [int(k) for k in idx]
         self.evictor = Evictor(num_blocks, score=score, admit=admit, choose=choose,
                                pin_cap_fraction=pin_cap_fraction)
         self._call("spfcore_cache_configured", None, num_blocks=num_blocks, block_size=block_size)
 
     @classmethod
     def for_policy(cls, name: str, num_blocks: int, block_size: int,
-                   options: dict[str, str] | None = None, env=None) -> PolicyRuntime:
+                   options: dict[str, str] | None = None, env=None,
+                   hook_budget_ms: float | None = None) -> PolicyRuntime:
         """Build a runtime for the installed policy ``name`` with string options.
 
+        Args:
+            hook_budget_ms: Per-call hook budget, milliseconds; ``None``: the
+                environment's ``SPFCORE_HOOK_BUDGET_MS`` (``env``, default
+                ``os.environ``), else no budget.
+
         Raises:
-            spfcore.registry.PolicyConfigError: unknown/broken policy or bad option.
+            spfcore.registry.PolicyConfigError: unknown/broken policy, bad
+                option or bad budget.
+            PolicyError: the policy's constructor raised (hook ``__init__``)
+                or its ``spfcore_cache_configured`` hook failed.
         """
+        import os
+
         from spfcore import registry
 
         info = registry.get(name, env)
+        if hook_budget_ms is None:
+            raw = (os.environ if env is None else env).get(BUDGET_ENV, "").strip()
+            try:
+                hook_budget_ms = float(raw) if raw else None
+            except ValueError:
+                raise registry.PolicyConfigError(f"{BUDGET_ENV}={raw!r}: expected milliseconds > 0") from None
+        if hook_budget_ms is not None and not hook_budget_ms > 0:
+            raise registry.PolicyConfigError(f"hook budget {hook_budget_ms!r} ms: must be > 0")
         pm, instance = registry.plugin_manager(info, options)
-        cap = getattr(instance.params, "pin_cap_fraction", 0.5)
+        cap = getattr(instance.params, "pin_cap_fraction", 0.5)  # params: checked at discovery
+        if not (isinstance(cap, numbers.Real) and 0 <= cap <= 1):
+            raise registry.PolicyConfigError(f"policy {name!r}: pin_cap_fraction must be in [0, 1], got {cap!r}")
         return cls(pm, num_blocks, block_size, policy_name=name,
-                   needs_future="needs-future" in info.capabilities, pin_cap_fraction=cap)
+                   needs_future="needs-future" in info.capabilities, pin_cap_fraction=cap,
+                   hook_budget_s=None if hook_budget_ms is None else hook_budget_ms / 1e3)
 
     # ------------------------------------------------------------ plumbing
     def _call(self, name: str, expect_len: int | None, **kw):
+        """Call hook ``name``; every fault becomes a :class:`PolicyError`
+        naming the policy and the hook.
+
+        Time budget (``hook_budget_s``): a call that returns after more than
+        the budget fails. A call that does not return is interrupted by a
+        SIGALRM timer at the budget, only where Python can do that: in the
+        main thread, on a platform with ``signal.setitimer``, when no other
+        interval timer is running, and only between bytecodes (a hook stuck
+        in one long C call is stopped when that call returns). Elsewhere the
+        budget is checked after the call returns.
+
+        Raises:
+            PolicyError: the hook raised, was interrupted or overran the
+                budget, or returned ``expect_len`` mismatching results.
+        """
+        budget, hook, pol = self.hook_budget_s, getattr(self.hook, name), self.policy_name
         t = time.perf_counter()
         try:
-            res = getattr(self.hook, name)(**kw)
+            if budget is None:
+                res = hook(**kw)
+            else:
+                res = _budgeted(hook, kw, budget)
+        except HookTimeout:
+            ms = (time.perf_counter() - t) * 1e3
+            raise PolicyError(f"policy {pol!r}: hook {name} interrupted after {ms:.1f} ms, over its budget of "
+                              f"{budget * 1e3:g} ms", policy=pol, hook=name) from None
         except Exception as exc:
-            raise PolicyError(f"policy {self.policy_name!r} failed in hook {name}: {exc!r}") from exc
+            raise PolicyError(f"policy {pol!r} failed in hook {name}: {exc!r}", policy=pol, hook=name) from exc
         finally:
-            self.hook_seconds += time.perf_counter() - t
+            dt = time.perf_counter() - t
+            self.hook_seconds += dt
             self.hook_calls += 1
+        if budget is not None and dt > budget:
+            raise PolicyError(f"policy {pol!r}: hook {name} took {dt * 1e3:.1f} ms, over its budget of "
+                              f"{budget * 1e3:g} ms", policy=pol, hook=name)
         if expect_len is not None and res is not None and len(res) != expect_len:
-            raise PolicyError(f"policy {self.policy_name!r}: hook {name} returned {len(res)} "
-                              f"results for {expect_len} blocks")
+            raise _bad(pol, name, f"{len(res)} results for {expect_len} blocks")
         return res
 
     def stats(self) -> dict:
@@ -259,7 +378,8 @@ class PolicyRuntime:
         """A request arrived (before its cache lookup)."""
         if self.needs_future and not self._future_set:
             raise PolicyError(f"policy {self.policy_name!r} needs the future request stream "
-                              "(capability needs-future) but the runner supplied none")
+                              "(capability needs-future) but the runner supplied none",
+                              policy=self.policy_name, hook="spfcore_future_requests")
         self.arrival = request.arrival_index
         if self._has["spfcore_request_arrived"]:
             self._call("spfcore_request_arrived", None, request=request, now=now)

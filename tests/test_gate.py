@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spfcore import gate
+from spfcore import gate, report
 from spfcore.gate import GateThresholds, Roles, bootstrap_ci, evaluate
 
 SEEDS = (42, 43, 44)
@@ -147,12 +147,23 @@ def test_incomplete_missing_seed_missing_arm_and_failure():
     v = evaluate(cells, sim=sim(), seeds=SEEDS, resamples=50)
     assert v.status == gate.INCOMPLETE and any("belady_oracle" in r for r in v.reasons)
 
+    # a failed arm the verdict does not read (frequency is no role) is listed, not INCOMPLETE
     cells = grid(spf_expected_utility={"prefill": 500}, **ORACLE_OK)
     cells[6] = {"arm": "frequency", "seed": 42, "error": "PolicyError: boom"}
     assert cells[7]["arm"] == "frequency"
     v = evaluate(cells, sim=sim(), seeds=SEEDS, resamples=50)
+    assert v.status == gate.SURVIVES
+    assert v.reasons == ("arm frequency seed 42 failed: PolicyError: boom "
+                         "(not a role arm: the verdict does not depend on it)",)
+    # a failed role arm (the candidate): INCOMPLETE, naming the arm, the hook and the message
+    cells = grid(spf_expected_utility={"prefill": 500}, **ORACLE_OK)
+    i = next(i for i, c in enumerate(cells) if c["arm"] == "spf_expected_utility" and c["seed"] == 43)
+    cells[i] = {"arm": "spf_expected_utility", "seed": 43, "status": "error",
+                "error": {"policy": "spf_expected_utility", "hook": "spfcore_score_blocks", "message": "boom"}}
+    v = evaluate(cells, sim=sim(), seeds=SEEDS, resamples=50)
     assert v.status == gate.INCOMPLETE
-    assert v.reasons == ("arm frequency seed 42 failed: PolicyError: boom",)
+    assert v.reasons[0] == "arm spf_expected_utility seed 43 failed: boom [hook spfcore_score_blocks]"
+    assert report.error_text({"policy": "p", "hook": "h", "message": "hook h raised"}) == "hook h raised"
 
 
 def test_min_seeds_and_roles_are_configurable():

@@ -142,13 +142,16 @@ def test_policy_error_is_recorded_and_retried_on_resume(tmp_path):
     from spfcore.runtime import PolicyError
 
     log, out = [], tmp_path / "r.json"
-    err = PolicyError("policy 'spf_expected_utility' failed in hook spfcore_score_blocks: ValueError('x')")
+    msg = "policy 'spf_expected_utility' failed in hook spfcore_score_blocks: ValueError('x')"
+    err = PolicyError(msg, policy="spf_expected_utility", hook="spfcore_score_blocks")
     res = run(config(), out, log, engine_factory=factory(log, fail={("spf_expected_utility", 2): err}))
     bad = [c for c in res["cells"] if c.get("error")]
-    assert bad == [{"arm": "spf_expected_utility", "seed": 2, "error": f"PolicyError: {err}"}]
+    assert bad == [{"arm": "spf_expected_utility", "seed": 2, "status": "error",
+                    "error": {"policy": "spf_expected_utility", "hook": "spfcore_score_blocks", "message": msg}}]
     assert len(res["cells"]) == 12  # the run went on
+    assert all(c["status"] == "ok" for c in res["cells"] if c not in bad)
     assert res["verdict"]["status"] == "INCOMPLETE"
-    assert res["verdict"]["reasons"][0].startswith("arm spf_expected_utility seed 2 failed: PolicyError")
+    assert res["verdict"]["reasons"][0] == f"arm spf_expected_utility seed 2 failed: {msg}"
     assert res["summary"]["spf_expected_utility"]["seeds"] == [1, 3]
 
     log2 = []
@@ -161,7 +164,8 @@ def test_an_arm_that_cannot_be_selected_fails_its_cells_only(tmp_path):
     log = []
     err = RuntimeError("bad policy\nlong traceback")
     res = run(config(), tmp_path / "r.json", log, engine_factory=factory(log, fail={("belady_oracle", "use_policy"): err}))
-    assert [c["error"] for c in res["cells"] if c["arm"] == "belady_oracle"] == ["RuntimeError: bad policy"] * 3
+    assert [c["error"] for c in res["cells"] if c["arm"] == "belady_oracle"] == [
+        {"policy": "belady_oracle", "hook": None, "message": "RuntimeError: bad policy"}] * 3
     assert all("error" not in c for c in res["cells"] if c["arm"] != "belady_oracle")
     assert res["verdict"]["status"] == "INCOMPLETE"
 
@@ -175,7 +179,7 @@ def test_engine_that_cannot_start_fails_every_cell(tmp_path):
 
     res = run(config(), tmp_path / "r.json", [], engine_factory=make)
     assert starts == ["lru"]  # tried once, not once per cell
-    assert {c["error"] for c in res["cells"]} == {"RuntimeError: engine start failed"}
+    assert {c["error"]["message"] for c in res["cells"]} == {"RuntimeError: engine start failed"}
     assert len(res["cells"]) == 12 and res["verdict"]["status"] == "INCOMPLETE"
 
 
@@ -315,8 +319,6 @@ def test_preflight_stops_before_any_engine_starts(tmp_path):
         go(arms=("lru", "session_ttl", "belady_oracle"))
     with pytest.raises(GateConfigError, match=r"frequency.*unknown parameter 'nosuch'"):
         go(arms=ARMS + ("frequency",), policy_options={"frequency": {"nosuch": "1"}})
-    with pytest.raises(GateConfigError, match=r"field 'arms': policy 'nosuch' is not installed"):
-        go(arms=("nosuch",))
     with pytest.raises(GateConfigError, match=r"field 'model': model 'nosuchmodel': not a preset"):
         go(engine={"model": "nosuchmodel"})
     assert starts == []
@@ -355,3 +357,19 @@ def test_changed_policy_code_is_a_mismatch(tmp_path, monkeypatch):
     monkeypatch.setattr(gate_runner, "code_digest", lambda arms: {**d, "spfcore_spf_expected_utility": "0" * 16})
     with pytest.raises(GateResumeError, match=r"differs in: code\)"):
         run(config(), out, [])
+
+
+def test_gate_an_arm_not_installed_fails_its_cells_and_the_others_run(tmp_path):
+    """The gate with an extra arm that is not installed: its sim and engine
+    cells are error cells, the engine never sees it, the role arms decide the
+    verdict (a non-role failure is listed, not INCOMPLETE)."""
+    log = []
+    res = run_gate(config(arms=ARMS + ("nosuch",)), tmp_path / "r.json", engine_factory=factory(log),
+                   sim_fn=sim_fn([]), ceilings_fn=ceilings_fn, progress=False, plots=False)
+    bad = [c for c in res["cells"] if c["arm"] == "nosuch"]
+    assert [c["status"] for c in bad] == ["error"] * 3
+    assert all("policy 'nosuch' is not installed" in c["error"]["message"] for c in bad)
+    assert all(c["status"] == "ok" for c in res["cells"] if c["arm"] != "nosuch")
+    assert not any("nosuch" in str(e) for e in log)
+    assert res["verdict"]["status"] != "INCOMPLETE"
+    assert any(r.startswith("arm nosuch seed 1 failed:") and "not a role arm" in r for r in res["verdict"]["reasons"])

@@ -14,14 +14,16 @@ ARGS = ["simulate", "--set", "personas=2", "--set", "prefix_tokens=64", "--set",
 
 def test_json_records_every_flag_and_reports_failing_arm():
     res = CliRunner().invoke(main, [*ARGS, "--arms", "lru,nope", "--json"])
-    assert res.exit_code == 1, res.output  # a requested arm failed: the JSON says why, the status says so
+    assert res.exit_code == 4, res.output  # a requested arm failed: the JSON says why, the status says so
     assert "arm(s) failed: nope" in res.stderr
     d = json.loads(res.stdout)
     assert d["workload"]["personas"] == 2 and d["workload"]["output_tokens"] == 32  # defaults echoed too
     assert d["workload_params"]["1"]["seed"] == 1 and d["workload_params"]["2"]["query_tokens"] == 16
     assert d["cache"]["num_blocks"] == {"1": 30, "2": 30}
     cells = {(c["arm"], c["seed"]): c for c in d["cells"]}
-    assert "not installed" in cells["nope", 1]["error"]
+    assert cells["nope", 1]["status"] == "error" and cells["lru", 1]["status"] == "ok"
+    assert cells["nope", 1]["error"]["policy"] == "nope" and cells["nope", 1]["error"]["hook"] is None
+    assert "not installed" in cells["nope", 1]["error"]["message"]
     # 4 sessions x 2 turns, prompts of 64 + 16 tokens; sessions s and s+2 share persona s mod 2 (4 blocks)
     lru = cells["lru", 1]
     assert lru["prompt_tokens"] == 8 * 80 and "requests" not in lru

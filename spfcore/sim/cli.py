@@ -12,7 +12,7 @@ from rich.table import Table
 
 from spfcore import registry
 from spfcore.fileio import hold_output_lock, write_atomic
-from spfcore.report import make_console
+from spfcore.report import error_cell, error_text, make_console
 from spfcore.runtime import PolicyError
 from spfcore.sim.simulator import ceilings, ceilings_stream, infinite_blocks, prepare, scan
 from spfcore.sim.simulator import simulate as run_arm
@@ -23,6 +23,8 @@ from spfcore.workloads.traces import TraceError
 
 METRICS = ("token_hit_rate", "block_hit_rate", "prefill_tokens_recomputed", "evictions")
 BELADY = "belady_oracle"
+#: Exit status when an arm failed (its cell says why; the other arms ran and the JSON is written).
+EXIT_ARM_FAILED = 4
 
 
 def _ints(ctx, param, value: str) -> list[int]:
@@ -77,11 +79,13 @@ def _check_size(nb: int, most: int, seed, cache_spec: CacheSpec) -> None:
               help="Keep each cell's per-request records in the JSON (memory then grows with the trace).")
 @click.option("--no-ceilings", is_flag=True,
               help="Skip the infinite-cache and Belady ceilings (their memory grows with the trace).")
+@click.option("--hook-budget-ms", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MS",
+              help="Most wall time of one hook call; a call over it fails that arm (default: no budget).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
               help="Write the JSON here (atomically, once every cell ran) instead of printing a table.")
 def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, policy_opt, mode, max_running,
-             token_budget, per_request, no_ceilings, as_json, output) -> None:
+             token_budget, per_request, no_ceilings, hook_budget_ms, as_json, output) -> None:
     """Simulate vLLM's prefix cache under each arm (token hit rate, block hit
     rate, prefill tokens recomputed, evictions), with the infinite-cache and
     Belady ceilings of the same input (sequential replay).
@@ -99,6 +103,14 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
     future index is linear in block references (skip both: --no-ceilings).
     Generated workloads and concurrent mode are held in memory. Each cell's
     wall_seconds is that arm's replay alone.
+
+    Faults: a policy that raises, answers badly (wrong length or type, NaN,
+    bad or duplicate indices), overruns --hook-budget-ms, or is asked for
+    but not installed/broken fails its own arm only: its cell says
+    status "error" with the policy, the hook and the message, the other
+    arms run, the JSON is written, and the exit status is 4. A hook that
+    never returns is interrupted at the budget by a SIGALRM timer (between
+    bytecodes, in this main thread); without a budget nothing stops it.
     """
     hold_output_lock(output)  # one writer per --output, for the whole run
     try:
@@ -109,14 +121,23 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
         arm_list = [a.strip() for a in arms.split(",") if a.strip()]
         if len(set(arm_list)) != len(arm_list):
             raise click.BadParameter(f"{arms!r}: an arm is given twice", param_hint="--arms")
-    else:
-        arm_list = [p.name for p in registry.discover() if p.status == "ok"]
+    else:  # every ok policy, and each one the allowlist names that cannot run (an error cell, not a silence)
+        found = registry.discover()
+        usable = {p.name for p in found if p.status == "ok"}
+        arm_list = sorted(usable) + sorted((registry.allowlist() or set()) - usable)
+        for p in found:
+            if p.status != "ok" and p.name not in arm_list:
+                click.echo(f"warning: policy {p.name!r} ({p.distribution}) skipped: {p.status}", err=True)
     unknown_opts = set(options) - set(arm_list)
     if unknown_opts:
         raise click.BadParameter(f"options for arms not run: {sorted(unknown_opts)}", param_hint="--policy-opt")
     for arm, opts in options.items():  # bad values fail now, not after the other arms ran
         try:
-            registry.make_params(registry.get(arm), opts)
+            info = registry.get(arm)
+        except registry.PolicyConfigError:
+            continue  # that arm's cells say why
+        try:
+            registry.make_params(info, opts)
         except registry.PolicyConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="--policy-opt") from None
 
@@ -143,7 +164,7 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
 
             def run(arm, src=src, nb=nb, spec=spec, seed=seed):
                 return run_stream(src, arm, options=options.get(arm), num_blocks=nb, block_size=spec.block_size,
-                                  seed=seed, per_request=per_request)
+                                  seed=seed, per_request=per_request, hook_budget_ms=hook_budget_ms)
 
             def ceil(bel, src=src, nb=nb, spec=spec, most=most):
                 return ceilings_stream(src, num_blocks=nb, block_size=spec.block_size, belady_record=bel,
@@ -159,7 +180,7 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
             _check_size(nb, infinite_blocks(prep, spec.block_size), seed, cache_spec)
             params[seed] = wl.params
             kw = dict(num_blocks=nb, block_size=spec.block_size, mode=mode, max_running=max_running,
-                      token_budget=token_budget, seed=seed)
+                      token_budget=token_budget, seed=seed, hook_budget_ms=hook_budget_ms)
 
             def run(arm, prep=prep, kw=kw):
                 return run_arm(prep, arm, options=options.get(arm), **kw)
@@ -171,11 +192,13 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
             try:
                 rec = run(arm)
             except (PolicyError, registry.PolicyConfigError) as exc:
-                rec = {"arm": arm, "seed": seed, "error": str(exc)}
+                rec = error_cell(arm, seed, exc)
             except TraceError as exc:  # the trace changed since the scan
                 raise click.BadParameter(str(exc), param_hint="--trace") from None
-            except ValueError as exc:
+            except ValueError as exc:  # the input, checked before any arm ran: same for every arm
                 raise click.ClickException(str(exc)) from None
+            except Exception as exc:  # noqa: BLE001 - a plugin fault outside a hook call (e.g. a bad hint object)
+                rec = error_cell(arm, seed, exc)
             if not per_request:
                 rec.pop("requests", None)
             cells.append(rec)
@@ -209,7 +232,7 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
     failed = sorted({c["arm"] for c in cells if "error" in c})
     if failed:  # the table/JSON above names each error; the exit status says it too
         click.echo(f"error: arm(s) failed: {', '.join(failed)}", err=True)
-        raise SystemExit(1)
+        raise SystemExit(EXIT_ARM_FAILED)
 
 
 def _mean(vals):
@@ -223,6 +246,7 @@ def _summary(arms, cells, ceils) -> dict:
         ok = [c for c in cells if c["arm"] == arm and "error" not in c]
         errs = [c["error"] for c in cells if c["arm"] == arm and "error" in c]
         row = {m: _mean([c[m] for c in ok]) for m in METRICS}
+        row["status"] = "error" if errs else "ok"
         row["error"] = errs[0] if errs else None
         out[arm] = row
     for name in ("infinite", "belady") if ceils is not None else ():
@@ -247,7 +271,7 @@ def _table(result: dict) -> None:
     errors = []
     for name, row in s.items():
         if row["error"]:
-            errors.append(f"[red]{name}: {row['error']}[/red]")
+            errors.append(f"{name}: {error_text(row['error'])}")
         if row["token_hit_rate"] is None:
             t.add_row(name, "[red]error[/red]", "", "", "", "")
             continue
@@ -258,4 +282,4 @@ def _table(result: dict) -> None:
     con = make_console()
     con.print(t)
     for e in errors:
-        con.print(e)
+        con.print(e, style="red", markup=False)

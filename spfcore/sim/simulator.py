@@ -306,7 +306,7 @@ def _cell(arm, seed, mode: str, num_blocks: int, bs: int, totals: tuple, runtime
     n, prompt, refs, hit_blocks = totals
     ctok = hit_blocks * bs
     rec = {
-        "arm": arm, "seed": seed, "mode": mode, "num_blocks": num_blocks, "block_size": bs,
+        "arm": arm, "seed": seed, "status": "ok", "mode": mode, "num_blocks": num_blocks, "block_size": bs,
         "num_requests": n, "prompt_tokens": prompt, "cached_tokens": ctok,
         "token_hit_rate": ctok / prompt if prompt else 0.0,
         "block_refs": refs, "hit_blocks": hit_blocks,
@@ -594,7 +594,7 @@ def _no_gc():
 def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_size: int,
              options: dict | None = None, mode: str = "sequential", max_running: int = 16,
              token_budget: int = 8192, seed: int = 0, step_overhead_s: float = 0.01,
-             per_token_s: float = 1e-5, env: dict | None = None) -> dict:
+             per_token_s: float = 1e-5, env: dict | None = None, hook_budget_ms: float | None = None) -> dict:
     """Replay ``workload`` through the prefix-cache model under policy ``arm``.
 
     Args:
@@ -610,9 +610,13 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
         token_budget: Concurrent mode: tokens scheduled per step (chunked prefill).
         seed: Recorded in the result (the workload's own seed decides its content).
         step_overhead_s, per_token_s: Concurrent mode cost model, seconds.
+        env: Environment for the allow/block lists and ``SPFCORE_HOOK_BUDGET_MS``.
+        hook_budget_ms: Most wall time of one hook call, ms (a call over it
+            fails the arm with a PolicyError), or None: see
+            :meth:`PolicyRuntime.for_policy`.
 
     Returns:
-        A cell record: ``arm, seed, mode, num_blocks, block_size, num_requests,
+        A cell record: ``arm, seed, status`` (``"ok"``), ``mode, num_blocks, block_size, num_requests,
         prompt_tokens, cached_tokens, token_hit_rate`` (cached prompt tokens /
         prompt tokens), ``block_refs, hit_blocks, block_hit_rate`` (hit blocks /
         prompt block references; a reference is a ``RequestView.block_keys``
@@ -634,7 +638,7 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
         raise ValueError(f"num_blocks must be >= 2 (null block + 1), got {num_blocks}")
     prep = prepare(workload, block_size)
     _check_fits(prep, num_blocks)
-    rt = PolicyRuntime.for_policy(arm, num_blocks, block_size, options, env=env)
+    rt = PolicyRuntime.for_policy(arm, num_blocks, block_size, options, env=env, hook_budget_ms=hook_budget_ms)
     if mode == "sequential":
         if rt.needs_future:
             rt.set_future(prep.views)
@@ -679,7 +683,7 @@ def iter_views(requests: Iterable, block_size: int) -> Iterator[RequestView]:
 
 def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size: int,
                     options: dict | None = None, seed: int = 0, env: dict | None = None,
-                    per_request: bool = False) -> dict:
+                    per_request: bool = False, hook_budget_ms: float | None = None) -> dict:
     """Sequential replay of a request *stream*: the same model, loop and
     results as :func:`simulate` in sequential mode, but requests are read and
     keyed one at a time, so memory is bounded by the cache and the policy's
@@ -691,7 +695,7 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
             or a tuple) for a ``needs-future`` arm, whose future stream is a
             second pass (a generator of :class:`RequestView`, handed to
             :meth:`PolicyRuntime.set_future`).
-        arm, num_blocks, block_size, options, seed, env: As :func:`simulate`.
+        arm, num_blocks, block_size, options, seed, env, hook_budget_ms: As :func:`simulate`.
         per_request: Keep the per-request records (``requests`` in the
             result; memory then grows by one record per request).
 
@@ -715,7 +719,7 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
         raise ValueError(f"num_blocks must be >= 2 (null block + 1), got {num_blocks}")
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
-    rt = PolicyRuntime.for_policy(arm, num_blocks, block_size, options, env=env)
+    rt = PolicyRuntime.for_policy(arm, num_blocks, block_size, options, env=env, hook_budget_ms=hook_budget_ms)
     if rt.needs_future:
         if iter(requests) is requests:
             raise ValueError(f"arm {arm!r} needs the future request stream: give a re-iterable request "
