@@ -321,7 +321,7 @@ def _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks, 
                     if cell.get("policy_faults") and fault:  # the adapter failed open: the arm failed
                         cell.update(status="error", error={
                             "policy": fault.get("policy") or arm, "hook": fault.get("hook"),
-                            "message": f"{fault.get('error')} (in {fault.get('where')}; the engine served the rest "
+                            "message": f"{str(fault.get('error')).removeprefix('PolicyError: ')} (in {fault.get('where')}; the engine served the rest "
                                        f"of this run in vLLM's own order: {cell.get('fail_open_allocations', 0)} "
                                        "allocations failed open)"})
                 except Exception as exc:  # noqa: BLE001 - recorded, the run goes on

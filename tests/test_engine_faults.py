@@ -169,9 +169,9 @@ def test_queue_fails_open_into_vllms_own_order(hook, mode, where, seed):
         assert _free_order(q) == _free_order(ref), f"step {step}"
         assert q.num_free_blocks == ref.num_free_blocks
     assert q.fault is not None, "the fault never fired"
-    # the evictor's own check of choose_victims' answer names no hook (yet): hook None
+    # the runtime checks choose_victims' answer and names the hook
     assert q.fault["policy"] == "explode" and q.fault["where"] == where
-    assert q.fault["hook"] == (None if mode == "dup" else hook)
+    assert q.fault["hook"] == hook
     if mode == "raise":
         assert q.fault["error"] == f"PolicyError: policy 'explode' failed in hook {hook}: RuntimeError('boom in {hook}')"
     assert q.fail_open_allocations > 0 and q.fail_open_blocks >= q.fail_open_allocations
@@ -256,7 +256,7 @@ def test_policy_fault_fails_open_and_the_next_arm_is_clean(session, hook, mode, 
     assert cell["policy_faults"] == 1
     fault = cell["policy_fault"]
     assert (fault["policy"], fault["where"]) == ("explode", where)
-    assert fault["hook"] == (None if mode == "dup" else hook)  # the evictor's check names no hook (yet)
+    assert fault["hook"] == hook
     if where in ("release", "evict", "hit"):  # faults raised on the allocation path
         assert cell["fail_open_allocations"] > 0
     pool = session.scheduler.kv_cache_manager.block_pool
