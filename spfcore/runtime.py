@@ -338,8 +338,8 @@ class PolicyRuntime:
         try:
             out = [(list(h.keys), h.expires_at_arrival) for h in hints]
             for _, x in out:
-                if type(x) is bool or not isinstance(x, numbers.Integral):
-                    raise TypeError(f"expires_at_arrival={x!r} is not an integer")
+                if type(x) is bool or not isinstance(x, numbers.Real) or x != x:
+                    raise TypeError(f"expires_at_arrival={x!r} is not a number")
         except Exception as exc:
             raise PolicyError(f"policy {self.policy_name!r}: hook spfcore_prefetch_hints returned "
                               f"{hints!r:.80}: need Hint objects ({exc})") from exc
