@@ -417,8 +417,9 @@ class PolicyRuntime:
         by_key = self.by_key
         undo = None
         if self._has["spfcore_blocks_stored"]:  # a hook that may fail follows: keep what is overwritten
-            undo = ([(key[i], par[i], req[i]) for i in ids], [(k, by_key.get(k)) for k in keys],
-                    len(t.sessions), [(i, [getattr(t, c)[i] for c in _NUMERIC]) for i in ids if key[i] is not None])
+            undo = ([by_key.get(k) for k in keys], len(t.sessions),
+                    [(i, key[i], par[i], req[i], [getattr(t, c)[i] for c in _NUMERIC])
+                     for i in ids if key[i] is not None])
         rid = request.request_id
         for i, k in zip(ids, keys):
             key[i] = k
@@ -437,20 +438,21 @@ class PolicyRuntime:
             try:
                 self._call("spfcore_blocks_stored", None, request=request, blocks=BlockBatch(t, ids), now=now)
             except BaseException:
-                self._unstore(ids, *undo)
+                self._unstore(ids, keys, *undo)
                 raise
 
-    def _unstore(self, ids, rows, owners, nsessions, live) -> None:
+    def _unstore(self, ids, keys, owners, nsessions, live) -> None:
         """Undo :meth:`stored` (see there)."""
         t, by_key = self.table, self.by_key
-        for (k, i_old) in reversed(owners):
+        for k, i_old in zip(reversed(keys), reversed(owners)):
             if i_old is None:
                 by_key.pop(k, None)
             else:
                 by_key[k] = i_old
-        for i, (k, p, r) in zip(ids, rows):
+        for i in ids:
+            t.key[i] = None
+        for i, k, p, r, vals in live:  # blocks that held a key before (not vLLM's protocol; restored all the same)
             t.key[i], t.parent[i], t.request_id[i] = k, p, r
-        for i, vals in live:  # blocks that held a key before (not vLLM's protocol; restored all the same)
             for c, x in zip(_NUMERIC, vals):
                 getattr(t, c)[i] = x
         del t.sessions[nsessions:]
@@ -496,7 +498,7 @@ class PolicyRuntime:
         self.evict_calls += 1
         key, by_key = self.table.key, self.by_key
         gone = []
-        kept = []  # (victim, its key, whether it owned the key in by_key): for the undo
+        undo = [] if self._has["spfcore_blocks_evicted"] else None  # (victim, key, owned it): a hook follows
         for i in ids:
             k = key[i]
             if k is not None:
@@ -505,7 +507,8 @@ class PolicyRuntime:
                 own = by_key.get(k) == i
                 if own:  # else a recomputed duplicate owns the key now
                     del by_key[k]
-                kept.append((i, k, own))
+                if undo is not None:
+                    undo.append((i, k, own))
         if gone:
             self.evictions += len(gone)
             if self._has["spfcore_blocks_evicted"]:
@@ -513,7 +516,7 @@ class PolicyRuntime:
                     self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
                 except BaseException:
                     self.evictions -= len(gone)
-                    for i, k, own in kept:
+                    for i, k, own in undo:
                         key[i] = k
                         if own:
                             by_key[k] = i
