@@ -417,7 +417,7 @@ class PolicyRuntime:
         by_key = self.by_key
         undo = None
         if self._has["spfcore_blocks_stored"]:  # a hook that may fail follows: keep what is overwritten
-            undo = ([by_key.get(k) for k in keys], len(t.sessions),
+            undo = ([by_key.get(k) for k in keys] if not by_key.keys().isdisjoint(keys) else None, len(t.sessions),
                     [(i, key[i], par[i], req[i], [getattr(t, c)[i] for c in _NUMERIC])
                      for i in ids if key[i] is not None])
         rid = request.request_id
@@ -444,11 +444,15 @@ class PolicyRuntime:
     def _unstore(self, ids, keys, owners, nsessions, live) -> None:
         """Undo :meth:`stored` (see there)."""
         t, by_key = self.table, self.by_key
-        for k, i_old in zip(reversed(keys), reversed(owners)):
-            if i_old is None:
+        if owners is None:  # every key was new
+            for k in keys:
                 by_key.pop(k, None)
-            else:
-                by_key[k] = i_old
+        else:
+            for k, i_old in zip(reversed(keys), reversed(owners)):
+                if i_old is None:
+                    by_key.pop(k, None)
+                else:
+                    by_key[k] = i_old
         for i in ids:
             t.key[i] = None
         for i, k, p, r, vals in live:  # blocks that held a key before (not vLLM's protocol; restored all the same)
@@ -486,8 +490,10 @@ class PolicyRuntime:
 
         A hook that raises or answers wrongly leaves the runtime as before the
         call, except that expired scores re-scored first stay re-scored (see
-        :meth:`Evictor.pop <spfcore.evictor.Evictor.pop>`): if
-        ``spfcore_blocks_evicted`` fails, the victims go back where they were.
+        :meth:`Evictor.pop <spfcore.evictor.Evictor.pop>`).
+        ``spfcore_blocks_evicted`` (which sees only the victims' keys) is
+        called before the victims lose their metadata; if it fails, they go
+        back where they were in the evictor.
 
         Raises:
             ValueError: if fewer than ``n`` blocks are free.
@@ -497,31 +503,22 @@ class PolicyRuntime:
         self.evict_seconds += time.perf_counter() - t
         self.evict_calls += 1
         key, by_key = self.table.key, self.by_key
-        gone = []
-        undo = [] if self._has["spfcore_blocks_evicted"] else None  # (victim, key, owned it): a hook follows
+        gone = [k for i in ids if (k := key[i]) is not None]
+        if not gone:
+            return ids
+        if self._has["spfcore_blocks_evicted"]:  # first: the hook sees only the keys; if it fails, undo the pop
+            try:
+                self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
+            except BaseException:
+                self.evictor.unpop(ids)
+                raise
+        self.evictions += len(gone)
         for i in ids:
             k = key[i]
             if k is not None:
                 key[i] = None
-                gone.append(k)
-                own = by_key.get(k) == i
-                if own:  # else a recomputed duplicate owns the key now
+                if by_key.get(k) == i:  # a recomputed duplicate may own the key now
                     del by_key[k]
-                if undo is not None:
-                    undo.append((i, k, own))
-        if gone:
-            self.evictions += len(gone)
-            if self._has["spfcore_blocks_evicted"]:
-                try:
-                    self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
-                except BaseException:
-                    self.evictions -= len(gone)
-                    for i, k, own in undo:
-                        key[i] = k
-                        if own:
-                            by_key[k] = i
-                    self.evictor.unpop(ids)
-                    raise
         return ids
 
     def forget(self, ids: Sequence[int]) -> None:
