@@ -503,22 +503,23 @@ class PolicyRuntime:
         self.evict_seconds += time.perf_counter() - t
         self.evict_calls += 1
         key, by_key = self.table.key, self.by_key
-        gone = [k for i in ids if (k := key[i]) is not None]
-        if not gone:
-            return ids
         if self._has["spfcore_blocks_evicted"]:  # first: the hook sees only the keys; if it fails, undo the pop
-            try:
-                self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
-            except BaseException:
-                self.evictor.unpop(ids)
-                raise
-        self.evictions += len(gone)
+            gone = [k for i in ids if (k := key[i]) is not None]
+            if gone:
+                try:
+                    self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
+                except BaseException:
+                    self.evictor.unpop(ids)
+                    raise
+        n = 0
         for i in ids:
             k = key[i]
             if k is not None:
                 key[i] = None
+                n += 1
                 if by_key.get(k) == i:  # a recomputed duplicate may own the key now
                     del by_key[k]
+        self.evictions += n
         return ids
 
     def forget(self, ids: Sequence[int]) -> None:
