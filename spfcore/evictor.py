@@ -43,6 +43,25 @@ AdmitFn = Callable[[Sequence[int], float], "Sequence[bool] | None"]
 ChooseFn = Callable[[Sequence[int], int, float], "Sequence[int] | None"]
 
 
+def _at_most(heap: list, clock) -> list:
+    """The values of binary heap ``heap`` that are <= ``clock``, ascending,
+    without popping (a pruned walk: a value above the clock hides its subtree)."""
+    if not heap or heap[0] > clock:
+        return []
+    out, todo, n = [], [0], len(heap)
+    while todo:
+        j = todo.pop()
+        if heap[j] <= clock:
+            out.append(heap[j])
+            c = 2 * j + 1
+            if c < n:
+                todo.append(c)
+                if c + 1 < n:
+                    todo.append(c + 1)
+    out.sort()
+    return out
+
+
 class Evictor:
     """Free blocks in eviction order.
 
@@ -95,6 +114,7 @@ class Evictor:
         self._order = 0
         self._version = 0
         self.pins_refused = 0
+        self._popped = None  # (ids, hashless taken, (entries, pinned) or None): for unpop
 
     # ------------------------------------------------------------ queries
     def __len__(self) -> int:
@@ -112,6 +132,24 @@ class Evictor:
     def num_pinned(self) -> int:
         """Pinned free blocks now."""
         return len(self._pinned)
+
+    def snapshot(self) -> dict:
+        """Everything that decides what this evictor does next, as plain
+        values (for tests that compare the state before and after a failed
+        call): hashless queue, LRU order, entries ``id -> (tier, value,
+        order, version)``, per tier the non-empty groups ``value -> (orders,
+        ids)``, expiries per clock, pins, counters. Left out: emptied groups
+        and the layout of the value heaps, which decide nothing. O(free blocks).
+        """
+        return {
+            "hashless": list(self._hashless), "lru": list(self._lru),
+            "entry": {i: tuple(e) for i, e in self._entry.items()},
+            "groups": [{v: (tuple(o), tuple(g)) for v, (o, g) in groups.items() if g} for groups in self._groups],
+            "exp_t": sorted(self._exp_t), "exp_t_at": {x: tuple(lst) for x, lst in self._exp_t_at.items()},
+            "exp_a": sorted(self._exp_a), "exp_a_at": {x: tuple(lst) for x, lst in self._exp_a_at.items()},
+            "exp_n": self._exp_n, "pinned": sorted(self._pinned), "order": self._order,
+            "version": self._version, "pins_refused": self.pins_refused,
+        }
 
     # ------------------------------------------------------------ inserts
     def push_hashless(self, ids: Sequence[int]) -> None:
@@ -310,69 +348,122 @@ class Evictor:
 
     def rescore(self, ids: Iterable[int], now: float) -> int:
         """Re-score these blocks now (those not free are skipped), in one
-        batch. Returns how many were re-scored."""
-        if self.fifo:
-            return 0
-        entry = self._entry
-        ids = [i for i in dict.fromkeys(ids) if i in entry]
-        if not ids:
-            return 0
-        cols = self._score(ids, now) if self._score is not None else None
-        es = [entry[i] for i in ids]
-        self._place(ids, [e[0] for e in es], cols, [e[2] for e in es])
-        return len(ids)
+        batch. Returns how many were re-scored.
+
+        A score hook that raises leaves the evictor as before the call."""
+        plan = self.plan_rescore(ids, now)
+        self.commit(plan)
+        return len(plan[2]) if plan is not None else 0
 
     def rescore_expired(self, now: float, arrival: int) -> int:
         """Re-score every block whose score expired by ``now`` / ``arrival``,
-        in one batch. Returns how many were re-scored."""
-        if self.fifo or (not self._exp_t and not self._exp_a):
-            return 0
-        due: dict[int, None] = {}
+        in one batch. Returns how many were re-scored.
+
+        A score hook that raises leaves the evictor as before the call."""
+        plan = self.plan_expired(now, arrival)
+        self.commit(plan)
+        return len(plan[2]) if plan is not None else 0
+
+    # Two-phase form of the re-scores: ``plan_*`` calls the score hook and
+    # changes nothing; ``commit`` applies a plan and cannot fail. The runtime
+    # plans every re-score of an arrival before committing any, so a hook that
+    # fails midway leaves the evictor as before the arrival.
+    def plan_rescore(self, ids: Iterable[int], now: float, _due: tuple = ((), ())):
+        """Score the free ones of ``ids`` (in order, duplicates dropped) and
+        return a plan for :meth:`commit` (``None``: nothing to do). Changes
+        nothing; raises whatever the score hook raises."""
+        if self.fifo:
+            return None
         entry = self._entry
+        ids = [i for i in dict.fromkeys(ids) if i in entry]
+        if not ids:
+            return None
+        cols = self._score(ids, now) if self._score is not None else None
+        return _due, cols, ids
+
+    def plan_expired(self, now: float, arrival: int):
+        """Like :meth:`plan_rescore` for the blocks whose score expired by
+        ``now`` / ``arrival`` (earliest expiry first, then insertion order).
+        Changes nothing."""
+        if self.fifo or (not self._exp_t and not self._exp_a):
+            return None
+        entry = self._entry
+        due: dict[int, None] = {}
+        xs = []
         for heap, at, clock in ((self._exp_t, self._exp_t_at, now), (self._exp_a, self._exp_a_at, arrival)):
-            while heap and heap[0] <= clock:  # earliest expiry first, then insertion order
-                lst = at.pop(heapq.heappop(heap))
-                self._exp_n -= len(lst) >> 1
-                it = iter(lst)
+            found = _at_most(heap, clock)  # the expiries heappop would give, in that order
+            xs.append(found)
+            for x in found:
+                it = iter(at[x])
                 for v, i in zip(it, it):
                     e = entry.get(i)
                     if e is not None and e[3] == v:
                         due[i] = None
-        return self.rescore(due, now) if due else 0
+        plan = self.plan_rescore(due, now, tuple(xs)) if due else None
+        if plan is None and (xs[0] or xs[1]):  # only stale expiries: drop them all the same
+            plan = (tuple(xs), None, [])
+        return plan
+
+    def commit(self, plan) -> None:
+        """Apply a plan of :meth:`plan_rescore` / :meth:`plan_expired` (no
+        hook is called; ``None`` does nothing). Apply each plan at most once,
+        before any other change to the evictor."""
+        if plan is None:
+            return
+        (xt, xa), cols, ids = plan
+        for heap, at, found in ((self._exp_t, self._exp_t_at, xt), (self._exp_a, self._exp_a_at, xa)):
+            for x in found:
+                heapq.heappop(heap)
+                self._exp_n -= len(at.pop(x)) >> 1
+        if ids:
+            es = [self._entry[i] for i in ids]
+            self._place(ids, [e[0] for e in es], cols, [e[2] for e in es])
 
     def pop(self, n: int, now: float, arrival: int) -> list[int]:
         """Take ``n`` victims: hashless blocks first, then the lowest-ranked
-        cached blocks.
+        cached blocks. Expired scores are re-scored first (as
+        :meth:`rescore_expired`, committed once the score hook answered).
+
+        A hook that raises or answers wrongly leaves the evictor as
+        :meth:`rescore_expired` alone would (as before the call when nothing
+        was due). :meth:`unpop` undoes a successful pop.
 
         Raises:
-            ValueError: if fewer than ``n`` blocks are free.
+            ValueError: if fewer than ``n`` blocks are free, or the victim
+                hook answered something else than ``n`` distinct indices.
         """
         if n > len(self):
             raise ValueError(f"cannot take {n} blocks: only {len(self)} free")
-        out: list[int] = []
         hl = self._hashless
+        if not self.fifo and n > len(hl):  # before taking anything: a failing score hook takes nothing
+            ea, et = self._exp_a, self._exp_t
+            if (ea and ea[0] <= arrival) or (et and et[0] <= now):  # else rescore_expired does nothing
+                self.rescore_expired(now, arrival)
+        out: list[int] = []
         while hl and len(out) < n:
             out.append(hl.popleft())
         need = n - len(out)
+        nh = len(out)
         if not need:
+            self._popped = (out, nh, None)
             return out
         if self.fifo:
             pop = self._lru.popitem
             out.extend(pop(last=False)[0] for _ in range(need))
+            self._popped = (out, nh, None)
             return out
-        ea, et = self._exp_a, self._exp_t
-        if (ea and ea[0] <= arrival) or (et and et[0] <= now):  # else rescore_expired does nothing
-            self.rescore_expired(now, arrival)
+        entry = self._entry
         if self._choose is None:
             got = self._take(need)
-            entry = self._entry
-            for i in got:  # _forget, inlined
-                del entry[i]
+            saved = [entry.pop(i) for i in got]  # _forget, inlined; kept for unpop
+            pinned = None
             if self._pinned:
+                pinned = self._pinned.intersection(got)
                 self._pinned.difference_update(got)
             out += got
+            self._popped = (out, nh, (saved, pinned))
             return out
-        cands = self._take(min(len(self._entry), 4 * need))
+        cands = self._take(min(len(entry), 4 * need))
         try:
             idx = self._choose(cands, need, now)
             chosen = set(range(need)) if idx is None else set(idx)
@@ -383,13 +474,47 @@ class Evictor:
             self._push_back(cands)
             self._hashless.extendleft(reversed(out))
             raise
+        saved = []
+        pinned = self._pinned.intersection(cands) if self._pinned else None
         for k, i in enumerate(cands):
             if k in chosen:
                 out.append(i)
+                saved.append(entry[i])
                 self._forget((i,))
             else:
                 self._push_back((i,))
+        self._popped = (out, nh, (saved, pinned))
         return out
+
+    def unpop(self, ids: list[int]) -> None:
+        """Undo the pop that returned ``ids`` (the same list object), exactly:
+        every block goes back where it was. Call it before any other change
+        to the evictor (the runtime does, when ``spfcore_blocks_evicted`` fails).
+
+        Raises:
+            RuntimeError: ``ids`` is not the result of the last pop, or the
+                pop was undone already.
+        """
+        rec = self._popped
+        if rec is None or rec[0] is not ids:
+            raise RuntimeError("unpop() takes the list returned by the last pop(), once")
+        self._popped = None
+        out, nh, cached = rec
+        taken = out[nh:]
+        if self.fifo:
+            lru = self._lru
+            for i in reversed(taken):
+                lru[i] = None
+                lru.move_to_end(i, last=False)
+        elif cached is not None:
+            saved, pinned = cached
+            entry = self._entry
+            if pinned:
+                self._pinned.update(pinned)
+            for i, e in zip(taken, saved):
+                entry[i] = e
+                self._link(i, 2 if pinned and i in pinned else e[0], e[1], e[2])
+        self._hashless.extendleft(reversed(out[:nh]))
 
     def _push_back(self, ids: Iterable[int]) -> None:
         """Put taken blocks back into the order, same rank."""

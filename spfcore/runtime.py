@@ -24,6 +24,10 @@ from spfcore.evictor import NEVER_ARRIVAL, Evictor
 from spfcore.views import BlockBatch, BlockTable, BlockView, RequestView, Score, Scores
 
 
+#: The numpy columns of :class:`~spfcore.views.BlockTable`.
+_NUMERIC = ("depth", "num_tokens", "session", "access_count", "last_access", "stored_at")
+
+
 class PolicyError(RuntimeError):
     """A policy hook raised, returned something invalid or overran its time
     budget.
@@ -92,7 +96,10 @@ def score_columns(res, n: int, policy: str = "?"):
         values = _values(vals, n, policy)
         exp_t = _column(res.expires_at, n, math.inf, policy, "expires_at")
         exp_a = _column(res.expires_at_arrival, n, NEVER_ARRIVAL, policy, "expires_at_arrival")
+        if exp_t is not None:
+            _reals(exp_t, policy, "expires_at")
         if exp_a is not None:
+            _reals(exp_a, policy, "expires_at_arrival")
             exp_a = [NEVER_ARRIVAL if x >= NEVER_ARRIVAL else int(x) for x in exp_a]
         pins = _column(res.pinned, n, False, policy, "pinned")
         if pins is not None:
@@ -120,9 +127,12 @@ def score_columns(res, n: int, policy: str = "?"):
                 raise _bad(policy, hook, f"{x!r} at position {j}: a score must be a real number (not NaN), None or a Score")
             values.append(float(v))
             if x.expires_at != math.inf:
+                _reals((x.expires_at,), policy, "expires_at", j)
                 if exp_t is None:
                     exp_t = [math.inf] * n
                 exp_t[j] = x.expires_at
+            if x.expires_at_arrival != NEVER_ARRIVAL:
+                _reals((x.expires_at_arrival,), policy, "expires_at_arrival", j)
             if x.expires_at_arrival < NEVER_ARRIVAL:
                 if exp_a is None:
                     exp_a = [NEVER_ARRIVAL] * n
@@ -139,6 +149,40 @@ def score_columns(res, n: int, policy: str = "?"):
             raise _bad(policy, hook, f"{x!r} at position {j}: a score must be a real number (not NaN), None or a Score")
         values.append(float(x))
     return values, exp_t, exp_a, pins
+
+
+def _reals(xs, policy: str, field: str, at: int = 0) -> None:
+    """Raise :class:`PolicyError` unless every ``xs`` is a real number, not NaN."""
+    for j, x in enumerate(xs):
+        t = type(x)
+        if (t is float or t is int) and x == x:
+            continue
+        if t is bool or not isinstance(x, numbers.Real) or x != x:
+            raise _bad(policy, "spfcore_score_blocks",
+                       f"{field}={x!r} at position {at + j}: an expiry must be a real number (not NaN)")
+
+
+def admit_column(res, n: int, policy: str = "?"):
+    """Normalize an answer of ``spfcore_admit_blocks`` for ``n`` blocks to a
+    list of ``n`` bools, or ``None`` (admit all).
+
+    Raises:
+        PolicyError: not a sequence of ``n`` bools (the message names the
+            policy, the hook and what came back).
+    """
+    if res is None:
+        return None
+    hook = "spfcore_admit_blocks"
+    try:
+        out = res.tolist() if isinstance(res, np.ndarray) else list(res)
+    except Exception as exc:
+        raise _bad(policy, hook, f"{res!r:.80}: need {n} bools") from exc
+    if len(out) != n:
+        raise _bad(policy, hook, f"{len(out)} results for {n} blocks")
+    for j, x in enumerate(out):
+        if not isinstance(x, (bool, np.bool_)):
+            raise _bad(policy, hook, f"{x!r} at position {j}: admission answers are bools")
+    return [bool(x) for x in out]
 
 
 def _values(a: np.ndarray, n: int, policy: str) -> list:
@@ -247,15 +291,8 @@ class PolicyRuntime:
                     raise _bad(self.policy_name, "spfcore_score_blocks", f"{res!r:.80}: {exc}") from exc
         if self._has["spfcore_admit_blocks"]:
             def admit(ids, now):
-                hook = "spfcore_admit_blocks"
-                res = self._call(hook, len(ids), blocks=BlockBatch(table, ids), now=now)
-                if res is None:
-                    return None
-                res = res.tolist() if isinstance(res, np.ndarray) else list(res)
-                for j, x in enumerate(res):
-                    if not isinstance(x, (bool, np.bool_)):
-                        raise _bad(self.policy_name, hook, f"{x!r} at position {j}: admission answers are bools")
-                return [bool(x) for x in res]
+                res = self._call("spfcore_admit_blocks", None, blocks=BlockBatch(table, ids), now=now)
+                return admit_column(res, len(ids), self.policy_name)
         if self._has["spfcore_choose_victims"]:
             def choose(ids, n, now):
                 # validated here, so a bad answer is a PolicyError naming the policy
@@ -375,72 +412,131 @@ class PolicyRuntime:
 
     @_timed
     def arrived(self, request: RequestView, now: float) -> None:
-        """A request arrived (before its cache lookup)."""
+        """A request arrived (before its cache lookup).
+
+        Every hook of the arrival is called (and its answer checked) before
+        anything changes, so a hook that raises or answers wrongly leaves the
+        runtime as before the call.
+        """
         if self.needs_future and not self._future_set:
             raise PolicyError(f"policy {self.policy_name!r} needs the future request stream "
                               "(capability needs-future) but the runner supplied none",
                               policy=self.policy_name, hook="spfcore_future_requests")
-        self.arrival = request.arrival_index
+        arrival = request.arrival_index
         if self._has["spfcore_request_arrived"]:
             self._call("spfcore_request_arrived", None, request=request, now=now)
         # Re-score expired scores now (the policy has seen this arrival), not
         # only at the next eviction, so expired pins free their share of the
         # pin cap before new releases.
-        self.evictor.rescore_expired(now, self.arrival)
+        ev = self.evictor
+        plans = [ev.plan_expired(now, arrival)]
         if self._has["spfcore_rescore_keys"]:
             keys = self._call("spfcore_rescore_keys", None, request=request, now=now)
             if keys:
                 by_key = self.by_key
-                self.evictor.rescore([by_key[k] for k in keys if k in by_key], now)
+                try:
+                    ids = [by_key[k] for k in keys if k in by_key]
+                except TypeError as exc:
+                    raise PolicyError(f"policy {self.policy_name!r}: hook spfcore_rescore_keys returned "
+                                      f"{keys!r:.80}: need an iterable of block keys") from exc
+                plans.append(ev.plan_rescore(ids, now))
+        hints = ()
         if self._has["spfcore_prefetch_hints"]:
             hints = self._call("spfcore_prefetch_hints", None, request=request, now=now) or ()
-            self._apply_hints(hints)
+            hints = self._check_hints(hints)
+        self.arrival = arrival  # nothing fails from here on
+        for plan in plans:
+            ev.commit(plan)
+        self._apply_hints(hints)
 
-    def _apply_hints(self, hints) -> None:
+    def _check_hints(self, hints) -> list:
+        """The answer of ``spfcore_prefetch_hints`` as a list of ``(keys,
+        expires_at_arrival)`` pairs; :class:`PolicyError` if it is not one."""
+        try:
+            out = [(list(h.keys), h.expires_at_arrival) for h in hints]
+            for _, x in out:
+                if type(x) is bool or not isinstance(x, numbers.Real) or x != x:
+                    raise TypeError(f"expires_at_arrival={x!r} is not a number")
+        except Exception as exc:
+            raise PolicyError(f"policy {self.policy_name!r}: hook spfcore_prefetch_hints returned "
+                              f"{hints!r:.80}: need Hint objects ({exc})") from exc
+        return out
+
+    def _apply_hints(self, hints: list) -> None:
         if not hints:
             return
         by_key = self.by_key
-        for h in hints:
+        for keys, expiry in hints:
             self.hints_issued += 1
-            rec = [h.expires_at_arrival, False]
+            rec = [expiry, False]
             ids = []
-            for k in h.keys:
+            for k in keys:
                 self._hints[k] = rec
                 i = by_key.get(k)
                 if i is not None and i in self.evictor:
                     ids.append(i)
             if ids and not self.evictor.fifo:
-                self.evictor.pin(ids, h.expires_at_arrival)
+                self.evictor.pin(ids, expiry)
 
     @_timed
     def hit(self, request: RequestView, ids: Sequence[int], now: float) -> None:
         """The request's lookup hit these blocks (depth order). The driver
-        takes them out of the evictor itself (ref count 0 -> 1)."""
+        takes them out of the evictor itself (ref count 0 -> 1).
+
+        If ``spfcore_blocks_hit`` raises, the access counts, access times and
+        hint records are put back: the runtime is as before the call.
+        """
         table = self.table
         if ids:
             arr = np.asarray(ids, dtype=np.int64)
             table.access_count[arr] += 1
+            old_last = table.last_access[arr] if self._has["spfcore_blocks_hit"] else None
             table.last_access[arr] = now
+        used = []
         if self._hints:
             key = table.key
             for i in ids:
-                rec = self._hints.pop(key[i], None)
-                if rec is not None and not rec[1] and rec[0] >= self.arrival:
-                    rec[1] = True
-                    self.hints_used += 1
+                k = key[i]
+                rec = self._hints.pop(k, None)
+                if rec is not None:
+                    used.append((k, rec, rec[1]))
+                    if not rec[1] and rec[0] >= self.arrival:
+                        rec[1] = True
+                        self.hints_used += 1
         if self._has["spfcore_blocks_hit"]:
-            self._call("spfcore_blocks_hit", None, request=request, blocks=BlockBatch(table, ids), now=now)
+            try:
+                self._call("spfcore_blocks_hit", None, request=request, blocks=BlockBatch(table, ids), now=now)
+            except BaseException:
+                if ids:
+                    table.access_count[arr] -= 1  # a fancy += adds once per distinct id, so does -=
+                    table.last_access[arr] = old_last
+                for k, rec, was in reversed(used):
+                    if rec[1] and not was:
+                        rec[1] = False
+                        self.hints_used -= 1
+                    self._hints[k] = rec
+                raise
 
     @_timed
     def stored(self, request: RequestView, ids: Sequence[int], keys: Sequence, first_depth: int,
                parent, num_tokens: int, now: float) -> None:
         """The request cached new full blocks ``ids`` with block hashes ``keys``
-        at depths ``first_depth ...``; ``parent`` is the key before them."""
+        at depths ``first_depth ...``; ``parent`` is the key before them.
+
+        If ``spfcore_blocks_stored`` raises, the blocks' keys and the key map
+        are put back (the rows of blocks without a key are dead: their other
+        columns are not restored): the runtime is as before the call.
+        """
         t = self.table
         n = len(ids)
         arr = np.asarray(ids, dtype=np.int64)
         key, par, req = t.key, t.parent, t.request_id
         by_key = self.by_key
+        undo = None
+        if self._has["spfcore_blocks_stored"]:  # a hook that may fail follows: keep what is overwritten
+            undo = ([by_key.get(k) for k in keys] if not by_key.keys().isdisjoint(keys) else None, len(t.sessions),
+                    [(i, key[i], par[i], req[i], [getattr(t, c)[i] for c in _NUMERIC])
+                     for i in ids if key[i] is not None])
         rid = request.request_id
         for i, k in zip(ids, keys):
             key[i] = k
@@ -455,8 +551,34 @@ class PolicyRuntime:
             t.access_count[arr] = 1
             t.last_access[arr] = now
             t.stored_at[arr] = now
-        if self._has["spfcore_blocks_stored"]:
-            self._call("spfcore_blocks_stored", None, request=request, blocks=BlockBatch(t, ids), now=now)
+        if undo is not None:
+            try:
+                self._call("spfcore_blocks_stored", None, request=request, blocks=BlockBatch(t, ids), now=now)
+            except BaseException:
+                self._unstore(ids, keys, *undo)
+                raise
+
+    def _unstore(self, ids, keys, owners, nsessions, live) -> None:
+        """Undo :meth:`stored` (see there)."""
+        t, by_key = self.table, self.by_key
+        if owners is None:  # every key was new
+            for k in keys:
+                by_key.pop(k, None)
+        else:
+            for k, i_old in zip(reversed(keys), reversed(owners)):
+                if i_old is None:
+                    by_key.pop(k, None)
+                else:
+                    by_key[k] = i_old
+        for i in ids:
+            t.key[i] = None
+        for i, k, p, r, vals in live:  # blocks that held a key before (not vLLM's protocol; restored all the same)
+            t.key[i], t.parent[i], t.request_id[i] = k, p, r
+            for c, x in zip(_NUMERIC, vals):
+                getattr(t, c)[i] = x
+        del t.sessions[nsessions:]
+        for s in [s for s, sid in t._session_ids.items() if sid >= nsessions]:
+            del t._session_ids[s]
 
     @_timed
     def finished(self, request: RequestView, now: float) -> None:
@@ -467,16 +589,28 @@ class PolicyRuntime:
     @_timed
     def release(self, cached_ids: Sequence[int], hashless_ids: Sequence[int], now: float) -> None:
         """Blocks whose ref count reached 0: cached ones (release order,
-        deepest first for a finished request) and hashless ones."""
-        if hashless_ids:
-            self.evictor.push_hashless(hashless_ids)
+        deepest first for a finished request) and hashless ones.
+
+        The cached blocks go in first (their admission and score hooks are
+        called before anything changes), so a hook that raises or answers
+        wrongly leaves the runtime as before the call.
+        """
         if cached_ids:
             self.evictor.push_cached(cached_ids, now)
+        if hashless_ids:
+            self.evictor.push_hashless(hashless_ids)
 
     @_timed
     def evict(self, n: int, now: float) -> list[int]:
         """Take ``n`` free blocks for an allocation; cached victims lose their
         metadata and are reported through ``spfcore_blocks_evicted``.
+
+        A hook that raises or answers wrongly leaves the runtime as before the
+        call, except that expired scores re-scored first stay re-scored (see
+        :meth:`Evictor.pop <spfcore.evictor.Evictor.pop>`).
+        ``spfcore_blocks_evicted`` (which sees only the victims' keys) is
+        called before the victims lose their metadata; if it fails, they go
+        back where they were in the evictor.
 
         Raises:
             ValueError: if fewer than ``n`` blocks are free.
@@ -486,18 +620,23 @@ class PolicyRuntime:
         self.evict_seconds += time.perf_counter() - t
         self.evict_calls += 1
         key, by_key = self.table.key, self.by_key
-        gone = []
+        if self._has["spfcore_blocks_evicted"]:  # first: the hook sees only the keys; if it fails, undo the pop
+            gone = [k for i in ids if (k := key[i]) is not None]
+            if gone:
+                try:
+                    self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
+                except BaseException:
+                    self.evictor.unpop(ids)
+                    raise
+        n = 0
         for i in ids:
             k = key[i]
             if k is not None:
                 key[i] = None
-                gone.append(k)
+                n += 1
                 if by_key.get(k) == i:  # a recomputed duplicate may own the key now
                     del by_key[k]
-        if gone:
-            self.evictions += len(gone)
-            if self._has["spfcore_blocks_evicted"]:
-                self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
+        self.evictions += n
         return ids
 
     def forget(self, ids: Sequence[int]) -> None:
@@ -510,6 +649,26 @@ class PolicyRuntime:
                 key[i] = None
                 if by_key.get(k) == i:
                     del by_key[k]
+
+    def snapshot(self) -> dict:
+        """spfcore's whole state of this runtime as plain values, for tests
+        that compare it before and after a failed call: the table rows of the
+        cached blocks (every column; a row without a key is dead), the
+        session interning, the key map, hint records, arrival, eviction and
+        hint counters and :meth:`Evictor.snapshot
+        <spfcore.evictor.Evictor.snapshot>`. Left out: the policy's own state
+        and the time and call counters of :meth:`stats`, which count failed
+        calls too. O(blocks).
+        """
+        t = self.table
+        cols = [getattr(t, c).tolist() for c in _NUMERIC]
+        rows = {i: (k, t.parent[i], t.request_id[i], *(c[i] for c in cols))
+                for i, k in enumerate(t.key) if k is not None}
+        return {"rows": rows, "sessions": list(t.sessions), "session_ids": dict(t._session_ids),
+                "by_key": dict(self.by_key), "hints": {k: tuple(r) for k, r in self._hints.items()},
+                "arrival": self.arrival, "future_set": self._future_set, "evictions": self.evictions,
+                "hints_issued": self.hints_issued, "hints_used": self.hints_used,
+                "evictor": self.evictor.snapshot()}
 
     @property
     def meta(self) -> dict[int, BlockView]:

@@ -9,6 +9,7 @@ equal prefixes, as with real block hashes.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 from spfcore.runtime import PolicyRuntime
@@ -69,17 +70,19 @@ class MiniCache:
         """Run one request through the protocol (arrive, lookup + hit, allocate,
         store, finish, release tail first).
 
+        A request that does not fit is refused before anything happens; if a
+        policy hook fails midway, the runtime and this cache are put back as
+        they were before the call (the policy's own state is its business).
+
         Returns:
             Keys evicted by this request's allocation, in eviction order.
 
         Raises:
-            ValueError: if the pool has too few free blocks.
+            ValueError: if the pool has too few free blocks (nothing changed).
+            spfcore.runtime.PolicyError: a policy hook failed (nothing changed).
         """
         rt, bs = self.rt, self.block_size
         req = self.view(keys, session, extra_tokens=extra_tokens)
-        now = req.arrival_time
-        self.next_index += 1
-        rt.arrived(req, now)
         cap = (req.num_prompt_tokens - 1) // bs
         hit_ids: list[int] = []
         for k in keys[:cap]:
@@ -87,19 +90,61 @@ class MiniCache:
             if i is None:
                 break
             hit_ids.append(i)
+        h = len(hit_ids)
+        partial = 1 if req.num_prompt_tokens % bs else 0
+        need = len(keys) - h + partial
+        if need > len(rt.evictor) - h:  # every block is free between requests, hit blocks included
+            raise ValueError(f"cannot take {need} blocks: only {len(rt.evictor) - h} free "
+                             f"beside the {h} hit blocks of a {len(keys)}-block request")
+        saved = _checkpoint(rt)
+        try:
+            gone = self._serve(req, keys, hit_ids, need)
+        except BaseException:
+            _restore(rt, saved)
+            raise
+        self.next_index += 1
+        self.hits.append(h)
+        self.evicted.extend(gone)
+        return gone
+
+    def _serve(self, req: RequestView, keys: Sequence, hit_ids: list[int], need: int) -> list:
+        rt, bs, now, h = self.rt, self.block_size, req.arrival_time, len(hit_ids)
+        rt.arrived(req, now)
         for i in hit_ids:
             rt.evictor.remove(i)  # vLLM touch: ref count 0 -> 1
         rt.hit(req, hit_ids, now)
-        self.hits.append(len(hit_ids))
-        h = len(hit_ids)
-        partial = 1 if req.num_prompt_tokens % bs else 0
         key_of = {i: m.key for i, m in rt.meta.items()}
-        new = rt.evict(len(keys) - h + partial, now)
+        new = rt.evict(need, now)
         gone = [key_of[i] for i in new if i in key_of]
-        self.evicted.extend(gone)
         full, hashless = new[: len(keys) - h], new[len(keys) - h:]
         if full:
             rt.stored(req, full, keys[h:], h, keys[h - 1] if h else None, bs, now)
         rt.finished(req, now)
         rt.release(list(reversed(hit_ids + full)), hashless, now)
         return gone
+
+
+#: PolicyRuntime attributes that :func:`_checkpoint` saves (spfcore's state;
+#: the stats counters are left to count the failed work too).
+_STATE = ("table", "by_key", "_hints", "arrival", "_future_set", "evictions", "hints_issued",
+          "hints_used", "evictor")
+
+
+def _checkpoint(rt: PolicyRuntime) -> dict:
+    """A deep copy of ``rt``'s state (O(blocks): for tests, not a hot path).
+    Hook callbacks held by the evictor are functions, shared, not copied."""
+    return copy.deepcopy({a: getattr(rt, a) for a in _STATE})
+
+
+def _restore(rt: PolicyRuntime, saved: dict) -> None:
+    """Put a :func:`_checkpoint` back into ``rt``, in place (the table and
+    evictor objects stay the same objects: callbacks and drivers hold them)."""
+    for a, v in saved.items():
+        if a == "table":
+            for slot in type(v).__slots__:
+                setattr(rt.table, slot, getattr(v, slot))
+        elif a == "evictor":
+            rt.evictor.__dict__.clear()
+            rt.evictor.__dict__.update(v.__dict__)
+        else:
+            setattr(rt, a, v)

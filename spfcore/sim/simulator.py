@@ -335,13 +335,19 @@ def _check_fits(prep: Prepared, num_blocks: int) -> None:
 
 
 def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, bs: int,
-                    rows: list | None = None) -> tuple[int, int, int, int]:
+                    rows: list | None = None, cache: _Cache | None = None) -> tuple[int, int, int, int]:
     """The sequential replay of ``plans`` (any iterable of
     :attr:`Prepared.plans` tuples, consumed once, in order); returns
     ``(requests, prompt tokens, block refs, hit blocks)`` and, if ``rows`` is
     a list, appends one row per request (see :func:`_cell`). Written for
-    speed: local bindings, no per-block objects, the cache map inlined."""
-    c = _Cache(num_blocks)
+    speed: local bindings, no per-block objects, the cache map inlined.
+
+    A runtime call that raises (a policy fault) leaves the pool as before
+    that call: the driver changes its own maps (``cache``, a fresh
+    :class:`_Cache` if not given) and ref counts only after the call returns,
+    and the runtime undoes its own changes (see :class:`PolicyRuntime`). Every
+    block stays either free in the evictor or referenced."""
+    c = _Cache(num_blocks) if cache is None else cache
     first, dups, key_of, ref = c.first, c.dups, c.key_of, c.ref
     first_get, slow_drop = first.get, c.drop
     ev_remove = rt.evictor.remove
@@ -359,13 +365,13 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
             if b is None:
                 break
             blocks.append(b)
+        hit(view, blocks, now)  # first: if it fails, the blocks stay where they are
         for b in blocks:
             if ref[b]:
                 ref[b] += 1
             else:
                 ev_remove(b)  # vLLM touch(): a free hit block leaves the free queue
                 ref[b] = 1
-        hit(view, blocks, now)
         h = len(blocks)
         n_req += 1
         prompt_total += view.num_prompt_tokens
@@ -387,11 +393,11 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
         if nf > h:  # newly computed full prompt blocks (the last-token case may duplicate a hash)
             ids = new[: nf - h]
             keys = fk[h:]
+            stored(view, ids, keys, h, fk[h - 1] if h else None, bs, now)
             for b, k in zip(ids, keys):
                 key_of[b] = k
                 if first.setdefault(k, b) != b:
                     dups.setdefault(k, []).append(b)
-            stored(view, ids, keys, h, fk[h - 1] if h else None, bs, now)
         blocks += new
         if n_total > n_prompt or dk:  # decode: block j-1 fills (is cached), then block j is allocated
             done, nf_all = nf, nf + len(dk)  # blocks 0..done-1 hold a hash
@@ -400,10 +406,10 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
                 if done < j and done < nf_all:
                     k = dk[done - nf]
                     b = blocks[done]
+                    stored(view, (b,), (k,), done, parent, bs, now)
                     key_of[b] = k
                     if first.setdefault(k, b) != b:
                         dups.setdefault(k, []).append(b)
-                    stored(view, (b,), (k,), done, parent, bs, now)
                     parent = k
                     done += 1
                 if j < n_total:
@@ -416,11 +422,11 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
         finished(view, now)
         cached_ids, hashless = [], []
         for b in reversed(blocks):  # tail first, as vLLM's free_blocks(reversed(blocks))
-            r = ref[b] - 1
-            ref[b] = r
-            if not r:
+            if ref[b] == 1:
                 (hashless if key_of[b] is None else cached_ids).append(b)
         release(cached_ids, hashless, now)
+        for b in blocks:  # after the release: if it fails, the request still holds its blocks
+            ref[b] -= 1
     return n_req, prompt_total, refs_total, hits_total
 
 
@@ -433,9 +439,13 @@ class _Req:
 
 
 def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, max_running: int,
-                    token_budget: int, step_overhead_s: float, per_token_s: float):
+                    token_budget: int, step_overhead_s: float, per_token_s: float,
+                    cache: _Cache | None = None):
+    """The concurrent replay; returns per-request hit blocks and TTFTs. A
+    runtime call that raises leaves the pool (``cache``, ref counts, the
+    runtime) as before that call, as in :func:`_run_sequential`."""
     bs = prep.block_size
-    c = _Cache(num_blocks)
+    c = _Cache(num_blocks) if cache is None else cache
     first, key_of, ref = c.first, c.key_of, c.ref
     ev = rt.evictor
     rt.release([], list(range(1, num_blocks)), 0.0)
@@ -459,9 +469,9 @@ def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, m
         j, d0 = r.j, r.done_hash
         ids = r.blocks[d0:nfull]
         keys = [key_at(j, d) for d in range(d0, nfull)]
+        rt.stored(views[j], ids, keys, d0, key_at(j, d0 - 1) if d0 else None, bs, now)
         for b, k in zip(ids, keys):
             c.insert(b, k)
-        rt.stored(views[j], ids, keys, d0, key_at(j, d0 - 1) if d0 else None, bs, now)
         r.done_hash = nfull
 
     def grab(r: _Req, ntok: int, now: float) -> bool:
@@ -482,15 +492,16 @@ def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, m
     def free(r: _Req, now: float):
         cached_ids, hashless = [], []
         for b in reversed(r.blocks):
-            ref[b] -= 1
-            if not ref[b]:
+            if ref[b] == 1:
                 (hashless if key_of[b] is None else cached_ids).append(b)
         rt.release(cached_ids, hashless, now)
+        for b in r.blocks:
+            ref[b] -= 1
         r.blocks, r.computed, r.outputs, r.done_hash = [], 0, 0, 0
 
     def preempt(r: _Req, now: float):
-        running.remove(r)
         free(r, now)
+        running.remove(r)
         waiting.appendleft(r)
 
     while finished_n < n:
@@ -538,12 +549,12 @@ def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, m
             need = -(-(h * bs + ntok) // bs) - h + sum(1 for b in hb if not ref[b])
             if need > len(ev):
                 break
+            rt.hit(views[j], hb, t)
             waiting.popleft()
             for b in hb:
                 if not ref[b]:
                     ev.remove(b)
                 ref[b] += 1
-            rt.hit(views[j], hb, t)
             if r.first_lookup is None:
                 r.first_lookup = h
                 hits[j] = h
@@ -569,9 +580,9 @@ def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, m
                 r.first_token = t_end
                 ttft[j] = t_end - arr[j]
             if r.outputs >= O[j]:
-                running.remove(r)
                 rt.finished(views[j], t_end)
                 free(r, t_end)
+                running.remove(r)
                 finished_n += 1
         t = t_end
     return hits, ttft
