@@ -1,10 +1,10 @@
 """Stateful fuzz of the policy-ordered free queue in vLLM's block pool, at
 benchmark scale: the state machine of ``tests/test_fuzz_free_queue.py`` for
 every shipped policy, ``--sequences`` random operation sequences in all
-(default 10,000, split evenly over the policies), ``--steps`` operations each,
-vLLM's invariants checked after every step. Prints, per policy, sequences run,
-steps and wall time; exits 1 on the first failure (hypothesis prints the
-shrunk sequence).
+(default 10,000, in rounds of ``--chunk`` per policy), ``--steps`` operations each,
+vLLM's invariants checked after every step. Prints the running count after
+each round, then sequences and wall time per policy; stops with the failing,
+shrunk sequence (hypothesis) on the first failure.
 
     .venv/bin/python benchmarks/fuzz_free_queue.py [--sequences 10000] [--steps 40] [--policies lru,frequency]
 """
@@ -26,29 +26,32 @@ def main() -> None:
     ap.add_argument("--sequences", type=int, default=10_000, help="operation sequences in all")
     ap.add_argument("--steps", type=int, default=40, help="most operations per sequence")
     ap.add_argument("--policies", default=None, help="comma-separated (default: every shipped policy)")
+    ap.add_argument("--chunk", type=int, default=100, help="sequences per policy per round")
     a = ap.parse_args()
     path = Path(__file__).resolve().parents[1] / "tests" / "test_fuzz_free_queue.py"
     spec = importlib.util.spec_from_file_location("fuzz_free_queue_machine", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     policies = a.policies.split(",") if a.policies else list(mod.POLICIES)
-    per = -(-a.sequences // len(policies))
-    total_seq, t_all = 0, time.perf_counter()
-    print(f"{'policy':<22}{'sequences':>10}{'seconds':>10}")
-    for p in policies:
-        cls = mod._machine(p)
-        t = time.perf_counter()
-        try:
+    machines = {p: mod._machine(p) for p in policies}
+    secs = dict.fromkeys(policies, 0.0)
+    t_all = time.perf_counter()
+    # rounds of --chunk sequences per policy (each a fresh hypothesis run), so progress shows as it goes
+    while sum(m.sequences for m in machines.values()) < a.sequences:
+        for p, cls in machines.items():
+            t = time.perf_counter()
             run_state_machine_as_test(cls, settings=settings(
-                max_examples=per, stateful_step_count=a.steps, deadline=None, database=None,
+                max_examples=a.chunk, stateful_step_count=a.steps, deadline=None, database=None,
                 suppress_health_check=list(HealthCheck)))
-        finally:
-            dt = time.perf_counter() - t
-            print(f"{p:<22}{cls.sequences:>10,}{dt:>10.1f}", flush=True)
-            total_seq += cls.sequences
-    print(f"{'all':<22}{total_seq:>10,}{time.perf_counter() - t_all:>10.1f}   (<= {a.steps} steps each, "
-          "invariants after every step)")
-
+            secs[p] += time.perf_counter() - t
+        done = sum(m.sequences for m in machines.values())
+        print(f"{done:>8,} sequences, {time.perf_counter() - t_all:>7.0f} s: "
+              + ", ".join(f"{p} {m.sequences:,}" for p, m in machines.items()), flush=True)
+    print(f"\n{'policy':<22}{'sequences':>10}{'seconds':>10}")
+    for p, cls in machines.items():
+        print(f"{p:<22}{cls.sequences:>10,}{secs[p]:>10.1f}")
+    print(f"{'all':<22}{sum(m.sequences for m in machines.values()):>10,}{time.perf_counter() - t_all:>10.1f}"
+          f"   (<= {a.steps} steps each, vLLM's invariants after every step; no failure)")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -30,6 +30,7 @@ pytest.importorskip("vllm.v1.core.block_pool")
 from vllm.v1.core.block_pool import BlockPool  # noqa: E402
 from vllm.v1.core.kv_cache_utils import BlockHash, make_block_hash_with_group_id  # noqa: E402
 
+from spfcore import registry  # noqa: E402
 from spfcore.engine.vllm_adapter import PolicyFreeQueue  # noqa: E402
 from spfcore.runtime import PolicyRuntime  # noqa: E402
 from spfcore.views import RequestView  # noqa: E402
@@ -54,6 +55,7 @@ class FreeQueueMachine(RuleBasedStateMachine):
 
     policy = "lru"
     sequences = 0  # started sequences, for the benchmark's count
+    info = None  # the policy's registry entry, looked up once
 
     def __init__(self) -> None:
         super().__init__()
@@ -64,7 +66,13 @@ class FreeQueueMachine(RuleBasedStateMachine):
         type(self).sequences += 1
         self.t = 0.0
         self.pool = pool = BlockPool(num, enable_caching=True, hash_block_size=BS)
-        self.runtime = PolicyRuntime.for_policy(self.policy, num, BS)
+        if type(self).info is None:  # discovery (entry points) once per policy, not per sequence
+            type(self).info = registry.get(self.policy)
+        info = type(self).info
+        pm, inst = registry.plugin_manager(info, None)  # as PolicyRuntime.for_policy
+        self.runtime = PolicyRuntime(pm, num, BS, policy_name=self.policy,
+                                     needs_future="needs-future" in info.capabilities,
+                                     pin_cap_fraction=getattr(inst.params, "pin_cap_fraction", 0.5))
         self.queue = PolicyFreeQueue(pool.blocks, self.runtime, self.clock)
         self.queue.install_free(pool.free_block_queue.get_all_free_blocks())  # as PolicyScheduler._spf_new_runtime
         pool.free_block_queue = self.queue
@@ -225,7 +233,7 @@ class FreeQueueMachine(RuleBasedStateMachine):
 
 
 def _machine(policy: str):
-    return type(f"FreeQueue_{policy}", (FreeQueueMachine,), {"policy": policy, "sequences": 0})
+    return type(f"FreeQueue_{policy}", (FreeQueueMachine,), {"policy": policy, "sequences": 0, "info": None})
 
 
 FUZZ_SETTINGS = dict(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
