@@ -28,6 +28,8 @@ Cell field names are those of ``spfcore simulate``: ``token_hit_rate``,
 
 from __future__ import annotations
 
+import contextlib
+
 import datetime as _dt
 import json
 import math
@@ -82,6 +84,24 @@ def error_text(err) -> str:
         return f"{err.get('message', '')}{where}"
     return str(err)
 
+
+
+def _savefig_atomic(fig, path: Path) -> None:
+    """Save a matplotlib figure as PNG to ``path`` through a temporary file in
+    the same folder and ``os.replace``: a killed run leaves the old picture or
+    none, never half of one."""
+    import os
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, dpi=110, format="png")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def make_console() -> Console:
@@ -398,7 +418,7 @@ def plot_results(results: Mapping, outdir: str | os.PathLike) -> list[Path]:
                      fontsize=9)
         fig.tight_layout()
         p = outdir / "cache.png"
-        fig.savefig(p, dpi=110)
+        _savefig_atomic(fig, p)
         plt.close(fig)
         paths.append(p)
     ttfts: dict[str, list] = {}
@@ -417,7 +437,7 @@ def plot_results(results: Mapping, outdir: str | os.PathLike) -> list[Path]:
         ax.legend(fontsize=8)
         fig.tight_layout()
         p = outdir / "ttft_cdf.png"
-        fig.savefig(p, dpi=110)
+        _savefig_atomic(fig, p)
         plt.close(fig)
         paths.append(p)
     return paths

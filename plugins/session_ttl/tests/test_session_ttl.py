@@ -59,3 +59,15 @@ def test_bad_options_name_policy_and_key(opt, msg):
         MiniCache("session_ttl", 6, options=opt)
     assert str(e.value).startswith("policy 'session_ttl': ") and msg in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_state_is_bounded_by_the_cache_not_by_sessions_seen():
+    """Sessions whose blocks were all evicted leave nothing behind (a long run
+    with ever-new sessions grew session_keys by one dict per session)."""
+    c = MiniCache("session_ttl", 6, options={"ttl_arrivals": "2"})
+    for s in range(40):
+        c.serve([f"s{s}a", f"s{s}b"], f"sess{s}")
+    pol = next(iter(c.rt.pm.get_plugins()))
+    cached = c.cached()
+    assert set(pol.session_keys) == {f"sess{s}" for s in range(40) if f"s{s}a" in cached or f"s{s}b" in cached}
+    assert len(pol.session_keys) <= 3 and set(pol.until) <= cached

@@ -131,7 +131,10 @@ class SessionTTLPolicy:
         for k in keys:
             self.until.pop(k, None)
             for s in self.key_sessions.pop(k, ()):
-                session_keys[s].pop(k, None)
+                mine = session_keys[s]
+                mine.pop(k, None)
+                if not mine:  # a session with no cached block left is forgotten: state stays bounded by the cache
+                    del session_keys[s]
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
