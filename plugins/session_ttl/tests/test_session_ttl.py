@@ -67,7 +67,19 @@ def test_state_is_bounded_by_the_cache_not_by_sessions_seen():
     c = MiniCache("session_ttl", 6, options={"ttl_arrivals": "2"})
     for s in range(40):
         c.serve([f"s{s}a", f"s{s}b"], f"sess{s}")
+        c.serve([], f"miss{s}")  # a request with no full block: its lookup hits nothing
     pol = next(iter(c.rt.pm.get_plugins()))
     cached = c.cached()
     assert set(pol.session_keys) == {f"sess{s}" for s in range(40) if f"s{s}a" in cached or f"s{s}b" in cached}
     assert len(pol.session_keys) <= 3 and set(pol.until) <= cached
+
+
+def test_sessions_beyond_the_pool_size_are_forgotten_least_recently_active_first():
+    """A shared prefix that stays cached is touched by every session: at most
+    num_blocks sessions are remembered (it grew with every session ever seen)."""
+    c = MiniCache("session_ttl", 6, options={"ttl_arrivals": "2"})
+    for s in range(20):
+        c.serve(["sys0"], f"sess{s}")  # the same cached block, hit by each new session
+    pol = next(iter(c.rt.pm.get_plugins()))
+    assert list(pol.session_keys) == [f"sess{s}" for s in range(14, 20)]  # 6 = num_blocks, most recent last
+    assert pol.key_sessions["sys0"] == {f"sess{s}" for s in range(14, 20)}

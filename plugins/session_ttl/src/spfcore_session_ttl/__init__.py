@@ -9,7 +9,7 @@ every other block, the rest are evicted in vLLM's LRU order. Pins are capped
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 
 import attrs
 import numpy as np
@@ -58,6 +58,12 @@ class SessionTTLPolicy:
     ``spfcore_rescore_keys`` so that its free blocks are re-pinned in one batch.
     Pins beyond the evictor's cap (``pin_cap_fraction`` of the pool) are
     refused; those blocks stay in LRU order.
+
+    State is bounded by the cache, not by the trace: per cached block hash
+    its ``until`` and owning sessions; per session the cached hashes it
+    touched, for at most ``num_blocks`` sessions (the least recently active
+    session beyond that is forgotten: a later request of it re-protects only
+    what it touches anew). A session whose blocks were all evicted is dropped.
     """
 
     name = "session_ttl"
@@ -66,6 +72,7 @@ class SessionTTLPolicy:
 
     def __init__(self, params: SessionTTLParams | None = None) -> None:
         self.params = params or SessionTTLParams()
+        self.max_sessions = 1 << 20
         self._reset()
 
     def _reset(self) -> None:
@@ -74,7 +81,8 @@ class SessionTTLPolicy:
         # session -> cached hashes it touched, in first-touch order (a dict, not a set: the
         # re-pin order decides which pins the cap refuses, and set order follows
         # PYTHONHASHSEED, so a set made runs irreproducible)
-        self.session_keys: defaultdict[str, dict] = defaultdict(dict)
+        # (an OrderedDict in activity order: at most max_sessions, the least recently active is forgotten)
+        self.session_keys: OrderedDict[str, dict] = OrderedDict()
         self.key_sessions: defaultdict[object, set] = defaultdict(set)  # block hash -> sessions that touched it
         self._arrival_keys: list = []
 
@@ -85,6 +93,7 @@ class SessionTTLPolicy:
 
     @hookimpl
     def spfcore_cache_configured(self, num_blocks, block_size):
+        self.max_sessions = max(1, num_blocks)
         self._reset()
 
     @hookimpl
@@ -95,6 +104,7 @@ class SessionTTLPolicy:
             return
         keys = self.session_keys.get(request.session_id)
         if keys:
+            self.session_keys.move_to_end(request.session_id)
             end, until = self._end(request, now), self.until
             for k in keys:
                 until[k] = end  # clocks only grow, so this is the max
@@ -106,10 +116,23 @@ class SessionTTLPolicy:
 
     def _touch(self, request, blocks, now) -> None:
         sid = request.session_id
-        if sid is None:  # no session, no protection
+        if sid is None or not len(blocks):  # no session, no protection; a miss touches nothing
             return
-        end, until, mine = self._end(request, now), self.until, self.session_keys[sid]
-        key_sessions = self.key_sessions
+        session_keys, key_sessions = self.session_keys, self.key_sessions
+        mine = session_keys.get(sid)
+        if mine is None:
+            mine = session_keys[sid] = {}
+            if len(session_keys) > self.max_sessions:  # forget the least recently active session
+                old, old_keys = session_keys.popitem(last=False)
+                for k in old_keys:
+                    owners = key_sessions.get(k)
+                    if owners is not None:
+                        owners.discard(old)
+                        if not owners:
+                            del key_sessions[k]
+        else:
+            session_keys.move_to_end(sid)
+        end, until = self._end(request, now), self.until
         get = until.get
         for k in blocks.keys:
             if get(k, -1) < end:
@@ -131,10 +154,11 @@ class SessionTTLPolicy:
         for k in keys:
             self.until.pop(k, None)
             for s in self.key_sessions.pop(k, ()):
-                mine = session_keys[s]
-                mine.pop(k, None)
-                if not mine:  # a session with no cached block left is forgotten: state stays bounded by the cache
-                    del session_keys[s]
+                mine = session_keys.get(s)
+                if mine is not None:
+                    mine.pop(k, None)
+                    if not mine:  # a session with no cached block left is forgotten
+                        del session_keys[s]
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
