@@ -23,12 +23,14 @@ def write_atomic(path: str | os.PathLike, text: str | Iterable[str]) -> Path:
     ``mkstemp``'s 0600.
 
     Returns:
-        ``path`` as a :class:`~pathlib.Path`.
+        ``path`` as a :class:`~pathlib.Path` (a symlink is followed: its
+        target is replaced, the link stays).
 
     Raises:
         OSError: the folder cannot be written.
     """
-    path = Path(path)
+    given = Path(path)
+    path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -51,7 +53,7 @@ def write_atomic(path: str | os.PathLike, text: str | Iterable[str]) -> Path:
         except FileNotFoundError:
             pass
         raise
-    return path
+    return given
 
 
 class OutputInUseError(RuntimeError):
@@ -59,8 +61,9 @@ class OutputInUseError(RuntimeError):
 
 
 def lock_path(path: str | os.PathLike) -> Path:
-    """``<path>.lock``: the lock file of results file ``path`` (in its folder)."""
-    path = Path(path)
+    """``<path>.lock``: the lock file of results file ``path`` (in its folder),
+    symlinks resolved, so two names of one file share one lock."""
+    path = Path(os.path.realpath(path))
     return path.with_name(path.name + ".lock")
 
 
@@ -108,7 +111,7 @@ def output_lock(path: str | os.PathLike) -> Iterator[Path]:
                 f"{path}: another run is writing this output ({holder or 'holder unknown'}; lock {lock_file}); "
                 "wait for it to finish or choose another output") from None
         try:
-            for stale in lock_file.parent.glob(f".{Path(path).name}.*.tmp"):  # write_atomic's, of a killed writer
+            for stale in lock_file.parent.glob(f".{Path(os.path.realpath(path)).name}.*.tmp"):  # write_atomic's, of a killed writer
                 stale.unlink(missing_ok=True)
             yield lock_file
         finally:

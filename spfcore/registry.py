@@ -131,9 +131,12 @@ def _validate(cls) -> tuple[tuple, tuple]:
         raise TypeError("policy class attribute 'Params' is not an attrs class")
     try:
         defaults = cls.Params()
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise TypeError(f"Params() cannot be built with its defaults: {type(exc).__name__}: {exc}") from exc
-    instance = cls(defaults)
+    try:
+        instance = cls(defaults)
+    except (Exception, SystemExit) as exc:
+        raise TypeError(f"the policy cannot be built with default Params: {exc!r}") from exc
     if not hasattr(instance, "params"):  # the runtime reads instance.params (pin_cap_fraction)
         raise TypeError("policy instance has no attribute 'params' after construction "
                         "(set self.params = params in __init__)")
@@ -158,7 +161,7 @@ def _info_from(ep: EntryPoint, refused: str | None = None) -> PolicyInfo:
             raise TypeError(f"class name {cls.name!r} differs from entry-point name {ep.name!r}")
         hooks, caps = _validate(cls)
         params = _params_of(cls)
-    except Exception as exc:  # noqa: BLE001 - a broken plugin is listed, never fatal
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plugin (even one calling sys.exit) is listed, never fatal
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
         return PolicyInfo(status=f"error: {reason}", **base)
     doc = inspect.getdoc(cls) or ""
@@ -315,7 +318,7 @@ def plugin_manager(info: PolicyInfo, options: typing.Mapping[str, str] | None = 
     params = make_params(info, options)
     try:
         instance = info.cls(params)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise PolicyError(f"policy {info.name!r} failed in hook __init__: {exc!r}",
                           policy=info.name, hook="__init__") from exc
     if not hasattr(instance, "params"):

@@ -15,7 +15,7 @@ import numbers
 import signal
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import pluggy
@@ -109,6 +109,8 @@ def score_columns(res, n: int, policy: str = "?"):
         return values, exp_t, exp_a, pins
     if isinstance(res, np.ndarray):
         return _values(res, n, policy), None, None, None
+    if isinstance(res, (str, bytes, Mapping)):
+        raise _bad(policy, hook, f"a {type(res).__name__}: need one score per block")
     res = list(res)
     if len(res) != n:
         raise _bad(policy, hook, f"{len(res)} results for {n} blocks")
@@ -287,7 +289,7 @@ class PolicyRuntime:
                 res = self._call("spfcore_score_blocks", None, blocks=BlockBatch(table, ids), now=now)
                 try:
                     return score_columns(res, len(ids), self.policy_name)
-                except (TypeError, ValueError) as exc:  # e.g. a bare number: not a sequence
+                except (TypeError, ValueError, OverflowError) as exc:  # e.g. a bare number: not a sequence
                     raise _bad(self.policy_name, "spfcore_score_blocks", f"{res!r:.80}: {exc}") from exc
         if self._has["spfcore_admit_blocks"]:
             def admit(ids, now):
@@ -302,6 +304,8 @@ class PolicyRuntime:
                 if res is None:
                     return None
                 try:
+                    if isinstance(res, (str, bytes, Mapping)):
+                        raise TypeError(type(res).__name__)
                     idx = res.tolist() if isinstance(res, np.ndarray) else list(res)
                 except TypeError:
                     raise _bad(self.policy_name, hook, f"{res!r}: need a sequence of {n} indices") from None
@@ -379,7 +383,7 @@ class PolicyRuntime:
             ms = (time.perf_counter() - t) * 1e3
             raise PolicyError(f"policy {pol!r}: hook {name} interrupted after {ms:.1f} ms, over its budget of "
                               f"{budget * 1e3:g} ms", policy=pol, hook=name) from None
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is its fault, not the run's end
             raise PolicyError(f"policy {pol!r} failed in hook {name}: {exc!r}", policy=pol, hook=name) from exc
         finally:
             dt = time.perf_counter() - t
@@ -435,10 +439,13 @@ class PolicyRuntime:
             if keys:
                 by_key = self.by_key
                 try:
+                    if isinstance(keys, (str, bytes, Mapping)):
+                        raise TypeError(f"a {type(keys).__name__} is not a sequence of block keys")
                     ids = [by_key[k] for k in keys if k in by_key]
                 except TypeError as exc:
                     raise PolicyError(f"policy {self.policy_name!r}: hook spfcore_rescore_keys returned "
-                                      f"{keys!r:.80}: need an iterable of block keys") from exc
+                                      f"{keys!r:.80}: need an iterable of block keys",
+                                      policy=self.policy_name, hook="spfcore_rescore_keys") from exc
                 plans.append(ev.plan_rescore(ids, now))
         hints = ()
         if self._has["spfcore_prefetch_hints"]:
@@ -453,13 +460,18 @@ class PolicyRuntime:
         """The answer of ``spfcore_prefetch_hints`` as a list of ``(keys,
         expires_at_arrival)`` pairs; :class:`PolicyError` if it is not one."""
         try:
+            if isinstance(hints, (str, bytes, Mapping)):
+                raise TypeError(f"a {type(hints).__name__} is not a sequence of Hint objects")
             out = [(list(h.keys), h.expires_at_arrival) for h in hints]
-            for _, x in out:
-                if type(x) is bool or not isinstance(x, numbers.Real) or x != x:
-                    raise TypeError(f"expires_at_arrival={x!r} is not a number")
+            for keys, x in out:
+                if type(x) is bool or not isinstance(x, numbers.Real) or x != x or x in (math.inf, -math.inf):
+                    raise TypeError(f"expires_at_arrival={x!r} is not a finite number (a hint must lapse)")
+                for k in keys:
+                    hash(k)  # raises TypeError for an unhashable key, before anything changes
         except Exception as exc:
             raise PolicyError(f"policy {self.policy_name!r}: hook spfcore_prefetch_hints returned "
-                              f"{hints!r:.80}: need Hint objects ({exc})") from exc
+                              f"{hints!r:.80}: need Hint objects ({exc})",
+                              policy=self.policy_name, hook="spfcore_prefetch_hints") from exc
         return out
 
     def _apply_hints(self, hints: list) -> None:

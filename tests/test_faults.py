@@ -314,3 +314,61 @@ def test_the_budget_from_the_environment_reaches_every_runtime(faulty_dist, monk
         default_sim(wl, "faulty", num_blocks=8, block_size=16, options={"fault": "slow"})
     assert (e.value.policy, e.value.hook) == ("faulty", "spfcore_score_blocks")
     assert default_sim(wl, "lru", num_blocks=8, block_size=16)["status"] == "ok"
+
+
+def test_sys_exit_in_a_hook_or_constructor_is_that_policys_fault():
+    """A plugin calling sys.exit() fails its own arm (or is listed broken);
+    it never ends the run with a misleading exit status."""
+    import sys
+
+    import attrs
+
+    from spfcore import Hint, hookimpl
+    from spfcore.registry import new_plugin_manager
+    from spfcore.runtime import PolicyError, PolicyRuntime
+    from spfcore.testing import MiniCache
+
+    class Exits:
+        @hookimpl
+        def spfcore_score_blocks(self, blocks, now):
+            sys.exit(0)
+
+    pm = new_plugin_manager()
+    pm.register(Exits(), name="t")
+    c = MiniCache(PolicyRuntime(pm, 8, 4, policy_name="t"), 0)
+    with pytest.raises(PolicyError, match=r"policy 't' failed in hook spfcore_score_blocks: SystemExit\(0\)") as e:
+        c.serve(["a0", "a1"])
+    assert e.value.hook == "spfcore_score_blocks"
+
+    class BadHints:
+        @hookimpl
+        def spfcore_prefetch_hints(self, request, now):
+            return [Hint(("k", [1]), request.arrival_index + 2)]
+
+        @hookimpl
+        def spfcore_score_blocks(self, blocks, now):
+            return None
+
+    pm = new_plugin_manager()
+    pm.register(BadHints(), name="h")
+    rt = PolicyRuntime(pm, 8, 4, policy_name="h")
+    c = MiniCache(rt, 0)
+    before = rt.snapshot()
+    with pytest.raises(PolicyError, match="unhashable") as e:
+        c.serve(["a0"])
+    assert e.value.hook == "spfcore_prefetch_hints" and rt.snapshot() == before
+
+    @attrs.frozen
+    class P:
+        """No parameters."""
+
+    class InitExits:
+        name, capabilities, Params = "initexit", frozenset(), P
+
+        def __init__(self, params):
+            sys.exit(7)
+
+    from spfcore import registry
+
+    with pytest.raises(TypeError, match=r"cannot be built with default Params: SystemExit\(7\)"):
+        registry._validate(InitExits)  # discovery lists this reason instead of exiting

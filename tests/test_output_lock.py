@@ -113,3 +113,21 @@ def test_simulate_killed_mid_run_keeps_the_old_file_and_the_rerun_works(tmp_path
     r = CliRunner().invoke(main, ["simulate", *SMALL, "--num-blocks", "12", "-o", str(out)])
     assert r.exit_code == 0, r.output
     assert json.loads(out.read_text())["kind"] == "spfcore-simulate"
+
+
+def test_a_symlink_to_a_held_output_shares_its_lock(tmp_path):
+    """Two names of one results file are one output: the lock follows the link,
+    and an atomic write through the link replaces the target, keeping the link."""
+    from spfcore.fileio import OutputInUseError, lock_path, output_lock, write_atomic
+
+    target = tmp_path / "results.json"
+    target.write_text("{}")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    assert lock_path(link) == lock_path(target)
+    with output_lock(target):
+        with pytest.raises(OutputInUseError):
+            with output_lock(link):
+                pass
+    write_atomic(link, '{"new": 1}')
+    assert link.is_symlink() and target.read_text() == '{"new": 1}'

@@ -79,3 +79,13 @@ def test_cli_simulate_accepts_a_bom_trace(tmp_path):
         cells = json.loads(out.read_text())["cells"]
         runs.append([{k: v for k, v in c.items() if not k.endswith("_seconds")} for c in cells])
     assert runs[0] == runs[1] and runs[0][0]["prompt_tokens"] == 1112 and runs[0][0]["num_requests"] == 2
+
+
+def test_an_infinite_timestamp_is_refused_on_its_own_line(tmp_path):
+    from spfcore.workloads.traces import TraceError, read_mooncake
+
+    p = tmp_path / "inf.jsonl"
+    p.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}\n'
+                 '{"timestamp": 1e400, "input_length": 10, "output_length": 1, "hash_ids": [2]}\n')
+    with pytest.raises(TraceError, match=r"inf.jsonl:2: field 'timestamp'.*finite"):
+        read_mooncake(p)

@@ -147,7 +147,7 @@ def iter_mooncake(path: str | os.PathLike, *, limit: int | None = None, tokens_p
     last_t = -math.inf
     for lineno, obj in _lines(path, limit):
         ts = _field(path, lineno, obj, "timestamp", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-                    and v >= 0, "a number of milliseconds >= 0")
+                    and 0 <= v < math.inf, "a finite number of milliseconds >= 0")
         n_in = _field(path, lineno, obj, "input_length", lambda v: _is_int(v) and v >= 1, "an int >= 1")
         n_out = _field(path, lineno, obj, "output_length", nonneg, "an int >= 0")
         hids = _int_list(path, lineno, obj, "hash_ids", nonneg, "ints >= 0")
@@ -218,7 +218,7 @@ def _request_from(path: Path, lineno: int, obj: dict) -> Request:
     kw = {
         "request_id": _field(path, lineno, obj, "request_id", lambda v: isinstance(v, str) and v, "a non-empty string"),
         "arrival_s": _field(path, lineno, obj, "arrival_s", lambda v: isinstance(v, (int, float))
-                            and not isinstance(v, bool) and v >= 0, "a number of seconds >= 0"),
+                            and not isinstance(v, bool) and 0 <= v < math.inf, "a finite number of seconds >= 0"),
         "prompt_token_ids": _int_list(path, lineno, obj, "prompt_token_ids", token, "ints in [0, 2**63)"),
         "output_tokens": _field(path, lineno, obj, "output_tokens", lambda v: _is_int(v) and v >= 1, "an int >= 1"),
     }
