@@ -3,7 +3,7 @@ prefix cache, written as pip-installable plugins and judged against baselines
 and a Belady oracle in a simulator and in the real engine."""
 
 from spfcore.hookspecs import hookimpl, hookspec
-from spfcore.views import BlockBatch, BlockTable, BlockView, Hint, RequestView, Score, Scores
+from spfcore.views import NEVER_ARRIVAL, BlockBatch, BlockTable, BlockView, Hint, RequestView, Score, Scores
 
 __version__ = "0.1.0"
-__all__ = ["hookimpl", "hookspec", "BlockView", "RequestView", "Score", "Scores", "BlockBatch", "BlockTable", "Hint", "__version__"]
+__all__ = ["hookimpl", "hookspec", "BlockView", "RequestView", "Score", "Scores", "BlockBatch", "BlockTable", "Hint", "NEVER_ARRIVAL", "__version__"]

@@ -31,8 +31,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from numbers import Integral
 
-
-NEVER_ARRIVAL = 2**62
+from spfcore.views import NEVER_ARRIVAL
 
 #: ``(values, expires_at, expires_at_arrival, pinned)``: one list per field, one
 #: entry per block (``None``: the default for every block): the form

@@ -11,6 +11,9 @@ from collections.abc import Hashable
 
 import attrs
 
+#: ``expires_at_arrival`` of a score that never expires (arrival index; any value >= it means never).
+NEVER_ARRIVAL = 2**62
+
 
 @attrs.frozen(slots=True)
 class BlockView:
@@ -92,12 +95,12 @@ class Score:
 
     value: float
     expires_at: float = math.inf
-    expires_at_arrival: int = 2**62
+    expires_at_arrival: int = NEVER_ARRIVAL
     pinned: bool = False
 
     def __attrs_post_init__(self) -> None:
         """Raises ValueError for a pin without an expiry (it could hold its block forever)."""
-        if self.pinned and self.expires_at == math.inf and self.expires_at_arrival >= 2**62:
+        if self.pinned and self.expires_at == math.inf and self.expires_at_arrival >= NEVER_ARRIVAL:
             raise ValueError("Score(pinned=True) needs an expiry (expires_at or expires_at_arrival)")
 
 
@@ -301,5 +304,5 @@ class Scores:
 
     values: object
     expires_at: object = math.inf
-    expires_at_arrival: object = 2**62
+    expires_at_arrival: object = NEVER_ARRIVAL
     pinned: object = False

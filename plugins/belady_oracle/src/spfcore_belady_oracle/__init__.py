@@ -15,7 +15,7 @@ from collections import defaultdict
 import attrs
 import numpy as np
 
-from spfcore import Scores, hookimpl
+from spfcore import NEVER_ARRIVAL, Scores, hookimpl
 
 #: Next use of a block hash that no future request contains, in arrivals.
 NEVER = 2**36
@@ -96,7 +96,7 @@ class BeladyOraclePolicy:
                 nu.append(NEVER)
         nu = np.array(nu, dtype=np.int64)
         values = -(nu * DEPTH_SLOTS + np.minimum(blocks.depth, DEPTH_SLOTS - 1)).astype(np.float64)
-        return Scores(values, expires_at_arrival=np.where(nu < NEVER, nu + 1, 2**62))
+        return Scores(values, expires_at_arrival=np.where(nu < NEVER, nu + 1, NEVER_ARRIVAL))
 
 
 __all__ = ["BeladyOraclePolicy", "BeladyParams", "NEVER", "DEPTH_SLOTS"]

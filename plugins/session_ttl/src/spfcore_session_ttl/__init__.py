@@ -15,7 +15,7 @@ import attrs
 import numpy as np
 from attrs import validators as v
 
-from spfcore import Scores, hookimpl
+from spfcore import NEVER_ARRIVAL, Scores, hookimpl
 
 
 @attrs.frozen
@@ -170,7 +170,7 @@ class SessionTTLPolicy:
             return Scores(0.0)
         if seconds:
             return Scores(0.0, expires_at=np.where(pinned, u, math.inf), pinned=pinned)
-        return Scores(0.0, expires_at_arrival=np.where(pinned, u, 2**62).astype(np.int64), pinned=pinned)
+        return Scores(0.0, expires_at_arrival=np.where(pinned, u, NEVER_ARRIVAL).astype(np.int64), pinned=pinned)
 
 
 __all__ = ["SessionTTLPolicy", "SessionTTLParams"]

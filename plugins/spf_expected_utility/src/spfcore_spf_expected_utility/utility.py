@@ -103,10 +103,9 @@ from itertools import repeat
 
 import numpy as np
 
-from spfcore import Scores, hookimpl
+from spfcore import NEVER_ARRIVAL, Scores, hookimpl
 from spfcore_spf_expected_utility.params import ExpectedUtilityParams
 
-NEVER_ARRIVAL = 2**62
 N_KINDS = 3  # decode, fresh prompt, continuation prompt
 
 
