@@ -238,3 +238,8 @@ def spfcore_prefetch_hints(request, now):
     Returns:
         Sequence[:class:`~spfcore.views.Hint`] or ``None``.
     """
+
+
+#: Names of every hook in this contract, in definition order (derived, never listed by hand).
+HOOK_NAMES: tuple[str, ...] = tuple(n for n, f in list(globals().items())
+                                    if n.startswith("spfcore_") and callable(f))

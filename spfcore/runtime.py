@@ -21,6 +21,7 @@ import numpy as np
 import pluggy
 
 from spfcore.evictor import NEVER_ARRIVAL, Evictor
+from spfcore.hookspecs import HOOK_NAMES
 from spfcore.views import BlockBatch, BlockTable, BlockView, RequestView, Score, Scores
 
 
@@ -277,11 +278,7 @@ class PolicyRuntime:
         def has(name: str) -> bool:
             return bool(getattr(pm.hook, name).get_hookimpls())
 
-        self._has = {n: has(n) for n in (
-            "spfcore_request_arrived", "spfcore_blocks_hit", "spfcore_blocks_stored",
-            "spfcore_request_finished", "spfcore_blocks_evicted", "spfcore_score_blocks",
-            "spfcore_admit_blocks", "spfcore_choose_victims", "spfcore_prefetch_hints",
-            "spfcore_rescore_keys")}
+        self._has = {n: has(n) for n in HOOK_NAMES}
         table = self.table
         score = admit = choose = None
         if self._has["spfcore_score_blocks"]:

@@ -24,6 +24,7 @@ from collections import defaultdict
 import numpy as np
 
 from spfcore import Hint, Scores, hookimpl
+from spfcore.hookspecs import HOOK_NAMES
 from spfcore_spf_expected_utility.params import SAVED_MS_PER_BLOCK, VARIANT_NAMES, ExpectedUtilityParams
 
 LN51 = math.log(51.0)
@@ -362,10 +363,7 @@ from spfcore_spf_expected_utility.utility import UtilityPolicy  # noqa: E402
 VARIANTS = {"utility": UtilityPolicy, "seed": SeedPolicy}
 assert set(VARIANTS) == set(VARIANT_NAMES)
 
-_HOOKS = ("spfcore_cache_configured", "spfcore_request_arrived", "spfcore_blocks_hit",
-          "spfcore_blocks_stored", "spfcore_request_finished", "spfcore_blocks_evicted",
-          "spfcore_score_blocks", "spfcore_admit_blocks", "spfcore_choose_victims",
-          "spfcore_rescore_keys", "spfcore_prefetch_hints", "spfcore_future_requests")
+
 
 
 class ExpectedUtilityPolicy:
@@ -391,7 +389,7 @@ class ExpectedUtilityPolicy:
         self.params = params or ExpectedUtilityParams()
         self.impl = VARIANTS[self.params.variant](self.params)
         self.capabilities = self.impl.capabilities
-        for hook in _HOOKS:
+        for hook in HOOK_NAMES:
             fn = getattr(self.impl, hook, None)
             if fn is not None:
                 setattr(self, hook, fn)
