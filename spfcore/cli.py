@@ -8,11 +8,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+import attrs
 import click
 from rich.table import Table
 
 from spfcore import registry
 from spfcore.report import make_console
+from spfcore.workloads import synth
 
 
 @click.group()
@@ -93,22 +95,26 @@ def results_page(files, title, output, include) -> None:
         click.echo(text, nl=False)
 
 
+#: make-trace's defaults: the trace shape's own (spfcore.workloads.synth.TraceShape), never restated.
+_SHAPE = {f.name: f.default for f in attrs.fields(synth.TraceShape)}
+
+
 @main.command("make-trace")
 @click.argument("output", type=click.Path(dir_okay=False))
 @click.option("--requests", "-n", type=click.IntRange(min=0), required=True, help="Requests to write.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed (same seed and shape: same bytes).")
-@click.option("--sessions", type=click.IntRange(min=1), default=256, show_default=True,
+@click.option("--sessions", type=click.IntRange(min=1), default=_SHAPE["sessions"], show_default=True,
               help="Conversations open at once.")
-@click.option("--mean-turns", type=click.FloatRange(min=1), default=2.0, show_default=True,
+@click.option("--mean-turns", type=click.FloatRange(min=1), default=_SHAPE["mean_turns"], show_default=True,
               help="Mean turns per conversation.")
-@click.option("--system-prompts", type=click.IntRange(min=1), default=64, show_default=True,
+@click.option("--system-prompts", type=click.IntRange(min=1), default=_SHAPE["system_prompts"], show_default=True,
               help="Distinct system prompts (Zipf popularity).")
-@click.option("--zipf-alpha", type=click.FloatRange(min=0), default=1.1, show_default=True,
+@click.option("--zipf-alpha", type=click.FloatRange(min=0), default=_SHAPE["zipf_alpha"], show_default=True,
               help="Zipf exponent of system-prompt popularity.")
-@click.option("--output-tokens", type=click.FloatRange(min=1), default=300.0, show_default=True,
+@click.option("--output-tokens", type=click.FloatRange(min=1), default=_SHAPE["output_tokens"], show_default=True,
               help="Median answer length, tokens.")
-@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=3.4, show_default=True,
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=_SHAPE["rate"], show_default=True,
               help="Mean arrivals per second (Poisson).")
 def make_trace(output, requests, seed, sessions, mean_turns, system_prompts, zipf_alpha, output_tokens,
                rate) -> None:
@@ -116,8 +122,6 @@ def make_trace(output, requests, seed, sessions, mean_turns, system_prompts, zip
     conversation trace (sessions with growing shared prefixes, Zipf-popular
     system prompts, Poisson timestamps) to OUTPUT, streamed and atomically:
     memory does not grow with --requests (10M requests are fine)."""
-    from spfcore.workloads import synth
-
     try:
         shape = synth.TraceShape(sessions=sessions, mean_turns=mean_turns, system_prompts=system_prompts,
                                  zipf_alpha=zipf_alpha, output_tokens=output_tokens, rate=rate)
