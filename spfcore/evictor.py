@@ -10,7 +10,10 @@ handed out. Victims are taken in this order:
    1 = admitted, 2 = pinned.
 
 With no score, admission or victim hook the order is plain release order
-(vLLM's LRU) kept in an ``OrderedDict`` (O(1) per operation). Otherwise the
+(vLLM's LRU) kept in an ``OrderedDict`` (O(1) per operation). In
+policy-ordered mode (an ``evict`` callback: the policy implements
+``spfcore_evict_blocks``) the evictor keeps the same dict as a plain set of
+the free cached blocks and the policy names the victims from its own order. Otherwise the
 free cached blocks are grouped by ``(tier, value)``: per tier a binary heap of
 the distinct values (lazy deletion of emptied groups), and per value the
 blocks sorted by release order (two parallel lists: orders, ids). Policies
@@ -28,7 +31,8 @@ import heapq
 import math
 from bisect import bisect_left
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
 from numbers import Integral
 
 from spfcore.views import NEVER_ARRIVAL
@@ -40,6 +44,8 @@ ScoreCols = tuple
 ScoreFn = Callable[[Sequence[int], float], "ScoreCols | None"]
 AdmitFn = Callable[[Sequence[int], float], "Sequence[bool] | None"]
 ChooseFn = Callable[[Sequence[int], int, float], "Sequence[int] | None"]
+#: ``evict(n, free, now)`` -> ``n`` distinct ids of free cached blocks (policy-ordered mode).
+EvictFn = Callable[[int, "Mapping[int, None]", float], Sequence[int]]
 
 
 def _at_most(heap: list, clock) -> list:
@@ -70,12 +76,16 @@ class Evictor:
             (value 0, no expiry, no pin: release order).
         admit: ``admit(ids, now)`` -> one bool per id, or None (admit all).
         choose: ``choose(candidate_ids, n, now)`` -> n indices, or None.
+        evict: ``evict(n, free, now)`` -> ``n`` distinct ids of free cached
+            blocks: policy-ordered mode (``free`` a read-only mapping whose
+            keys are those ids). Excludes ``score``, ``admit`` and ``choose``.
         pin_cap_fraction: Most pinned free blocks, as a share of ``num_blocks``
             (0..1). Pins beyond the cap are refused (the block keeps its value,
             unpinned).
 
     Raises:
-        ValueError: on a bad ``pin_cap_fraction``.
+        ValueError: on a bad ``pin_cap_fraction``, or ``evict`` given with
+            another hook.
     """
 
     def __init__(
@@ -85,15 +95,22 @@ class Evictor:
         score: ScoreFn | None = None,
         admit: AdmitFn | None = None,
         choose: ChooseFn | None = None,
+        evict: EvictFn | None = None,
         pin_cap_fraction: float = 0.5,
     ) -> None:
         if not 0.0 <= pin_cap_fraction <= 1.0:
             raise ValueError(f"pin_cap_fraction must be in [0, 1], got {pin_cap_fraction}")
-        self._score, self._admit, self._choose = score, admit, choose
-        self.fifo = score is None and admit is None and choose is None
+        self._score, self._admit, self._choose, self._evict = score, admit, choose, evict
+        # _flat: free cached blocks in the dict ``_lru`` (release order), no scored order
+        self._flat = score is None and admit is None and choose is None
+        if evict is not None and not self._flat:
+            raise ValueError("policy-ordered mode (evict) excludes score, admit and choose")
+        self.fifo = self._flat and evict is None
+        self.ordered = evict is not None
         self.pin_cap = int(pin_cap_fraction * num_blocks)
         self._hashless: deque[int] = deque()
-        self._lru: OrderedDict[int, None] = OrderedDict()  # fifo mode
+        self._lru: OrderedDict[int, None] = OrderedDict()  # fifo and policy-ordered modes
+        self._free_view = MappingProxyType(self._lru)  # what an ordered policy sees
         # scored mode: id -> [tier, value, order, version]. Eviction order, per
         # heap tier (2 if pinned else tier): value -> group ``(orders, ids)``,
         # two parallel lists sorted by release order, and a heap of the values
@@ -117,15 +134,15 @@ class Evictor:
 
     # ------------------------------------------------------------ queries
     def __len__(self) -> int:
-        return len(self._hashless) + (len(self._lru) if self.fifo else len(self._entry))
+        return len(self._hashless) + (len(self._lru) if self._flat else len(self._entry))
 
     def __contains__(self, block_id: int) -> bool:
         # O(1) cached lookup first; the hashless deque is short once the cache warms up
-        return block_id in (self._lru if self.fifo else self._entry) or block_id in self._hashless
+        return block_id in (self._lru if self._flat else self._entry) or block_id in self._hashless
 
     def free_ids(self) -> list[int]:
         """All free block ids, hashless first then cached in no fixed order."""
-        return list(self._hashless) + list(self._lru if self.fifo else self._entry)
+        return list(self._hashless) + list(self._lru if self._flat else self._entry)
 
     @property
     def num_pinned(self) -> int:
@@ -158,7 +175,7 @@ class Evictor:
     def push_cached(self, ids: Sequence[int], now: float) -> None:
         """Add cached blocks whose ref count reached 0, in release order
         (vLLM ``append_n``: a finished request's deepest block first)."""
-        if self.fifo:
+        if self._flat:
             for i in ids:
                 self._lru[i] = None
             return
@@ -175,8 +192,11 @@ class Evictor:
         """Pin free cached blocks until an arrival index (prefetch hints).
 
         Returns:
-            Number of blocks pinned (refused beyond the cap, or not free).
+            Number of blocks pinned (refused beyond the cap, or not free;
+            always 0 in policy-ordered mode, where the policy orders blocks itself).
         """
+        if self.ordered:
+            return 0
         if self.fifo:
             raise RuntimeError("pin() needs a scored evictor; the policy implements no decision hook")
         entry, pinned = self._entry, self._pinned
@@ -328,7 +348,7 @@ class Evictor:
         Raises:
             KeyError: if the block is not free.
         """
-        if self.fifo:
+        if self._flat:
             try:
                 del self._lru[block_id]
                 return
@@ -371,7 +391,7 @@ class Evictor:
         """Score the free ones of ``ids`` (in order, duplicates dropped) and
         return a plan for :meth:`commit` (``None``: nothing to do). Changes
         nothing; raises whatever the score hook raises."""
-        if self.fifo:
+        if self._flat:
             return None
         entry = self._entry
         ids = [i for i in dict.fromkeys(ids) if i in entry]
@@ -384,7 +404,7 @@ class Evictor:
         """Like :meth:`plan_rescore` for the blocks whose score expired by
         ``now`` / ``arrival`` (earliest expiry first, then insertion order).
         Changes nothing."""
-        if self.fifo or (not self._exp_t and not self._exp_a):
+        if self._flat or (not self._exp_t and not self._exp_a):
             return None
         entry = self._entry
         due: dict[int, None] = {}
@@ -434,7 +454,7 @@ class Evictor:
         if n > len(self):
             raise ValueError(f"cannot take {n} blocks: only {len(self)} free")
         hl = self._hashless
-        if not self.fifo and n > len(hl):  # before taking anything: a failing score hook takes nothing
+        if not self._flat and n > len(hl):  # before taking anything: a failing score hook takes nothing
             ea, et = self._exp_a, self._exp_t
             if (ea and ea[0] <= arrival) or (et and et[0] <= now):  # else rescore_expired does nothing
                 self.rescore_expired(now, arrival)
@@ -449,6 +469,22 @@ class Evictor:
         if self.fifo:
             pop = self._lru.popitem
             out.extend(pop(last=False)[0] for _ in range(need))
+            self._popped = (out, nh, None)
+            return out
+        if self.ordered:
+            lru = self._lru
+            try:
+                got = self._evict(need, self._free_view, now)
+                got = got.tolist() if hasattr(got, "tolist") else list(got)
+                if (len(got) != need or len(set(got)) != need
+                        or not all(isinstance(i, Integral) and i in lru for i in got)):
+                    raise ValueError(f"evict_blocks returned {got!r:.200}: need {need} distinct free cached block ids")
+            except BaseException:  # a failed choice takes nothing: every block stays free
+                self._hashless.extendleft(reversed(out))
+                raise
+            for i in got:
+                del lru[i]
+            out += [int(i) for i in got]
             self._popped = (out, nh, None)
             return out
         entry = self._entry
@@ -500,7 +536,7 @@ class Evictor:
         self._popped = None
         out, nh, cached = rec
         taken = out[nh:]
-        if self.fifo:
+        if self._flat:
             lru = self._lru
             for i in reversed(taken):
                 lru[i] = None

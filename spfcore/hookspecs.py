@@ -37,7 +37,7 @@ Tests can call hooks directly with ``BlockBatch.of([BlockView(...), ...])``.
   as the cap on pinned free blocks (default 0.5).
 
 Observation hooks are called on every registered plugin. Decision hooks
-(score, admit, choose victims, prefetch) are ``firstresult``: the run's single
+(score, admit, choose victims, evict blocks, prefetch) are ``firstresult``: the run's single
 selected policy answers, and ``None`` means "use the default".
 """
 
@@ -203,6 +203,43 @@ def spfcore_choose_victims(candidates, n, now):
     Returns:
         ``n`` distinct indices into ``candidates`` (a sequence of ``int`` or an
         integer numpy array), or ``None`` for the first ``n``.
+    """
+
+
+@hookspec(firstresult=True)
+def spfcore_evict_blocks(n, free, now):
+    """Policy-ordered mode: the policy keeps its own eviction order and names
+    the victims, as libCacheSim's ``evict`` does (ARC's adaptive target,
+    S3-FIFO's queues, LIRS's stack: orders a score cannot express).
+
+    A policy that implements this hook runs in policy-ordered mode: the
+    evictor keeps no order of its own and never calls
+    :func:`spfcore_score_blocks`, :func:`spfcore_admit_blocks` or
+    :func:`spfcore_choose_victims` (a policy implementing one of them as well
+    is refused when it is loaded), and prefetch hints pin nothing. The policy
+    learns what is cached from :func:`spfcore_blocks_stored` (physical ids in
+    ``blocks.ids``), :func:`spfcore_blocks_hit` and its own answers here, and
+    must keep its order itself. Hashless free blocks are still reused first;
+    this hook is called once per allocation that needs cached victims, in
+    the simulator and in the engine alike (both allocate through
+    :meth:`spfcore.runtime.PolicyRuntime.evict`).
+
+    :func:`spfcore_choose_victims` is a different thing: a re-ranking of the
+    ``4 * n`` lowest blocks of the score order, for policies that score.
+
+    Args:
+        n: Cached blocks to evict (1 <= n <= ``len(free)``).
+        free: Read-only set of the physical ids of the free cached blocks
+            (ref count 0): ``i in free`` (O(1)) and ``len(free)``. Only these
+            may be named; a block a request holds is not in it.
+        now: seconds.
+
+    Returns:
+        ``n`` distinct physical block ids, each in ``free``, in eviction
+        order (a sequence of ``int`` or an integer numpy array). Anything
+        else raises :class:`spfcore.runtime.PolicyError`. Prefix-aware
+        policies name a chain's tail before its head (a block whose child is
+        cached can never be hit through the child once it is gone).
     """
 
 

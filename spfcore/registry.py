@@ -33,7 +33,7 @@ from spfcore.hookspecs import PROJECT
 BUILTIN_DIST = "spfcore"
 
 GROUP = "spfcore.policies"
-CAPABILITIES = frozenset({"needs-future", "admission", "sessions", "prefetch", "scoring", "pins"})
+CAPABILITIES = frozenset({"needs-future", "admission", "sessions", "prefetch", "scoring", "pins", "ordered"})
 
 
 class PolicyConfigError(ValueError):
@@ -144,6 +144,9 @@ def _validate(cls) -> tuple[tuple, tuple]:
     pm.register(instance, name=cls.name)
     pm.check_pending()  # hookimpls that match no hookspec
     hooks = tuple(sorted(h.name for h in pm.get_hookcallers(instance) or ()))
+    mixed = {"spfcore_score_blocks", "spfcore_admit_blocks", "spfcore_choose_victims"}.intersection(hooks)
+    if "spfcore_evict_blocks" in hooks and mixed:
+        raise TypeError(f"spfcore_evict_blocks (policy-ordered mode) excludes {sorted(mixed)}: implement one mode")
     return hooks, tuple(sorted(cls.capabilities))
 
 

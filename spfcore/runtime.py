@@ -310,7 +310,28 @@ class PolicyRuntime:
                                              and 0 <= k < len(ids) for k in idx) or len(set(idx)) != n):
                     raise _bad(self.policy_name, hook, f"{idx!r}: need {n} distinct int indices < {len(ids)}")
                 return [int(k) for k in idx]
-        self.evictor = Evictor(num_blocks, score=score, admit=admit, choose=choose,
+        evict = None
+        if self._has["spfcore_evict_blocks"]:  # policy-ordered mode (hookspecs.spfcore_evict_blocks)
+            if score or admit or choose:
+                raise PolicyError(f"policy {policy_name!r} implements spfcore_evict_blocks (policy-ordered mode) "
+                                  "and a score, admit or choose_victims hook: implement one mode",
+                                  policy=policy_name, hook="spfcore_evict_blocks")
+
+            def evict(n, free, now):
+                hook = "spfcore_evict_blocks"
+                res = self._call(hook, None, n=n, free=free, now=now)
+                try:
+                    if res is None or isinstance(res, (str, bytes, Mapping)):
+                        raise TypeError(type(res).__name__)
+                    ids = res.tolist() if isinstance(res, np.ndarray) else list(res)
+                except TypeError:
+                    raise _bad(self.policy_name, hook, f"{res!r:.80}: need a sequence of {n} block ids") from None
+                if (len(ids) != n or len(set(ids)) != n
+                        or not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) and i in free
+                                   for i in ids)):
+                    raise _bad(self.policy_name, hook, f"{ids!r:.200}: need {n} distinct ids of free cached blocks")
+                return [int(i) for i in ids]
+        self.evictor = Evictor(num_blocks, score=score, admit=admit, choose=choose, evict=evict,
                                pin_cap_fraction=pin_cap_fraction)
         self._call("spfcore_cache_configured", None, num_blocks=num_blocks, block_size=block_size)
 

@@ -1,0 +1,104 @@
+"""ARC (Megiddo and Modha, FAST 2003, "ARC: a self-tuning, low overhead
+replacement cache"), as libCacheSim's ``ARC.c``.
+
+Two LRU lists of resident blocks, T1 (seen once) and T2 (seen again), two
+ghost lists of evicted block hashes, B1 and B2, and an adaptive target ``p``
+for T1's size: a miss on a B1 ghost grows ``p`` by ``max(|B2|/|B1|, 1)``, a
+miss on a B2 ghost shrinks it by ``max(|B1|/|B2|, 1)``; the victim is T1's
+LRU block when ``|T1| > p`` (or ``== p`` on a B2 ghost hit), else T2's.
+
+libCacheSim's variant, matched here: the ghost lists are trimmed only when
+a victim is needed (the paper's case IV trims on every miss), ``p`` is a
+float, and when ``|T1| + |B1|`` reaches the capacity with B1 empty, T1's LRU
+block is evicted without leaving a ghost.
+
+Chains: hit blocks are moved to T2's MRU end deepest first, new blocks
+inserted deepest first; a ghost hit counts for each block of the request
+that misses on a ghost (a request may adapt ``p`` several times). The LRU
+end of a list is its first evictable block; if a list has none the other
+list gives the victim.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from spfcore_classic._base import ClassicPolicy
+
+
+class ARC(ClassicPolicy):
+    """ARC: adaptive balance of recency (T1) and frequency (T2) with ghost lists (no parameters)."""
+
+    name = "arc"
+
+    def configure(self, capacity):
+        self.t1: OrderedDict[int, None] = OrderedDict()  # first = LRU end
+        self.t2: OrderedDict[int, None] = OrderedDict()
+        self.b1: OrderedDict[object, None] = OrderedDict()
+        self.b2: OrderedDict[object, None] = OrderedDict()
+        self.p = 0.0
+        self.ghost_hit = 0  # 1 or 2: this request missed on a B1 / B2 ghost
+        self.from_ghost: set = set()
+
+    def on_hit(self, i):
+        if i in self.t1:
+            del self.t1[i]
+            self.t2[i] = None
+        else:
+            self.t2.move_to_end(i)
+
+    def on_miss(self, keys):
+        self.ghost_hit = 0
+        self.from_ghost.clear()
+        b1, b2, c = self.b1, self.b2, self.capacity
+        for k in keys:
+            if k in b1:
+                self.p = min(self.p + max(len(b2) / len(b1), 1), c)
+                del b1[k]
+                self.ghost_hit = 1
+                self.from_ghost.add(k)
+            elif k in b2:
+                self.p = max(self.p - max(len(b1) / len(b2), 1), 0)
+                del b2[k]
+                self.ghost_hit = 2
+                self.from_ghost.add(k)
+
+    def on_insert(self, i, key, depth):
+        if key in self.from_ghost:
+            self.from_ghost.discard(key)
+            self.t2[i] = None
+        else:
+            self.t1[i] = None
+
+    def victim(self):
+        if self.ghost_hit:
+            return self._replace()
+        t1, b1, c = self.t1, self.b1, self.capacity
+        if len(t1) + len(b1) + 1 > c:
+            if b1:
+                b1.popitem(last=False)
+                return self._replace()
+            return self._take(t1, self.t2, None)
+        if len(t1) + len(b1) + len(self.t2) + len(self.b2) >= 2 * c and self.b2:
+            self.b2.popitem(last=False)
+        return self._replace()
+
+    def _replace(self):
+        t1, t2, p = self.t1, self.t2, self.p
+        if (t1 and (len(t1) > p or (len(t1) == p and self.ghost_hit == 2))) or not t2:
+            return self._take(t1, t2, self.b1)
+        return self._take(t2, t1, self.b2)
+
+    def _take(self, first, other, ghost):
+        """Evict the LRU evictable block of ``first`` (else of ``other``), leaving
+        its hash in the ghost list of the list it came from (``ghost`` None: no ghost)."""
+        ok = self.evictable
+        i = self.first_evictable(first, ok)
+        if i is None:
+            i = self.first_evictable(other, ok)
+            first = other
+            ghost = None if ghost is None else (self.b1 if other is self.t1 else self.b2)
+        del first[i]
+        if ghost is not None:
+            ghost[self.key[i]] = None
+        return i

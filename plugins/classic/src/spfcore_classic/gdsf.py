@@ -1,0 +1,69 @@
+"""GDSF (Cherkasova, HP Labs 1998, "Improving WWW proxies performance with
+Greedy-Dual-Size-Frequency caching policy"), as libCacheSim's ``GDSF.cpp``.
+
+Each block has the priority ``L + frequency * 1e6 / size`` (size 1: every
+block holds the same tokens), set when it is stored (frequency 1) or hit
+(frequency + 1); the lowest priority is evicted and ``L`` becomes its
+priority (the dynamic aging that lets old popular blocks go). Ties go to
+the block stored or hit at the earlier request. With equal sizes GDSF is
+LFU with dynamic aging (LFU-DA, Arlitt et al. 2000).
+
+Chains: ties within a request go to the deeper block, so a chain's tail
+leaves first; an unevictable lowest block is skipped for the next lowest.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from spfcore_classic._base import ClassicPolicy
+
+
+class GDSF(ClassicPolicy):
+    """GDSF / LFU-DA: lowest ``L + frequency`` first, with aging ``L`` (no parameters)."""
+
+    name = "gdsf"
+
+    def configure(self, capacity):
+        self.L = 0.0
+        self.freq: dict[int, int] = {}
+        self.entry: dict[int, tuple] = {}  # id -> its live heap entry
+        self.heap: list[tuple] = []
+        self.depth: dict[int, int] = {}
+
+    def _push(self, i):
+        e = (self.L + self.freq[i] * 1.0e6, self.n_req, -self.depth[i], i)
+        self.entry[i] = e
+        heapq.heappush(self.heap, e)
+
+    def on_hit(self, i):
+        self.freq[i] += 1
+        self._push(i)
+
+    def on_miss(self, keys):
+        pass
+
+    def on_insert(self, i, key, depth):
+        self.freq[i] = 1
+        self.depth[i] = depth
+        self._push(i)
+
+    def victim(self):
+        heap, entry, ok = self.heap, self.entry, self.evictable
+        skipped = []
+        while True:
+            e = heapq.heappop(heap)
+            i = e[3]
+            if entry.get(i) is not e:
+                continue  # stale
+            if ok(i):
+                break
+            skipped.append(e)
+        for s in skipped:
+            heapq.heappush(heap, s)
+        self.L = e[0]
+        del entry[i], self.freq[i], self.depth[i]
+        if len(heap) > 2 * len(entry) + 1024:  # drop stale entries
+            self.heap = [x for x in heap if entry.get(x[3]) is x]
+            heapq.heapify(self.heap)
+        return i

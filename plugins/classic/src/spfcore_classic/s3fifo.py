@@ -1,0 +1,131 @@
+"""S3-FIFO (Yang et al., SOSP 2023, "FIFO queues are all you need for cache
+eviction"), as libCacheSim's ``S3FIFO.c``.
+
+A small FIFO queue (10% of the blocks) takes new blocks; a main FIFO queue
+(the rest) takes blocks hit at least ``move_to_main_threshold`` times while
+in the small queue, and blocks whose hash is found in the ghost FIFO (90% of
+the blocks' worth of hashes evicted from the small queue). Each hit adds one
+to a block's count; the main queue re-inserts a block whose count is
+positive with ``min(count, 3) - 1`` (a FIFO with reinsertion) and evicts the
+first whose count is 0. The main queue is evicted from when it holds more
+than its share or the small queue is empty.
+
+libCacheSim's variant, matched here: a block moved from the small to the
+main queue starts there with count 0; queue sizes are truncated
+(``int(0.1 * capacity)``). Capacities below 20 blocks make libCacheSim refuse
+one-block objects (the small queue must be larger than an object).
+
+Chains: blocks enter deepest first; a hit counts for every hit block; the
+queues' ends are their first evictable blocks (blocks in use or with cached
+children stay where they are).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import attrs
+from attrs import validators as v
+
+from spfcore_classic._base import ClassicPolicy, fifo_add
+
+
+@attrs.frozen
+class S3FIFOParams:
+    """Parameters of ``s3fifo`` (libCacheSim's defaults).
+
+    Attributes:
+        small_size_ratio: Small queue share of the blocks (0 < x < 1).
+        ghost_size_ratio: Ghost entries (evicted block hashes) as a share of the blocks (>= 0).
+        move_to_main_threshold: Hits in the small queue that send a block to the main queue (int >= 1).
+    """
+
+    small_size_ratio: float = attrs.field(default=0.1, validator=[v.gt(0), v.lt(1)])
+    ghost_size_ratio: float = attrs.field(default=0.9, validator=v.ge(0))
+    move_to_main_threshold: int = attrs.field(default=2, validator=[v.instance_of(int), v.ge(1)])
+
+
+class S3FIFO(ClassicPolicy):
+    """S3-FIFO: small, main and ghost FIFO queues with lazy promotion."""
+
+    name = "s3fifo"
+    Params = S3FIFOParams
+
+    def configure(self, capacity):
+        p = self.params
+        self.small_cap = int(capacity * p.small_size_ratio)
+        self.main_cap = capacity - self.small_cap
+        self.ghost_cap = int(capacity * p.ghost_size_ratio)
+        self.small: OrderedDict[int, None] = OrderedDict()  # first = oldest
+        self.main: OrderedDict[int, None] = OrderedDict()
+        self.ghost: OrderedDict[object, None] = OrderedDict()
+        self.freq: dict[int, int] = {}
+        self.from_ghost: set = set()
+
+    def on_hit(self, i):
+        self.freq[i] += 1
+
+    def on_miss(self, keys):
+        self.from_ghost.clear()
+        ghost = self.ghost
+        for k in keys:
+            if k in ghost:
+                del ghost[k]
+                self.from_ghost.add(k)
+
+    def on_insert(self, i, key, depth):
+        if key in self.from_ghost:
+            self.from_ghost.discard(key)
+            self.main[i] = None
+        else:
+            self.small[i] = None
+        self.freq[i] = 0
+
+    def victim(self):
+        while True:
+            if len(self.main) > self.main_cap or not self.small:
+                i = self._evict_main()
+                if i is not None:
+                    return i
+            i = self._evict_small()
+            if i is not None:
+                return i
+            if not self.small:  # all moved to main: evict from main next
+                continue
+            i = self._evict_main()  # nothing evictable in the small queue
+            if i is not None:
+                return i
+            raise RuntimeError("s3fifo: no evictable block")  # cannot happen: a free leaf exists
+
+    def _evict_small(self):
+        small, main, freq, ok = self.small, self.main, self.freq, self.evictable
+        thr = self.params.move_to_main_threshold
+        while small:
+            i = self.first_evictable(small, ok)
+            if i is None:
+                return None
+            del small[i]
+            if freq[i] >= thr:
+                main[i] = None
+                freq[i] = 0
+            else:
+                del freq[i]
+                if self.ghost_cap:
+                    fifo_add(self.ghost, self.key[i], self.ghost_cap)
+                return i
+        return None
+
+    def _evict_main(self):
+        main, freq, ok = self.main, self.freq, self.evictable
+        while main:
+            i = self.first_evictable(main, ok)
+            if i is None:
+                return None
+            f = freq[i]
+            if f >= 1:
+                main.move_to_end(i)
+                freq[i] = min(f, 3) - 1
+            else:
+                del main[i], freq[i]
+                return i
+        return None

@@ -1,0 +1,68 @@
+"""SIEVE (Zhang et al., NSDI 2024, "SIEVE is simpler than LRU"), as
+libCacheSim's ``Sieve.c``.
+
+One FIFO queue, newest at the head, a visited bit per block and a hand that
+walks from the tail towards the head: a visited block is spared (bit cleared),
+the first unvisited one is evicted and the hand stays where it stopped.
+Chains: a request's new blocks enter the queue deepest first (the head of the
+chain nearest the queue's head); a hit sets the bits of all hit blocks; the
+hand walks past blocks that are not evictable (in use, or a parent of a cached
+block) without clearing their bit.
+"""
+
+from __future__ import annotations
+
+from spfcore_classic._base import ClassicPolicy
+
+
+class Sieve(ClassicPolicy):
+    """SIEVE: FIFO queue with a visited bit and a moving hand (no parameters)."""
+
+    name = "sieve"
+
+    def configure(self, capacity):
+        self.newer: dict[int, int | None] = {}  # towards the queue head (insertion)
+        self.older: dict[int, int | None] = {}
+        self.head = self.tail = self.hand = None
+        self.visited: dict[int, int] = {}
+
+    def on_hit(self, i):
+        self.visited[i] = 1
+
+    def on_miss(self, keys):
+        pass
+
+    def on_insert(self, i, key, depth):
+        self.older[i], self.newer[i] = self.head, None
+        if self.head is not None:
+            self.newer[self.head] = i
+        else:
+            self.tail = i
+        self.head = i
+        self.visited[i] = 0
+
+    def victim(self):
+        visited, newer, ok = self.visited, self.newer, self.evictable
+        obj = self.hand if self.hand is not None else self.tail
+        while True:
+            if ok(obj):
+                if not visited[obj]:
+                    break
+                visited[obj] = 0
+            nxt = newer[obj]
+            obj = nxt if nxt is not None else self.tail
+        self.hand = newer[obj]
+        self._unlink(obj)
+        return obj
+
+    def _unlink(self, i):
+        o, n = self.older.pop(i), self.newer.pop(i)
+        del self.visited[i]
+        if o is not None:
+            self.newer[o] = n
+        else:
+            self.tail = n
+        if n is not None:
+            self.older[n] = o
+        else:
+            self.head = o

@@ -1,0 +1,87 @@
+"""2Q (Johnson and Shasha, VLDB 1994, "2Q: a low overhead high performance
+buffer management replacement algorithm"), as libCacheSim's ``TwoQ.c``.
+
+New blocks enter A1in, a FIFO of 25% of the blocks; blocks evicted from it
+leave their hash in A1out, a FIFO of hashes (50% of the blocks); a miss on a
+hash in A1out enters Am, an LRU of the rest. A hit in A1in changes nothing, a
+hit in Am moves the block to its MRU end. A1in gives the victim while it
+holds more than its share, else Am's LRU block does.
+
+Chains: blocks enter deepest first, hits are applied deepest first; the
+queues' ends are their first evictable blocks, and a queue with none leaves
+the victim to the other.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import attrs
+from attrs import validators as v
+
+from spfcore_classic._base import ClassicPolicy, fifo_add
+
+
+@attrs.frozen
+class TwoQParams:
+    """Parameters of ``twoq`` (libCacheSim's defaults).
+
+    Attributes:
+        a_in_size_ratio: A1in (FIFO of new blocks) share of the blocks (0 < x < 1).
+        a_out_size_ratio: A1out (ghost FIFO of hashes) entries as a share of the blocks (>= 0).
+    """
+
+    a_in_size_ratio: float = attrs.field(default=0.25, validator=[v.gt(0), v.lt(1)])
+    a_out_size_ratio: float = attrs.field(default=0.5, validator=v.ge(0))
+
+
+class TwoQ(ClassicPolicy):
+    """2Q: FIFO A1in, ghost A1out, LRU Am."""
+
+    name = "twoq"
+    Params = TwoQParams
+
+    def configure(self, capacity):
+        self.ain_cap = int(capacity * self.params.a_in_size_ratio)
+        self.aout_cap = int(capacity * self.params.a_out_size_ratio)
+        self.ain: OrderedDict[int, None] = OrderedDict()   # first = oldest
+        self.aout: OrderedDict[object, None] = OrderedDict()
+        self.am: OrderedDict[int, None] = OrderedDict()    # first = LRU end
+        self.from_ghost: set = set()
+
+    def on_hit(self, i):
+        if i in self.am:
+            self.am.move_to_end(i)
+
+    def on_miss(self, keys):
+        self.from_ghost.clear()
+        aout = self.aout
+        for k in keys:
+            if k in aout:
+                del aout[k]
+                self.from_ghost.add(k)
+
+    def on_insert(self, i, key, depth):
+        if key in self.from_ghost:
+            self.from_ghost.discard(key)
+            self.am[i] = None
+        else:
+            self.ain[i] = None
+
+    def victim(self):
+        ok = self.evictable
+        if len(self.ain) > self.ain_cap:
+            i = self.first_evictable(self.ain, ok)
+            if i is not None:
+                return self._from_ain(i)
+        i = self.first_evictable(self.am, ok)
+        if i is not None:
+            del self.am[i]
+            return i
+        return self._from_ain(self.first_evictable(self.ain, ok))
+
+    def _from_ain(self, i):
+        del self.ain[i]
+        if self.aout_cap:
+            fifo_add(self.aout, self.key[i], self.aout_cap)
+        return i
