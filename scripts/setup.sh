@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=.venv
-PLUGINS=(plugins/session_ttl plugins/frequency plugins/spf_expected_utility plugins/belady_oracle)
+PLUGINS=(plugins/session_ttl plugins/frequency plugins/spf_expected_utility plugins/belady_oracle plugins/classic)
 stamp_inputs() { cat pyproject.toml scripts/setup.sh "${PLUGINS[@]/%//pyproject.toml}" 2>/dev/null | sha256sum | cut -d' ' -f1; }
 want=$(stamp_inputs)
 if [ -f "$VENV/.spfcore-stamp" ] && [ "$(cat "$VENV/.spfcore-stamp")" = "$want" ]; then

@@ -110,7 +110,6 @@ class Evictor:
         self.pin_cap = int(pin_cap_fraction * num_blocks)
         self._hashless: deque[int] = deque()
         self._lru: OrderedDict[int, None] = OrderedDict()  # fifo and policy-ordered modes
-        self._free_view = MappingProxyType(self._lru)  # what an ordered policy sees
         # scored mode: id -> [tier, value, order, version]. Eviction order, per
         # heap tier (2 if pinned else tier): value -> group ``(orders, ids)``,
         # two parallel lists sorted by release order, and a heap of the values
@@ -474,7 +473,7 @@ class Evictor:
         if self.ordered:
             lru = self._lru
             try:
-                got = self._evict(need, self._free_view, now)
+                got = self._evict(need, MappingProxyType(lru), now)  # read-only view, O(1)
                 got = got.tolist() if hasattr(got, "tolist") else list(got)
                 if (len(got) != need or len(set(got)) != need
                         or not all(isinstance(i, Integral) and i in lru for i in got)):

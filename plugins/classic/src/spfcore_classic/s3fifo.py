@@ -10,8 +10,9 @@ positive with ``min(count, 3) - 1`` (a FIFO with reinsertion) and evicts the
 first whose count is 0. The main queue is evicted from when it holds more
 than its share or the small queue is empty.
 
-libCacheSim's variant, matched here: a block moved from the small to the
-main queue starts there with count 0; queue sizes are truncated
+libCacheSim's variant, matched here: until the first eviction, new blocks
+go to the main queue once the small queue is full; a block moved from the
+small to the main queue starts there with count 0; queue sizes are truncated
 (``int(0.1 * capacity)``). Capacities below 20 blocks make libCacheSim refuse
 one-block objects (the small queue must be larger than an object).
 
@@ -61,6 +62,7 @@ class S3FIFO(ClassicPolicy):
         self.ghost: OrderedDict[object, None] = OrderedDict()
         self.freq: dict[int, int] = {}
         self.from_ghost: set = set()
+        self.has_evicted = False
 
     def on_hit(self, i):
         self.freq[i] += 1
@@ -77,11 +79,14 @@ class S3FIFO(ClassicPolicy):
         if key in self.from_ghost:
             self.from_ghost.discard(key)
             self.main[i] = None
+        elif not self.has_evicted and len(self.small) >= self.small_cap:
+            self.main[i] = None  # warm-up: the small queue is full before the first eviction
         else:
             self.small[i] = None
         self.freq[i] = 0
 
     def victim(self):
+        self.has_evicted = True
         while True:
             if len(self.main) > self.main_cap or not self.small:
                 i = self._evict_main()
