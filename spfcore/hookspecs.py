@@ -30,6 +30,18 @@ Two forms, one contract:
   microsecond each; nothing is built for policies that do not iterate) and
   answer with lists of ``float`` / :class:`~spfcore.views.Score` / ``bool``.
 
+Two ways to decide evictions:
+
+* **Scored** (the default; every shipped arm but the classic ones): the
+  policy scores blocks as they become evictable
+  (:func:`spfcore_score_blocks`, :func:`spfcore_admit_blocks`, optionally a
+  re-ranking by :func:`spfcore_choose_victims`) and the evictor keeps the order.
+* **Policy-ordered** (:func:`spfcore_evict_blocks`): the policy keeps its own
+  order and names the victims at each allocation, as libCacheSim's ``evict``
+  does; for orders a score cannot express (ARC's adaptive target, S3-FIFO's
+  queues, LIRS's stack; the ``spfcore-classic`` plugins). A policy uses one
+  mode, never both.
+
 Tests can call hooks directly with ``BlockBatch.of([BlockView(...), ...])``.
 * A policy is a class registered under the entry-point group
   ``spfcore.policies``; see :mod:`spfcore.registry`. If its ``Params`` has a

@@ -87,20 +87,16 @@ class S3FIFO(ClassicPolicy):
 
     def victim(self):
         self.has_evicted = True
-        while True:
-            if len(self.main) > self.main_cap or not self.small:
-                i = self._evict_main()
-                if i is not None:
-                    return i
-            i = self._evict_small()
+        if len(self.main) > self.main_cap or not self.small:
+            i = self._evict_main()
             if i is not None:
                 return i
-            if not self.small:  # all moved to main: evict from main next
-                continue
-            i = self._evict_main()  # nothing evictable in the small queue
-            if i is not None:
-                return i
-            raise RuntimeError("s3fifo: no evictable block")  # cannot happen: a free leaf exists
+        i = self._evict_small()  # may move every block to the main queue and evict none
+        if i is None:
+            i = self._evict_main()
+        if i is None:  # cannot happen: a free leaf is always resident in one of the queues
+            raise RuntimeError("s3fifo: no evictable block")
+        return i
 
     def _evict_small(self):
         small, main, freq, ok = self.small, self.main, self.freq, self.evictable
