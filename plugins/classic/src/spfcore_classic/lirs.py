@@ -21,7 +21,11 @@ block to the tops of S and Q. Hit counts are therefore close to, not equal to,
 libCacheSim's (the test checks the paper's own example and bounds the gap).
 
 Chains: blocks enter and are touched deepest first; Q's front is its first
-evictable block, and if Q has none, S's bottom-most evictable block goes.
+evictable block, and if Q has none (a request needs more new blocks than Q
+holds, which an object cache never meets), S's bottom-most evictable LIR block
+goes. Such a *borrowed* LIR slot is not refilled by the next new blocks (they
+enter Q as HIR, so the next request evicts them, not more LIR blocks), only
+by a HIR block's promotion, as in the paper.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ class LIRS(ClassicPolicy):
         self.nonres: OrderedDict[object, None] = OrderedDict()  # ghosts in the order they left
         self.from_ghost: dict[object, int] = {}
         self._tokens = count()
+        self.borrowed = 0  # LIR blocks evicted for want of an evictable HIR block, not yet refilled
 
     def _prune(self):
         S, info, lir = self.S, self.info, self.lir
@@ -64,6 +69,7 @@ class LIRS(ClassicPolicy):
 
     def _demote_excess(self):
         S, info, lir = self.S, self.info, self.lir
+        self.borrowed = min(self.borrowed, max(0, self.lir_cap - len(lir)))  # promotions refill borrowed slots
         while len(lir) > self.lir_cap:
             t = next(iter(S))  # pruned: the bottom is LIR
             i = info[t][1]
@@ -110,7 +116,7 @@ class LIRS(ClassicPolicy):
             self.info[t] = [key, i]
             self.tok[i] = t
             self.S[t] = None
-            if len(self.lir) < self.lir_cap:
+            if len(self.lir) < self.lir_cap - self.borrowed:
                 self.lir.add(i)
             else:
                 self.Q[i] = None
@@ -131,6 +137,7 @@ class LIRS(ClassicPolicy):
         else:  # no evictable resident HIR block: the lowest evictable LIR block
             i = next(self.info[t][1] for t in self.S if (j := self.info[t][1]) is not None and ok(j))
             self.lir.discard(i)
+            self.borrowed += 1
             self.S.pop(self.tok[i])
         t = self.tok.pop(i)
         k = self.info[t][0]
