@@ -68,3 +68,10 @@ def test_mixed_modes_are_refused():
         _rt(Both())
     with pytest.raises(ValueError):
         Evictor(4, score=lambda ids, now: None, evict=lambda n, free, now: [])
+
+
+def test_replay_objects_refuses_bad_sizes():
+    with pytest.raises(ValueError, match="capacity"):
+        replay_objects([1], "lru", 0)
+    with pytest.raises(ValueError, match="runtime has 4 blocks"):
+        replay_objects([1], _rt(NewestFirst()), 5)

@@ -17,7 +17,7 @@ from spfcore.sim.objects import replay_objects
 
 lcs = pytest.importorskip("libcachesim")
 
-EXACT = {"arc": "ARC", "s3fifo": "S3FIFO", "sieve": "Sieve", "twoq": "TwoQ"}
+EXACT = {"arc": "ARC", "s3fifo": "S3FIFO", "sieve": "Sieve", "twoq": "TwoQ", "lru": "LRU"}  # lru: the replay itself
 CLOSE = {"gdsf": "GDSF", "lirs": "LIRS"}
 
 
