@@ -134,7 +134,7 @@ def render(rows: dict, arms: list[str], seeds: list[int]) -> str:
         t2 += f"| {name} | " + " | ".join(cols) + " |\n"
     note = (f"Generators: seeds {seeds[0]}..{seeds[-1]} ({len(seeds)} seeds), means; block size 16, cache "
             "pressure 2.3. Trace: Mooncake conversation, 512 tokens per block; halves from an empty cache.\n")
-    return ("### Block hit rate\n\n" + note + "\n" + t1 + "\n### Share of the LRU→Belady gap closed\n\n"
+    return ("## Every online arm vs Belady (benchmarks/arms_table.py)\n\n### Block hit rate\n\n" + note + "\n" + t1 + "\n### Share of the LRU→Belady gap closed\n\n"
             "(arm − lru) / (belady − lru) on block hit rate; generator rows give the range over seeds; "
             "bold: the best arm of the row.\n\n" + t2)
 

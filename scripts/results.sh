@@ -48,8 +48,14 @@ if [ "${1:-}" != "--sim-only" ]; then
   fi
 fi
 
+# Every online arm, the classic plugins included, vs Belady: generators (seeds 42-44) and both halves
+# of the trace, with the share of the LRU->Belady gap closed (a markdown section of the page).
+.venv/bin/python benchmarks/arms_table.py --seeds 42-44 --trace "$TRACE" --output "$D/arms-table.md.tmp" \
+  --json "$D/arms-table.json" && mv "$D/arms-table.md.tmp" "$D/arms-table.md"
+
 gates=$(ls "$D"/gate-*/results.json 2>/dev/null || true)
 inc=()
-[ -f "$D/overhead-cpu.txt" ] && inc=(--include "$D/overhead-cpu.txt")
+[ -f "$D/arms-table.md" ] && inc+=(--include "$D/arms-table.md")
+[ -f "$D/overhead-cpu.txt" ] && inc+=(--include "$D/overhead-cpu.txt")
 "$S" results-page "$D"/sim-*.json $gates "${inc[@]}" --title "spfcore results" --output docs/results.md
 echo "wrote docs/results.md"

@@ -543,7 +543,7 @@ def results_page(paths: Sequence[str | os.PathLike], *, title: str = "spfcore re
     :func:`markdown`; plots linked relative to ``page_dir`` when given). Every
     table names the command that reproduces it. Each ``include`` file (e.g. a
     benchmark's printed figures, the commands that ran it) follows verbatim in
-    a code block under its file name.
+    a code block under its file name; a ``.md`` file follows as markdown, as is.
 
     Raises:
         ResultsError: a file that is neither kind, or a bad gate results file.
@@ -572,6 +572,9 @@ def results_page(paths: Sequence[str | os.PathLike], *, title: str = "spfcore re
             text = Path(p).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise ResultsError(f"{p}: {exc}") from None
+        if Path(p).suffix == ".md":  # a markdown section (e.g. benchmarks/arms_table.py's tables), as is
+            out += ([""] if out[-1] else []) + [text.rstrip("\n"), ""]
+            continue
         out += ([""] if out[-1] else []) + [f"## {Path(p).name}", "", "```text", text.rstrip("\n"), "```", ""]
     return "\n".join(out).rstrip() + "\n"
 
