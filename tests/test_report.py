@@ -206,3 +206,11 @@ def test_results_page_names_output_it_cannot_write(results, tmp_path):
     res = CliRunner().invoke(main, ["results-page", str(src), "-o", str(blocker / "page.md")])
     assert res.exit_code == 1 and res.exception.__class__ is SystemExit
     assert f"--output {blocker / 'page.md'}: cannot write: File exists ({blocker})" in res.output
+
+
+def test_results_page_includes_a_markdown_file_as_markdown(results, tmp_path):
+    p = report.write_results(tmp_path / "results.json", results)
+    (tmp_path / "arms.md").write_text("## Every arm\n\n| a | b |\n|---|---|\n| 1 | 2 |\n", encoding="utf-8")
+    md = report.results_page([p], include=[tmp_path / "arms.md"])
+    assert md.endswith("\n## Every arm\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
+    assert "```text\n## Every arm" not in md
