@@ -13,8 +13,9 @@ entries). The chain mapping, shared by all six:
   :func:`~spfcore.hookspecs.spfcore_evict_blocks`) and no cached block has it
   as parent (a leaf of the cached tree). Where the algorithm's own victim is
   not evictable, the policy walks on in the algorithm's order to the next
-  evictable block (as if the skipped block were still referenced), so a
-  chain's tail always leaves before its head.
+  evictable block; a queue or LRU list moves the skipped block to its
+  newest end (it is in use, or its chain is), so a chain's tail always leaves
+  before its head and a walk costs O(1) amortized.
 
 In the object-cache mode (:func:`spfcore.sim.objects.replay_objects`: each
 request one block at depth 0, every block free at eviction) nothing is ever
@@ -73,10 +74,15 @@ class ClassicPolicy:
 
     @staticmethod
     def first_evictable(order: OrderedDict, ok) -> int | None:
-        """The first id of ``order`` (its eviction end) that ``ok`` accepts, or ``None``."""
-        for i in order:
+        """The first id of ``order`` (its eviction end) that ``ok`` accepts, or
+        ``None`` if none does. Blocks passed over are moved to the other end
+        (treated as just used: a block in use or with a cached child is one),
+        so a walk never meets them again before the rest: O(1) amortized."""
+        for _ in range(len(order)):
+            i = next(iter(order))
             if ok(i):
                 return i
+            order.move_to_end(i)
         return None
 
     # ------------------------------------------------------------ hooks
