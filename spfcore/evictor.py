@@ -10,10 +10,10 @@ handed out. Victims are taken in this order:
    1 = admitted, 2 = pinned.
 
 With no score, admission or victim hook the order is plain release order
-(vLLM's LRU) kept in an ``OrderedDict`` (O(1) per operation). In
+(vLLM's LRU) kept in an ``OrderedDict`` (O(1) per operation); in
 policy-ordered mode (an ``evict`` callback: the policy implements
-``spfcore_evict_blocks``) the evictor keeps the same dict as a plain set of
-the free cached blocks and the policy names the victims from its own order. Otherwise the
+``spfcore_evict_blocks``) the same dict is a plain set of the free cached
+blocks and the policy names the victims from its own order. Otherwise the
 free cached blocks are grouped by ``(tier, value)``: per tier a binary heap of
 the distinct values (lazy deletion of emptied groups), and per value the
 blocks sorted by release order (two parallel lists: orders, ids). Policies
@@ -32,8 +32,8 @@ import math
 from bisect import bisect_left
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from types import MappingProxyType
 from numbers import Integral
+from types import MappingProxyType
 
 from spfcore.views import NEVER_ARRIVAL
 
