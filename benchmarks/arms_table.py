@@ -67,6 +67,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--output", help="write the markdown table here (else stdout)")
     ap.add_argument("--json", help="write the raw numbers here")
+    ap.add_argument("--merge", nargs="+", metavar="JSON",
+                    help="render the tables from --json outputs of earlier runs (e.g. shapes and trace run apart)")
     a = ap.parse_args(argv)
     ok = {p.name for p in registry.discover() if p.status == "ok"}
     arms = [x for x in SHIPPED + CLASSIC if x in ok]
@@ -76,8 +78,15 @@ def main(argv=None) -> int:
         return 2
     seeds = _seeds(a.seeds)
     rows: dict[str, dict] = {}
+    if a.merge:
+        for f in a.merge:
+            rows.update(json.loads(Path(f).read_text()))
+        a.shapes, a.no_trace = "", True
+        got = {k for r in rows.values() for k in r["per_seed"][0]}
+        arms = [x for x in arms if x in got]
+        seeds = next((r["seeds"] for r in rows.values() if r["seeds"]), seeds)
     t0 = time.perf_counter()
-    for shape in a.shapes.split(","):
+    for shape in filter(None, a.shapes.split(",")):
         name, flags = shape, SHAPES[shape]
         gen = "personas" if shape.startswith("personas") else shape
         per_seed = []
