@@ -4,7 +4,11 @@ trace: block hit rate and the share of the LRU->Belady gap each arm closes.
 
     python benchmarks/arms_table.py                       # report part: seeds 42-44, both trace halves
     python benchmarks/arms_table.py --seeds 0-9           # the tuning part of the generators
-    python benchmarks/arms_table.py --output docs/results-classic.md --json docs/results/arms-table.json
+    python benchmarks/arms_table.py --no-trace --json shapes.json &      # two processes, merged after
+    python benchmarks/arms_table.py --shapes '' --json trace.json
+    python benchmarks/arms_table.py --merge shapes.json trace.json --output docs/results/arms-table.md
+
+``scripts/results.sh`` runs it and includes the markdown in docs/results.md.
 
 Simulator, sequential mode (``spfcore.sim.simulate``), each cell from an
 empty cache. Generators: their defaults (docs/design.md §1 scale), block size
