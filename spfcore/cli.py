@@ -27,16 +27,20 @@ def main() -> None:
 @main.command("list-policies")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
 def list_policies(as_json: bool) -> None:
-    """Show the installed policies (entry-point group spfcore.policies)."""
+    """Show the installed policies (entry-point group spfcore.policies).
+
+    --json gives per policy: name, distribution, version, contract (the
+    contract version it declares; null: undeclared), summary, homepage,
+    entry_point, status, hooks, capabilities, parameters, doc."""
     infos = registry.discover()
     if as_json:
         click.echo(json.dumps([p.to_json() for p in infos], indent=2, default=str))
         return
     t = Table(title="spfcore policies")
-    for col in ("name", "distribution", "version", "capabilities", "status"):
+    for col in ("name", "distribution", "version", "contract", "capabilities", "status"):
         t.add_column(col)
     for p in infos:
-        t.add_row(p.name, p.distribution, p.version, ", ".join(p.capabilities) or "-",
+        t.add_row(p.name, p.distribution, p.version, p.contract or "-", ", ".join(p.capabilities) or "-",
                   p.status if p.status == "ok" else f"[red]{p.status}[/red]")
     make_console().print(t)
 
