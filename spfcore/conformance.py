@@ -65,7 +65,6 @@ import sys
 import time
 from collections.abc import Sequence
 
-import attrs
 import pytest
 
 #: One request of a stream: ``(session id or None, block keys)``. Keys are
