@@ -16,7 +16,10 @@ runs vLLM's serve entry point in this process. What spfcore adds:
   beside vLLM's own (:mod:`spfcore.engine.metrics`);
 * for a preset model (default ``tiny``; ``spfcore.engine.presets``): its
   folder, ``--load-format dummy`` (random weights) and
-  ``--skip-tokenizer-init`` (prompts are token ids).
+  ``--skip-tokenizer-init`` (prompts are token ids); on CPU also
+  ``--enforce-eager --block-size 32 --gpu-memory-utilization 0.1`` (CPU
+  attention needs blocks of a multiple of 32 tokens; the flag is the share of
+  the NUMA node's memory reserved). Options given on the command line win.
 
 Policies that need the future request stream (capability ``needs-future``,
 e.g. ``belady_oracle``) cannot serve live traffic and are refused before
@@ -123,7 +126,7 @@ def build_args(model: str | None, policy: str, options: dict[str, str], vllm_arg
         click.UsageError: ``--scheduler-cls`` given (spfcore sets it), or
             vLLM's parser refuses an option.
     """
-    from spfcore.engine.presets import PRESETS, resolve_model
+    from spfcore.engine.presets import PRESETS, model_config, resolve_model
 
     parser, validate = _vllm_parser()
     if _given(vllm_argv, "--scheduler-cls"):
@@ -142,10 +145,18 @@ def build_args(model: str | None, policy: str, options: dict[str, str], vllm_arg
     if model is None or model in PRESETS:
         name, load_format = resolve_model(model)
         defaults = ["--load-format", load_format, "--skip-tokenizer-init"]
+        from vllm.platforms import current_platform
+
+        if current_platform.is_cpu():  # what `spfcore gate` uses there (docs/design.md section 5)
+            defaults += ["--enforce-eager", "--block-size", "32", "--gpu-memory-utilization", "0.1"]
     args = parse([*defaults, *vllm_argv])
     if args.model_tag is not None:
         raise click.UsageError(f"unexpected argument {args.model_tag!r}: give MODEL first, before any option")
     args.model = name
+    blocks, bs = getattr(args, "num_gpu_blocks_override", None), getattr(args, "block_size", None)
+    if blocks and bs and not _given(vllm_argv, "--max-model-len") and (model is None or model in PRESETS):
+        # as the engine runner: vLLM refuses a max_model_len the whole cache cannot hold
+        args.max_model_len = min(int(model_config(model).get("max_position_embeddings", 4096)), (blocks - 1) * bs)
     extra = dict(getattr(args, "additional_config", None) or {})
     extra["spfcore"] = {"policy": policy, "options": dict(options), "metrics": True}
     args.additional_config = extra
