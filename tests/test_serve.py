@@ -318,5 +318,6 @@ def test_raising_policy_keeps_serving(tmp_path):
         assert s.metric("spfcore_policy_active", policy="choose_raises") == 0
         logged = [ln for ln in s.text().splitlines() if "spfcore policy choose_raises failed" in ln]
         assert len(logged) == 1 and "boom: no victim for you" in logged[0], logged
+        assert "spfcore: block pool consistent after the policy fault" in s.text()
     finally:
         assert s.stop() == 0

@@ -356,6 +356,7 @@ class PolicySchedulerMixin:
         self.spf_num_blocks = int(pool.num_gpu_blocks)
         self._spf_metrics = None
         self._spf_fault_kinds: set[tuple] = set()
+        self._spf_check_pending = False
         cfg = served_config(getattr(self.vllm_config, "additional_config", None))
         if cfg is not None:
             self._spf_serve(cfg)
@@ -487,6 +488,7 @@ class PolicySchedulerMixin:
                          fault["policy"], fault["hook"] or "the runtime", fault["where"], fault["error"])
         if self._spf_metrics is not None:
             self._spf_metrics.fault(fault)
+            self._spf_check_pending = True
 
     def _spf_publish(self) -> None:
         q = self.spf_queue
@@ -498,7 +500,18 @@ class PolicySchedulerMixin:
             self._spf_metrics.publish_fail_open(q)
 
     def schedule(self, *args, **kwargs):
-        """vLLM's schedule; then the step's policy metrics (when served with metrics)."""
+        """vLLM's schedule; then the step's policy metrics (when served with
+        metrics). After a policy fault in a served engine, the first call
+        checks vLLM's block pool (:func:`check_block_pool`, between steps)
+        and logs the outcome."""
+        if self._spf_check_pending:
+            self._spf_check_pending = False
+            try:
+                check_block_pool(self)
+            except AssertionError as exc:
+                logger.error("spfcore: after the policy fault, %s", exc)
+            else:
+                logger.info("spfcore: block pool consistent after the policy fault (checked before the next step)")
         out = super().schedule(*args, **kwargs)
         if self._spf_metrics is not None:
             self._spf_publish()
