@@ -134,7 +134,7 @@ class Served:
         return self.proc.returncode
 
 
-def _bench_args(a, base: str, model_dir: Path, seed: int) -> argparse.Namespace:
+def _bench_args(a, base: str, model_dir: Path, seed: int, result: Path) -> argparse.Namespace:
     """vLLM's own ``vllm bench serve`` arguments."""
     from vllm.benchmarks.serve import add_cli_args
 
@@ -151,7 +151,7 @@ def _bench_args(a, base: str, model_dir: Path, seed: int) -> argparse.Namespace:
             "--prefix-repetition-output-len", str(a.output_len), "--num-prompts", str(a.num_prompts),
             "--seed", str(seed), "--request-rate", str(a.request_rate), "--max-concurrency", str(a.max_concurrency),
             "--ignore-eos", "--percentile-metrics", "ttft,tpot,e2el", "--metric-percentiles", "50,95,99",
-            "--disable-tqdm"]
+            "--disable-tqdm", "--save-result", "--result-dir", str(result.parent), "--result-filename", result.name]
     return p.parse_args(argv)
 
 
@@ -166,7 +166,10 @@ def run_one(a, model_dir: Path, arm: str, rep: int, logs: Path) -> dict:
     srv = Served(model_dir, arm, a, logs / f"serve-{arm}-{rep}.log")
     try:
         before = _metrics(srv.base)
-        res = bench_main(_bench_args(a, srv.base, model_dir, a.seed + rep))
+        result = logs / f"bench-{arm}-{rep}.json"
+        res = bench_main(_bench_args(a, srv.base, model_dir, a.seed + rep, result))
+        if not isinstance(res, dict):  # vLLM versions whose main returns nothing: its saved result
+            res = json.loads(result.read_text())
         after = _metrics(srv.base)
     finally:
         rc = srv.stop()

@@ -357,6 +357,7 @@ class PolicySchedulerMixin:
         self._spf_metrics = None
         self._spf_fault_kinds: set[tuple] = set()
         self._spf_check_pending = False
+        self._spf_served = False
         cfg = served_config(getattr(self.vllm_config, "additional_config", None))
         if cfg is not None:
             self._spf_serve(cfg)
@@ -367,6 +368,7 @@ class PolicySchedulerMixin:
         from spfcore import registry
 
         name, options = cfg["policy"], cfg["options"]
+        self._spf_served = True
         info = registry.get(name)
         bs, nb = self.spf_block_size, self.spf_num_blocks
         runtime = self.spf_install(lambda: PolicyRuntime.for_policy(name, nb, bs, options))
@@ -488,7 +490,7 @@ class PolicySchedulerMixin:
                          fault["policy"], fault["hook"] or "the runtime", fault["where"], fault["error"])
         if self._spf_metrics is not None:
             self._spf_metrics.fault(fault)
-            self._spf_check_pending = True
+        self._spf_check_pending = self._spf_served
 
     def _spf_publish(self) -> None:
         q = self.spf_queue
