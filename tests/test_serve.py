@@ -12,7 +12,6 @@ the fault counted and logged once, SIGTERM).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -48,7 +47,14 @@ def test_serve_refuses_before_start(argv, message):
     res = CliRunner().invoke(main, ["serve", *argv])
     assert res.exit_code == 1, res.output
     assert message in res.output
-    assert "vllm" not in sys.modules or "Starting vLLM" not in res.output
+
+
+def test_refusal_comes_before_vllm_is_imported():
+    code = ("import sys; from click.testing import CliRunner; from spfcore.cli import main; "
+            "r = CliRunner().invoke(main, ['serve', '--policy', 'belady_oracle', '--port', '1']); "
+            "print(r.exit_code, 'vllm' in sys.modules, 'prometheus_client' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.split() == ["1", "False", "False"]
 
 
 def test_policy_options_both_spellings():
