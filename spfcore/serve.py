@@ -100,8 +100,10 @@ def _given(argv, flag: str) -> bool:
 
 def _vllm_parser():
     """vLLM's ``vllm serve`` argument parser (module moved between vLLM 0.24 and 0.32)."""
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:  # older vLLM
+        from vllm.utils import FlexibleArgumentParser
     try:
         from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
     except ImportError:  # vLLM 0.24
@@ -150,9 +152,10 @@ def build_args(model: str | None, policy: str, options: dict[str, str], vllm_arg
         if current_platform.is_cpu():  # what `spfcore gate` uses there (docs/design.md section 5)
             defaults += ["--enforce-eager", "--block-size", "32", "--gpu-memory-utilization", "0.1"]
     args = parse([*defaults, *vllm_argv])
-    if args.model_tag is not None:
-        raise click.UsageError(f"unexpected argument {args.model_tag!r}: give MODEL first, before any option")
-    args.model = name
+    late = getattr(args, "model_tag", None)  # vLLM 0.32's parser takes a positional model; 0.24's does not
+    if late is not None:
+        raise click.UsageError(f"unexpected argument {late!r}: give MODEL first, before any option")
+    args.model_tag, args.model = None, name
     blocks, bs = getattr(args, "num_gpu_blocks_override", None), getattr(args, "block_size", None)
     if blocks and bs and not _given(vllm_argv, "--max-model-len") and (model is None or model in PRESETS):
         # as the engine runner: vLLM refuses a max_model_len the whole cache cannot hold
