@@ -7,7 +7,8 @@ start ``spfcore serve`` as a subprocess on the embedded tiny model, twice:
 once with ``spf_expected_utility`` (prefix served from the cache, spfcore
 metrics on ``/metrics``, the start-up line, SIGTERM), once with a policy
 installed for the test whose victim choice raises (every request answered,
-the fault counted and logged once, SIGTERM).
+the fault counted and logged once, SIGTERM). One more engine test runs the
+async scheduler variant in-process.
 """
 
 from __future__ import annotations
@@ -327,3 +328,24 @@ def test_raising_policy_keeps_serving(tmp_path):
         assert "spfcore: block pool consistent after the policy fault" in s.text()
     finally:
         assert s.stop() == 0
+
+
+@pytest.mark.engine
+def test_async_scheduler_variant_keeps_lru_and_the_pool():
+    """PolicyAsyncScheduler (what policy_scheduler builds where vLLM schedules
+    asynchronously, e.g. on GPU) caches exactly what stock vLLM does with lru
+    and keeps vLLM's block pool consistent. vLLM's CPU platform turns async
+    scheduling off, so this drives the async variant's bookkeeping in vLLM's
+    synchronous loop; the overlapped loop itself runs only on GPU."""
+    pytest.importorskip("vllm")
+    from test_engine_adapter import BS, EXPECTED_LRU, NUM_BLOCKS, adapter_workload
+
+    from spfcore.engine.runner import EngineSpec, open_engine
+    from spfcore.engine.vllm_adapter import PolicyAsyncScheduler, check_block_pool
+
+    with open_engine(EngineSpec(block_size=BS, num_blocks=NUM_BLOCKS, async_scheduling=True), "lru") as s:
+        assert type(s.scheduler) is PolicyAsyncScheduler
+        cell = s.run(adapter_workload(), 0)
+        check_block_pool(s.scheduler)
+        assert [r["cached_tokens"] for r in cell["requests"]] == EXPECTED_LRU
+        assert cell["policy_faults"] == 0 and cell["evictions"] > 0
