@@ -50,6 +50,7 @@ class ClassicPolicy:
     """
 
     capabilities = frozenset({"ordered"})
+    contract = "1.1"  # the spfcore contract version this policy is written for (spfcore_evict_blocks)
     Params = NoParams
 
     def __init__(self, params=None) -> None:

@@ -71,6 +71,18 @@ class ARC(ClassicPolicy):
             self.t1[i] = None
 
     def victim(self):
+        i = self._victim()
+        # Directory bound |T1| + |T2| + |B1| + |B2| <= 2c. An object cache never
+        # exceeds it (one ghost in, one out per ghost hit); a request of several
+        # blocks evicts on the ghost-hit path several times, so trim the oldest
+        # ghosts here (B2 first, as the miss path does).
+        b1, b2, over = self.b1, self.b2, len(self.t1) + len(self.t2) + len(self.b1) + len(self.b2) - 2 * self.capacity
+        while over > 0 and (b1 or b2):
+            (b2 if b2 else b1).popitem(last=False)
+            over -= 1
+        return i
+
+    def _victim(self):
         if self.ghost_hit:
             return self._replace()
         t1, b1, c = self.t1, self.b1, self.capacity
