@@ -137,9 +137,12 @@ def make_trace(output, requests, seed, sessions, mean_turns, system_prompts, zip
 # Commands of other areas register here (one line each).
 from spfcore.gate_cli import gate_command  # noqa: E402
 from spfcore.sim.cli import simulate  # noqa: E402
+from spfcore.sweep_cli import sweep_command, sweep_report_command  # noqa: E402
 
 main.add_command(gate_command)
 main.add_command(simulate)
+main.add_command(sweep_command)
+main.add_command(sweep_report_command)
 
 
 if __name__ == "__main__":  # pragma: no cover
