@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from spfcore import registry, sweep
@@ -140,7 +142,7 @@ def sweep_command(folder, policies, blocks, fractions, traces, limit, tokens_per
             bar.update()
             if rec["status"] != "ok":
                 bar.write(f"cell {rec['key']} ({rec['config']['policy']}, {sweep.size_label(rec['config']['size'])}, "
-                          f"seed {rec['config']['seed']}) failed: {rec['cell']['error']['message']}")
+                          f"seed {rec['config']['seed']}) failed: {rec['cell']['error']['message']}", file=sys.stderr)
 
     where = "this process"
     if ray_address is not None:
@@ -153,7 +155,7 @@ def sweep_command(folder, policies, blocks, fractions, traces, limit, tokens_per
         where = f"{workers} local worker processes"
     try:
         n = len(grid.cells())
-        bar = tqdm(total=n, desc="sweep", unit="cell", file=click.get_text_stream("stderr"), dynamic_ncols=True,
+        bar = tqdm(total=n, desc="sweep", unit="cell", file=sys.stderr, dynamic_ncols=True,
                    disable=None)
         out = sweep.run_sweep(grid, folder, workers=workers, ray_address=ray_address,
                               command=command_line(click.get_current_context()), on_cell=progress)
