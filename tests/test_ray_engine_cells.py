@@ -25,7 +25,7 @@ def test_gate_engine_cells_on_ray_actors(tmp_path):
         pytest.skip(f"needs {ARMS} installed (have {sorted(ok)})")
     cfg = GateConfig(workload="personas", workload_flags={"personas": 4, "prefix_tokens": 256, "sessions": 4,
                                                           "turns": 2, "query_tokens": 32, "output_tokens": 2},
-                     arms=ARMS, seeds=(1, 2), block_size=32, cache_pressure=2.3, engine={"model": "tiny"},
+                     arms=ARMS, seeds=(1, 2, 3), block_size=32, cache_pressure=2.3, engine={"model": "tiny"},
                      roles=gate.Roles(candidate="frequency"))
     out = tmp_path / "r.json"
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # a real local Ray cluster
@@ -36,11 +36,11 @@ def test_gate_engine_cells_on_ray_actors(tmp_path):
         again = run_gate(cfg, out, engine_cells=cells, progress=False, plots=False)  # resume: nothing left to run
     finally:
         ray.shutdown()
-    assert [(c["arm"], c["seed"]) for c in res["cells"]] == [(a, s) for a in ARMS for s in (1, 2)]
+    assert [(c["arm"], c["seed"]) for c in res["cells"]] == [(a, s) for a in ARMS for s in (1, 2, 3)]
     assert not [c for c in res["cells"] if c.get("error")], [c["error"] for c in res["cells"] if c.get("error")]
     pids = {c["runner"]["pid"] for c in res["cells"]}
-    assert len(pids) == 2 and os.getpid() not in pids  # two actors, neither the driver
-    for seed in (1, 2):  # one seed, one engine: every arm of a seed measured in the same actor
+    assert len(pids) == 2 and os.getpid() not in pids  # two actors (3 seeds), neither the driver
+    for seed in (1, 2, 3):  # one seed, one engine: every arm of a seed measured in the same actor
         assert len({c["runner"]["pid"] for c in res["cells"] if c["seed"] == seed}) == 1
     sim = {(c["arm"], c["seed"]): c for c in res["sim"]["cells"]}
     for c in res["cells"]:  # sequential mode: the engine's cached tokens per request equal the simulator's
