@@ -7,7 +7,7 @@ For a machine with G GPUs (measure on 2)::
     python scripts/gate_ray.py --gpus 2 --model llama-3.2-3b --out runs/gate-ray
 
 runs ``--preset`` (default ``quick``: the seed's shape with 16x shorter
-prompts) with ``--seeds`` (default 42,43) twice into fresh folders, the Ray
+prompts) with ``--seeds`` (default 42,43,44,45: two per GPU, and enough for a verdict) twice into fresh folders, the Ray
 run first then the serial one (``--order serial,ray`` swaps them), and prints
 the engine part's wall time of each and the speed-up. A local Ray of G GPUs is
 started here (``--address`` to join a cluster instead). Each run resumes from
@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="quick")
     ap.add_argument("--model", default=None, help="Model preset or folder (default: the preset's).")
-    ap.add_argument("--seeds", default="42,43")
+    ap.add_argument("--seeds", default="42,43,44,45")
     ap.add_argument("--gpus", type=int, default=2, help="GPUs of the local Ray (0: CPU actors, for a dry run)")
     ap.add_argument("--address", default="local")
     ap.add_argument("--order", default="ray,serial")
