@@ -9,7 +9,8 @@ each size + the infinite-cache cell. Each executor runs the whole grid into
 a fresh folder (nothing reused); the executors' order rotates by one each
 repetition, so a slow spell of a shared machine does not fall on one of them
 alone. Prints per run: wall s, cells, cells/s, block references replayed per
-second, and the speed-up over 1 worker (median of the repetitions).
+second, the 1-minute load average before and after (a shared machine's other
+work shows there), and the speed-up over 1 worker (median of the repetitions).
 
     .venv/bin/python benchmarks/bench_sweep.py                      # 5,000 requests, 3 fast policies, 8 sizes
     .venv/bin/python benchmarks/bench_sweep.py --requests 1000000 --workers 8 \\
@@ -82,7 +83,9 @@ def main(argv=None) -> int:
         order = execs[rep % len(execs):] + execs[:rep % len(execs)]
         for name, kw in order:
             folder = tmp / f"{name.replace(' ', '_').replace(',', '')}-{rep}"
+            load0 = os.getloadavg()[0]
             out = sweep.run_sweep(grid, folder, **kw)
+            load = f"load avg {load0:.1f} -> {os.getloadavg()[0]:.1f}"
             cells = _cells(folder)
             if ref is None:
                 ref = cells
@@ -91,7 +94,7 @@ def main(argv=None) -> int:
             walls[name].append(out.seconds)
             print(f"rep {rep} {name:>22}: {out.seconds:8.1f} s  {out.ran} cells ({out.failed} failed)  "
                   f"{out.ran / out.seconds:6.2f} cells/s  {refs_total / out.seconds:>10,.0f} block refs/s  "
-                  f"cells identical to the first run: {same}")
+                  f"{load}  cells identical to the first run: {same}")
             if not same:
                 print("MISMATCH", file=sys.stderr)
                 return 1
