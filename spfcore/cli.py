@@ -27,16 +27,20 @@ def main() -> None:
 @main.command("list-policies")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
 def list_policies(as_json: bool) -> None:
-    """Show the installed policies (entry-point group spfcore.policies)."""
+    """Show the installed policies (entry-point group spfcore.policies).
+
+    --json gives per policy: name, distribution, version, contract (the
+    contract version it declares; null: undeclared), summary, homepage,
+    entry_point, status, hooks, capabilities, parameters, doc."""
     infos = registry.discover()
     if as_json:
         click.echo(json.dumps([p.to_json() for p in infos], indent=2, default=str))
         return
     t = Table(title="spfcore policies")
-    for col in ("name", "distribution", "version", "capabilities", "status"):
+    for col in ("name", "distribution", "version", "contract", "capabilities", "status"):
         t.add_column(col)
     for p in infos:
-        t.add_row(p.name, p.distribution, p.version, ", ".join(p.capabilities) or "-",
+        t.add_row(p.name, p.distribution, p.version, p.contract or "-", ", ".join(p.capabilities) or "-",
                   p.status if p.status == "ok" else f"[red]{p.status}[/red]")
     make_console().print(t)
 
@@ -135,12 +139,18 @@ def make_trace(output, requests, seed, sessions, mean_turns, system_prompts, zip
 
 
 # Commands of other areas register here (one line each).
+from spfcore.bench import bench_command  # noqa: E402
 from spfcore.gate_cli import gate_command  # noqa: E402
+from spfcore.new_policy import new_policy_command  # noqa: E402
+from spfcore.serve import serve  # noqa: E402
 from spfcore.sim.cli import simulate  # noqa: E402
 from spfcore.sweep_cli import sweep_command, sweep_report_command  # noqa: E402
 
 main.add_command(gate_command)
 main.add_command(simulate)
+main.add_command(bench_command)
+main.add_command(new_policy_command)
+main.add_command(serve)
 main.add_command(sweep_command)
 main.add_command(sweep_report_command)
 

@@ -6,6 +6,9 @@ A policy is a class published under the entry-point group
 * ``name`` (str), equal to the entry-point name;
 * ``capabilities``: a set drawn from :data:`CAPABILITIES`;
 * ``Params``: an attrs class of parameters with defaults and validators;
+* ``contract`` (optional, recommended): the contract version the plugin was
+  written for, e.g. ``"1.0"`` (see :mod:`spfcore.contract`); an incompatible
+  one is listed as an error with the reason;
 * ``__init__(self, params)`` and pluggy hook implementations marked with
   :data:`spfcore.hookimpl` (see :mod:`spfcore.hookspecs`).
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import typing
 from importlib.metadata import EntryPoint, entry_points
 
@@ -26,6 +30,7 @@ import attrs
 import docstring_parser
 import pluggy
 
+from spfcore import contract as _contract
 from spfcore import hookspecs
 from spfcore.hookspecs import PROJECT
 
@@ -34,6 +39,8 @@ BUILTIN_DIST = "spfcore"
 
 GROUP = "spfcore.policies"
 CAPABILITIES = frozenset({"needs-future", "admission", "sessions", "prefetch", "scoring", "pins"})
+#: Class attributes every policy class has (``contract`` is optional).
+REQUIRED_ATTRIBUTES = ("name", "capabilities", "Params")
 
 
 class PolicyConfigError(ValueError):
@@ -54,6 +61,8 @@ class PolicyInfo:
     parameters: tuple = ()  # ({"name", "type", "default", "doc"}, ...)
     summary: str = ""
     doc: str = ""
+    contract: str | None = None  # the contract version the plugin declares (None: undeclared)
+    homepage: str | None = None  # the distribution's home page (metadata Home-page / Project-URL)
     cls: type | None = attrs.field(default=None, repr=False, eq=False)
 
     def to_json(self) -> dict:
@@ -119,7 +128,7 @@ def _validate(cls) -> tuple[tuple, tuple]:
     """
     if not inspect.isclass(cls):
         raise TypeError(f"entry point must name a policy class, got {type(cls).__name__}")
-    for attr in ("name", "capabilities", "Params"):
+    for attr in REQUIRED_ATTRIBUTES:
         if not hasattr(cls, attr):
             raise TypeError(f"policy class lacks attribute {attr!r}")
     if not isinstance(cls.name, str):
@@ -129,6 +138,9 @@ def _validate(cls) -> tuple[tuple, tuple]:
         raise TypeError(f"unknown capabilities {sorted(unknown)}")
     if not attrs.has(cls.Params):
         raise TypeError("policy class attribute 'Params' is not an attrs class")
+    why = _contract.incompatibility(getattr(cls, "contract", None))
+    if why is not None:
+        raise TypeError(f"incompatible contract: {why}")
     try:
         defaults = cls.Params()
     except (Exception, SystemExit) as exc:
@@ -152,7 +164,7 @@ def _info_from(ep: EntryPoint, refused: str | None = None) -> PolicyInfo:
     error status without loading it."""
     dist = ep.dist
     base = dict(name=ep.name, distribution=_dist_name(ep), version=dist.version if dist is not None else "?",
-                entry_point=ep.value)
+                entry_point=ep.value, homepage=_homepage(dist))
     if refused is not None:
         return PolicyInfo(status=f"error: {refused}", **base)
     try:
@@ -166,7 +178,24 @@ def _info_from(ep: EntryPoint, refused: str | None = None) -> PolicyInfo:
         return PolicyInfo(status=f"error: {reason}", **base)
     doc = inspect.getdoc(cls) or ""
     return PolicyInfo(status="ok", hooks=hooks, capabilities=caps, parameters=params,
-                      summary=" ".join(doc.split("\n\n")[0].split()), doc=doc, cls=cls, **base)
+                      summary=" ".join(doc.split("\n\n")[0].split()), doc=doc,
+                      contract=getattr(cls, "contract", None), cls=cls, **base)
+
+
+def _homepage(dist) -> str | None:
+    """The distribution's home page: metadata ``Home-page``, else the
+    ``Project-URL`` labelled homepage/home/source/repository (case and
+    punctuation ignored), else ``None``."""
+    if dist is None:
+        return None
+    meta = dist.metadata
+    if meta.get("Home-page"):
+        return meta["Home-page"]
+    urls = {}
+    for entry in meta.get_all("Project-URL") or ():
+        label, _, url = entry.partition(",")
+        urls[re.sub(r"[^a-z]", "", label.lower())] = url.strip()
+    return next((urls[k] for k in ("homepage", "home", "source", "repository") if k in urls), None)
 
 
 def _dist_name(ep: EntryPoint) -> str:

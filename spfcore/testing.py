@@ -25,6 +25,10 @@ class MiniCache:
     tokens in a partial, hashless block, so the vLLM cap on hits (at most
     ``prompt_len - 1`` tokens) never cuts the full-block chain.
 
+    ``transactional=False`` skips the copy of the runtime's state that
+    :meth:`serve` takes to undo a failed request (O(blocks) per request; for
+    long streams whose cache is dropped on a failure anyway).
+
     Attributes:
         rt: The runtime (``rt.evictor`` is the free queue).
         evicted: Keys of evicted cached blocks, in eviction order, all requests.
@@ -35,13 +39,14 @@ class MiniCache:
     """
 
     def __init__(self, policy: str | PolicyRuntime, num_blocks: int, *, block_size: int = 4,
-                 options: dict[str, str] | None = None, env=None) -> None:
+                 options: dict[str, str] | None = None, env=None, transactional: bool = True) -> None:
         if isinstance(policy, PolicyRuntime):  # a runtime built by the test itself
             self.rt = policy
             num_blocks, block_size = policy.num_blocks, policy.block_size
         else:
             self.rt = PolicyRuntime.for_policy(policy, num_blocks, block_size, options, env)
         self.block_size = block_size
+        self.transactional = transactional
         self.next_index = 0
         self.evicted: list = []
         self.hits: list[int] = []
@@ -72,7 +77,8 @@ class MiniCache:
 
         A request that does not fit is refused before anything happens; if a
         policy hook fails midway, the runtime and this cache are put back as
-        they were before the call (the policy's own state is its business).
+        they were before the call (the policy's own state is its business;
+        not with ``transactional=False``).
 
         Returns:
             Keys evicted by this request's allocation, in eviction order.
@@ -96,11 +102,12 @@ class MiniCache:
         if need > len(rt.evictor) - h:  # every block is free between requests, hit blocks included
             raise ValueError(f"cannot take {need} blocks: only {len(rt.evictor) - h} free "
                              f"beside the {h} hit blocks of a {len(keys)}-block request")
-        saved = _checkpoint(rt)
+        saved = _checkpoint(rt) if self.transactional else None
         try:
             gone = self._serve(req, keys, hit_ids, need)
         except BaseException:
-            _restore(rt, saved)
+            if saved is not None:
+                _restore(rt, saved)
             raise
         self.next_index += 1
         self.hits.append(h)

@@ -53,14 +53,22 @@ step were given blocks, and vLLM has no way to undo part of a step.
 
 Selecting a policy: in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) call
 :meth:`PolicyScheduler.spf_install` on the engine's scheduler (see
-:func:`engine_scheduler`); for ``vllm serve --scheduler-cls
+:func:`engine_scheduler`). In a served engine (``spfcore serve``, which
+uses :func:`policy_scheduler` as ``scheduler_cls``) the scheduler reads
+vLLM's ``additional_config["spfcore"]`` = ``{"policy": NAME, "options":
+{KEY: VALUE}, "metrics": bool}``; with plain ``vllm serve --scheduler-cls
 spfcore.engine.vllm_adapter.PolicyScheduler`` set ``SPFCORE_POLICY=<name>``
-and optionally ``SPFCORE_POLICY_OPTIONS='{"key": "value"}'`` (JSON).
+and optionally ``SPFCORE_POLICY_OPTIONS='{"key": "value"}'`` (JSON) instead.
+A scheduler that installs a policy this way logs one line naming it (logger
+``vllm.spfcore``, so vLLM's log format and level apply), logs each kind of
+fault once, and with ``metrics`` publishes :mod:`spfcore.engine.metrics`
+after every scheduler step.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import time
@@ -69,6 +77,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue
 from vllm.v1.core.sched.scheduler import Scheduler
+
+import attrs
 
 from spfcore.keys import chain_keys
 from spfcore.runtime import PolicyRuntime
@@ -80,6 +90,9 @@ except ImportError:  # pragma: no cover - version dependent
     AsyncScheduler = None
 
 RuntimeFactory = Callable[[], PolicyRuntime]
+
+#: A child of vLLM's logger: vLLM's handler, format and VLLM_LOGGING_LEVEL apply.
+logger = logging.getLogger("vllm.spfcore")
 
 
 class PolicyFreeQueue:
@@ -122,6 +135,7 @@ class PolicyFreeQueue:
         self._order: OrderedDict[int, None] = OrderedDict.fromkeys(runtime.evictor.free_ids())
         self.num_free_blocks = len(self._order)
         self.before_evict: Callable[[], None] | None = None  # set by PolicyScheduler
+        self.on_fault: Callable[[dict], None] | None = None  # set by PolicyScheduler
         self.fault: dict | None = None
         self.fallback: FreeKVCacheBlockQueue | None = None
         self.fail_open_allocations = 0
@@ -165,6 +179,8 @@ class PolicyFreeQueue:
         self.fallback = FreeKVCacheBlockQueue([blocks[i] for i in self._order])
         self.num_free_blocks = self.fallback.num_free_blocks
         self._order = OrderedDict()
+        if self.on_fault is not None:
+            self.on_fault(self.fault)
 
     def _fallback_popleft_n(self, n: int) -> list:
         if n > self.fallback.num_free_blocks:
@@ -338,15 +354,33 @@ class PolicySchedulerMixin:
         pool = self.kv_cache_manager.block_pool
         self.spf_block_size = int(getattr(pool, "hash_block_size", None) or self.cache_config.block_size)
         self.spf_num_blocks = int(pool.num_gpu_blocks)
-        name = os.environ.get("SPFCORE_POLICY", "").strip()
-        if name and name != "stock":
-            raw = os.environ.get("SPFCORE_POLICY_OPTIONS", "") or "{}"
-            try:
-                options = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"SPFCORE_POLICY_OPTIONS is not JSON ({exc}): {raw!r}") from None
-            bs, nb = self.spf_block_size, self.spf_num_blocks
-            self.spf_install(lambda: PolicyRuntime.for_policy(name, nb, bs, options))
+        self._spf_metrics = None
+        self._spf_fault_kinds: set[tuple] = set()
+        self._spf_check_pending = False
+        self._spf_served = False
+        cfg = served_config(getattr(self.vllm_config, "additional_config", None))
+        if cfg is not None:
+            self._spf_serve(cfg)
+
+    def _spf_serve(self, cfg: dict) -> None:
+        """Install the policy a served engine was configured with
+        (:func:`served_config`), log it, and start its metrics."""
+        from spfcore import registry
+
+        name, options = cfg["policy"], cfg["options"]
+        self._spf_served = True
+        info = registry.get(name)
+        bs, nb = self.spf_block_size, self.spf_num_blocks
+        runtime = self.spf_install(lambda: PolicyRuntime.for_policy(name, nb, bs, options))
+        inst = runtime.pm.get_plugin(name)
+        params = attrs.asdict(inst.params) if attrs.has(type(getattr(inst, "params", None))) else dict(options)
+        logger.info("spfcore policy %s (%s %s) params %s orders evictions: %s, %d blocks of %d tokens%s",
+                    name, info.distribution, info.version, json.dumps(params, sort_keys=True, default=str),
+                    type(self).__name__, nb, bs, ", metrics on /metrics" if cfg["metrics"] else "")
+        if cfg["metrics"]:
+            from spfcore.engine.metrics import PolicyMetrics
+
+            self._spf_metrics = PolicyMetrics(name, info.distribution, info.version)
 
     # ------------------------------------------------------------ control
     @property
@@ -425,7 +459,10 @@ class PolicySchedulerMixin:
         queue = PolicyFreeQueue(pool.blocks, runtime, self._spf_clock)
         queue.install_free(free_blocks)
         queue.before_evict = self._spf_flush_hit
+        queue.on_fault = self._spf_on_fault
         pool.free_block_queue = queue
+        if self._spf_metrics is not None:
+            self._spf_metrics.resumed()
         self.spf_queue = queue
         self._spf_requests.clear()
         self._spf_arrivals = 0
@@ -441,6 +478,54 @@ class PolicySchedulerMixin:
             except Exception as exc:  # noqa: BLE001 - the policy cannot start: this run fails open
                 self.spf_queue.fail_open("reset", exc)
         return ok
+
+    def _spf_on_fault(self, fault: dict) -> None:
+        """A policy fault (the queue failed open): log it once per kind
+        (policy, hook, adapter step, exception type) and count it."""
+        kind = (fault["policy"], fault["hook"], fault["where"], fault["error"].split(":", 1)[0])
+        if kind not in self._spf_fault_kinds:
+            self._spf_fault_kinds.add(kind)
+            logger.error("spfcore policy %s failed in %s (adapter step %s): %s; vLLM's own eviction order "
+                         "serves from this allocation on, until the prefix cache is reset",
+                         fault["policy"], fault["hook"] or "the runtime", fault["where"], fault["error"])
+        if self._spf_metrics is not None:
+            self._spf_metrics.fault(fault)
+        self._spf_check_pending = self._spf_served
+
+    def _spf_publish(self) -> None:
+        q = self.spf_queue
+        if q is None:
+            return
+        if q.fallback is None:
+            self._spf_metrics.publish(q.runtime, q)
+        else:
+            self._spf_metrics.publish_fail_open(q)
+
+    def schedule(self, *args, **kwargs):
+        """vLLM's schedule; then the step's policy metrics (when served with
+        metrics). After a policy fault in a served engine, the first call
+        checks vLLM's block pool (:func:`check_block_pool`, between steps)
+        and logs the outcome."""
+        if self._spf_check_pending:
+            self._spf_check_pending = False
+            try:
+                check_block_pool(self)
+            except AssertionError as exc:
+                logger.error("spfcore: after the policy fault, %s", exc)
+            else:
+                logger.info("spfcore: block pool consistent after the policy fault (checked before the next step)")
+        out = super().schedule(*args, **kwargs)
+        if self._spf_metrics is not None:
+            self._spf_publish()
+        return out
+
+    def update_from_output(self, *args, **kwargs):
+        """vLLM's update_from_output (finished requests free their blocks
+        here); then the policy metrics (when served with metrics)."""
+        out = super().update_from_output(*args, **kwargs)
+        if self._spf_metrics is not None:
+            self._spf_publish()
+        return out
 
     # ------------------------------------------------------------ events
     def add_request(self, request) -> None:
@@ -555,6 +640,59 @@ if AsyncScheduler is not None:
         (for engines that run with ``async_scheduling=True``)."""
 else:  # pragma: no cover
     PolicyAsyncScheduler = None
+
+
+def served_config(additional_config) -> dict | None:
+    """The policy a served engine should run: ``additional_config["spfcore"]``
+    (set by ``spfcore serve``), else ``SPFCORE_POLICY`` /
+    ``SPFCORE_POLICY_OPTIONS`` from the environment.
+
+    Args:
+        additional_config: vLLM's ``VllmConfig.additional_config`` (a dict), or ``None``.
+
+    Returns:
+        ``{"policy": str, "options": {str: str}, "metrics": bool}``, or
+        ``None`` for stock vLLM (no policy, or ``stock``).
+
+    Raises:
+        ValueError: ``SPFCORE_POLICY_OPTIONS`` is not a JSON object, or the
+            ``spfcore`` entry lacks ``policy``.
+    """
+    cfg = additional_config.get("spfcore") if isinstance(additional_config, dict) else None
+    if cfg is not None:
+        if not isinstance(cfg, dict) or not isinstance(cfg.get("policy"), str):
+            raise ValueError(f"additional_config['spfcore'] must be {{'policy': NAME, ...}}, got {cfg!r}")
+        name, options, metrics = cfg["policy"].strip(), cfg.get("options") or {}, bool(cfg.get("metrics", False))
+    else:
+        name = os.environ.get("SPFCORE_POLICY", "").strip()
+        raw = os.environ.get("SPFCORE_POLICY_OPTIONS", "") or "{}"
+        try:
+            options = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"SPFCORE_POLICY_OPTIONS is not JSON ({exc}): {raw!r}") from None
+        metrics = False
+    if not isinstance(options, dict):
+        raise ValueError(f"spfcore policy options must be a JSON object, got {options!r}")
+    if not name or name == "stock":
+        return None
+    return {"policy": name, "options": {str(k): str(v) for k, v in options.items()}, "metrics": metrics}
+
+
+def policy_scheduler(vllm_config, *args, **kwargs):
+    """Build the scheduler vLLM asked for, with spfcore's policy queue:
+    :class:`PolicyAsyncScheduler` when vLLM decided on async scheduling
+    (``vllm_config.scheduler_config.async_scheduling``; vLLM 0.32 turns it
+    on by default on GPU and CPU), else :class:`PolicyScheduler`.
+
+    Pass as ``scheduler_cls`` (``"spfcore.engine.vllm_adapter.policy_scheduler"``):
+    vLLM's EngineCore calls ``scheduler_cls(vllm_config=..., ...)``, and
+    async scheduling is settled only once the config is built, after
+    ``scheduler_cls`` was chosen.
+    """
+    cls = PolicyScheduler
+    if getattr(vllm_config.scheduler_config, "async_scheduling", False) and PolicyAsyncScheduler is not None:
+        cls = PolicyAsyncScheduler
+    return cls(vllm_config, *args, **kwargs)
 
 
 def engine_scheduler(llm):

@@ -20,6 +20,7 @@ class LRUPolicy:
     """
 
     name = "lru"
+    contract = "1.0"  # the spfcore contract version this policy is written for
     capabilities = frozenset()
     Params = LRUParams
 

@@ -53,6 +53,7 @@ class BeladyOraclePolicy:
     """
 
     name = "belady_oracle"
+    contract = "1.0"  # the spfcore contract version this policy is written for
     capabilities = frozenset({"needs-future", "scoring"})
     Params = BeladyParams
 

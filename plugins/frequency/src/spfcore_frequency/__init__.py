@@ -51,6 +51,7 @@ class FrequencyPolicy:
     """
 
     name = "frequency"
+    contract = "1.0"  # the spfcore contract version this policy is written for
     capabilities = frozenset({"admission", "scoring"})
     Params = FrequencyParams
 

@@ -67,6 +67,7 @@ class SessionTTLPolicy:
     """
 
     name = "session_ttl"
+    contract = "1.0"  # the spfcore contract version this policy is written for
     capabilities = frozenset({"sessions", "pins", "scoring"})
     Params = SessionTTLParams
 

@@ -382,6 +382,7 @@ class ExpectedUtilityPolicy:
     """
 
     name = "spf_expected_utility"
+    contract = "1.0"  # the spfcore contract version this policy is written for
     capabilities = UtilityPolicy.capabilities
     Params = ExpectedUtilityParams
 

@@ -1,0 +1,351 @@
+"""``spfcore serve``: vLLM's own OpenAI server with a policy (spfcore/serve.py,
+spfcore/engine/metrics.py, the served path of spfcore/engine/vllm_adapter.py).
+
+Fast tests check refusals before start-up, the vLLM arguments built, the
+policy channel and the metrics arithmetic. Engine tests (marked ``engine``)
+start ``spfcore serve`` as a subprocess on the embedded tiny model, twice:
+once with ``spf_expected_utility`` (prefix served from the cache, spfcore
+metrics on ``/metrics``, the start-up line, SIGTERM), once with a policy
+installed for the test whose victim choice raises (every request answered,
+the fault counted and logged once, SIGTERM). One more engine test runs the
+async scheduler variant in-process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from spfcore import registry
+from spfcore.cli import main
+from spfcore.engine import metrics as spm
+from spfcore.serve import build_args, check_policy, parse_policy_options
+from spfcore.testing import MiniCache
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ------------------------------------------------------------------ refusals
+@pytest.mark.parametrize("argv, message", [
+    (["--policy", "belady_oracle"], "needs the future request stream"),
+    (["--policy", "no_such_policy"], "'no_such_policy' is not installed"),
+    (["--policy", "frequency", "--policy-opt", "bogus=1"], "unknown parameter 'bogus'"),
+    (["--policy", "frequency", "--policy-opt", "min_count=lots"], "bad value 'lots' for 'min_count'"),
+    (["--policy", "frequency", "--policy-opt", "session_ttl.ttl=3"], "serving policy 'frequency', not 'session_ttl'"),
+    (["--policy", "frequency", "--policy-opt", "min_count"], "expected KEY=VALUE"),
+])
+def test_serve_refuses_before_start(argv, message):
+    res = CliRunner().invoke(main, ["serve", *argv])
+    assert res.exit_code == 1, res.output
+    assert message in res.output
+
+
+def test_refusal_comes_before_vllm_is_imported():
+    code = ("import sys; from click.testing import CliRunner; from spfcore.cli import main; "
+            "r = CliRunner().invoke(main, ['serve', '--policy', 'belady_oracle', '--port', '1']); "
+            "print(r.exit_code, 'vllm' in sys.modules, 'prometheus_client' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.split() == ["1", "False", "False"]
+
+
+def test_policy_options_both_spellings():
+    assert parse_policy_options("frequency", ["min_count=3", "frequency.ghost_factor = 2"]) == {
+        "min_count": "3", "ghost_factor": "2"}
+    info = check_policy("frequency", {"min_count": "3"})
+    assert (info.name, info.distribution) == ("frequency", "spfcore-frequency")
+
+
+def test_needs_future_is_refused_by_capability():
+    with pytest.raises(registry.PolicyConfigError, match="capability needs-future"):
+        check_policy("belady_oracle", {})
+
+
+# -------------------------------------------------------- vLLM's arguments
+def test_build_args_tiny_default():
+    pytest.importorskip("vllm")
+    args = build_args(None, "frequency", {"min_count": "3"},
+                      ["--port", "8123", "--num-gpu-blocks-override", "64", "--block-size", "32"])
+    assert args.model.endswith("spfcore/engine/models/tiny-llama")
+    assert args.model_tag is None
+    assert (args.load_format, args.skip_tokenizer_init, args.port) == ("dummy", True, 8123)
+    assert args.max_model_len == 63 * 32  # the cache holds it (as the engine runner sizes it)
+    assert args.scheduler_cls == "spfcore.engine.vllm_adapter.policy_scheduler"
+    assert args.additional_config["spfcore"] == {"policy": "frequency", "options": {"min_count": "3"},
+                                                 "metrics": True}
+
+
+def test_build_args_user_options_win_and_checkpoints_pass_through(tmp_path):
+    pytest.importorskip("vllm")
+    args = build_args("tiny", "lru", {}, ["--max-model-len", "512", "--load-format", "auto",
+                                          "--additional-config", '{"x": 1}'])
+    assert (args.max_model_len, args.load_format) == (512, "auto")
+    assert args.additional_config["x"] == 1 and args.additional_config["spfcore"]["policy"] == "lru"
+    (tmp_path / "config.json").write_text("{}")
+    args = build_args(str(tmp_path), "lru", {}, [])
+    assert args.model == str(tmp_path) and args.load_format != "dummy"
+
+
+def test_build_args_refuses_scheduler_cls_and_late_model():
+    pytest.importorskip("vllm")
+    import click
+
+    with pytest.raises(click.UsageError, match="--scheduler-cls is set by spfcore serve"):
+        build_args(None, "lru", {}, ["--scheduler_cls=x.Y"])
+    with pytest.raises(click.UsageError, match="give MODEL first"):
+        build_args(None, "lru", {}, ["--port", "1", "tiny"])
+
+
+def test_served_config_channels(monkeypatch):
+    pytest.importorskip("vllm")
+    from spfcore.engine.vllm_adapter import served_config
+
+    monkeypatch.setenv("SPFCORE_POLICY", "frequency")
+    monkeypatch.setenv("SPFCORE_POLICY_OPTIONS", '{"min_count": 2}')
+    assert served_config({}) == {"policy": "frequency", "options": {"min_count": "2"}, "metrics": False}
+    assert served_config({"spfcore": {"policy": "lru", "metrics": True}}) == {
+        "policy": "lru", "options": {}, "metrics": True}  # additional_config wins over the environment
+    monkeypatch.setenv("SPFCORE_POLICY", "stock")
+    assert served_config(None) is None
+    with pytest.raises(ValueError, match="must be"):
+        served_config({"spfcore": "lru"})
+
+
+# ------------------------------------------------------------------ metrics
+def _sample(name, **labels):
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_metrics_publish_deltas_and_faults():
+    c = MiniCache("lru", num_blocks=5)
+    m = spm.PolicyMetrics("lru-test", "spfcore", "9")
+    before = _sample("spfcore_evictions_total", policy="lru-test")
+    c.serve(["a0", "a1"])
+    c.serve(["b0", "b1"])
+    m.publish(c.rt)
+    c.serve(["c0", "c1"])  # evicts cached blocks of a or b
+    m.publish(c.rt)
+    m.publish(c.rt)  # nothing new: nothing added
+    assert c.rt.evictions > 0
+    assert _sample("spfcore_evictions_total", policy="lru-test") - before == c.rt.evictions
+    assert _sample("spfcore_policy_seconds_count", policy="lru-test", part="hooks") == 2
+    assert _sample("spfcore_policy_active", policy="lru-test", distribution="spfcore", version="9") == 1
+    m.fault({"policy": "lru-test", "hook": "spfcore_choose_victims", "where": "evict", "error": "x"})
+    assert _sample("spfcore_policy_faults_total", policy="lru-test", hook="spfcore_choose_victims",
+                   where="evict") == 1
+    assert _sample("spfcore_policy_active", policy="lru-test", distribution="spfcore", version="9") == 0
+
+
+# ------------------------------------------------------- the served engine
+RAISING = textwrap.dedent('''
+    """A policy that raises when it must choose cached victims (tests of spfcore serve)."""
+    import attrs
+    from spfcore import hookimpl
+
+
+    @attrs.frozen
+    class Params:
+        """No parameters."""
+
+
+    class ChooseRaises:
+        """Release order, but spfcore_choose_victims raises."""
+
+        name = "choose_raises"
+        capabilities = frozenset({"scoring"})
+        Params = Params
+
+        def __init__(self, params):
+            self.params = params
+
+        @hookimpl
+        def spfcore_choose_victims(self, candidates, n, now):
+            raise RuntimeError("boom: no victim for you")
+''')
+
+
+def _install_raising_plugin(where: Path) -> None:
+    """A real distribution (module + dist-info with the entry point) on a
+    folder that the server's PYTHONPATH gets."""
+    (where / "choose_raises.py").write_text(RAISING)
+    info = where / "spfcore_test_choose_raises-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: spfcore-test-choose-raises\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[spfcore.policies]\nchoose_raises = choose_raises:ChooseRaises\n")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``spfcore serve`` as a subprocess (output in ``log``)."""
+
+    def __init__(self, tmp: Path, policy: str, pythonpath: list[str] = ()) -> None:
+        self.port = _free_port()
+        self.log = tmp / "server.log"
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([*pythonpath, *filter(None, [env.get("PYTHONPATH")])])
+        env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # served: the engine core in its own process
+        env["VLLM_LOGGING_LEVEL"] = "INFO"
+        cmd = [sys.executable, "-m", "spfcore.cli", "serve", "--policy", policy, "--port", str(self.port),
+               "--host", "127.0.0.1", "--num-gpu-blocks-override", "64", "--max-num-seqs", "4",
+               "--enable-prompt-tokens-details"]
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp,
+                                         start_new_session=True)
+        import httpx
+
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=120)
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"spfcore serve exited {self.proc.returncode}:\n{self.text()[-4000:]}")
+            try:
+                if self.http.get("/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(1)
+        else:
+            self.stop()
+            raise RuntimeError(f"spfcore serve not up after 600 s:\n{self.text()[-4000:]}")
+        self.model = self.http.get("/v1/models").json()["data"][0]["id"]
+
+    def text(self) -> str:
+        return self.log.read_bytes().decode("utf-8", "replace")
+
+    def complete(self, prompt: list[int], max_tokens: int = 4):
+        """One completion (token-id prompt) with the openai client; returns the response."""
+        import openai
+
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key="none", max_retries=0)
+        return client.completions.create(model=self.model, prompt=prompt, max_tokens=max_tokens,
+                                         temperature=0.0, extra_body={"ignore_eos": True})
+
+    def metric(self, name: str, **labels) -> float:
+        """The sum of a series on /metrics over the samples matching ``labels``."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        total = 0.0
+        for fam in text_string_to_metric_families(self.http.get("/metrics").text):
+            for s in fam.samples:
+                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                    total += s.value
+        return total
+
+    def stop(self, timeout: float = 120) -> int:
+        """SIGTERM and wait; returns the exit status (killed after ``timeout`` s)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def _prompt(group: int, query: int, prefix_blocks: int = 10) -> list[int]:
+    """Token ids: a shared prefix (``prefix_blocks`` blocks of 32 tokens) per
+    group, then a 40-token query."""
+    return [1000 + 37 * group + i for i in range(prefix_blocks * 32)] + [20000 + 41 * query + i for i in range(40)]
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory):
+    pytest.importorskip("vllm")
+    server = Server(tmp_path_factory.mktemp("serve-healthy"), "spf_expected_utility")
+    yield server
+    server.stop()
+
+
+@pytest.mark.engine
+def test_served_prefix_hits_and_metrics(healthy):
+    s = healthy
+    first = s.complete(_prompt(0, 0))
+    assert first.usage.prompt_tokens == 360
+    assert (first.usage.prompt_tokens_details.cached_tokens or 0) == 0
+    again = s.complete(_prompt(0, 1))  # same 320-token prefix, new query: 10 blocks from the cache
+    assert again.usage.prompt_tokens_details.cached_tokens == 320
+    assert len(again.choices[0].text or "") >= 0 and again.usage.completion_tokens == 4
+    for g in range(1, 7):  # 6 more prefixes of 12 blocks each: more than the 63-block cache holds
+        s.complete(_prompt(g, g))
+    assert s.metric("vllm:prefix_cache_hits_total") >= 320
+    assert s.metric("spfcore_evictions_total", policy="spf_expected_utility") > 0
+    assert s.metric("spfcore_policy_seconds_count", policy="spf_expected_utility", part="hooks") > 0
+    assert s.metric("spfcore_policy_seconds_sum", policy="spf_expected_utility", part="hooks") > 0
+    assert s.metric("spfcore_policy_active", policy="spf_expected_utility",
+                    distribution="spfcore-spf-expected-utility") == 1
+    assert s.metric("spfcore_policy_faults_total") == 0
+    lines = [ln for ln in s.text().splitlines() if "spfcore policy spf_expected_utility" in ln]
+    assert len(lines) == 1, lines
+    assert re.search(r"spfcore policy spf_expected_utility \(spfcore-spf-expected-utility 0\.1\.0\) "
+                     r"params \{.*\"variant\": \"utility\".*\} orders evictions: Policy\w*Scheduler, "
+                     r"64 blocks of 32 tokens", lines[0])
+
+
+@pytest.mark.engine
+def test_served_shuts_down_on_sigterm(healthy):
+    assert healthy.stop() == 0
+    assert "Application shutdown complete" in healthy.text()
+
+
+@pytest.mark.engine
+def test_raising_policy_keeps_serving(tmp_path):
+    pytest.importorskip("vllm")
+    plugins = tmp_path / "site"
+    plugins.mkdir()
+    _install_raising_plugin(plugins)
+    s = Server(tmp_path, "choose_raises", [str(plugins)])
+    try:
+        for g in range(8):  # the cache fills after ~5 prefixes: cached victims needed, the hook raises
+            r = s.complete(_prompt(g, g))
+            assert r.usage.completion_tokens == 4
+        again = s.complete(_prompt(7, 99))  # still serving, still caching (vLLM's own order)
+        assert again.usage.prompt_tokens_details.cached_tokens == 320
+        assert s.http.get("/health").status_code == 200
+        assert s.metric("spfcore_policy_faults_total", policy="choose_raises", hook="spfcore_choose_victims",
+                        where="evict") == 1
+        assert s.metric("spfcore_fail_open_allocations_total", policy="choose_raises") >= 3
+        assert s.metric("spfcore_policy_active", policy="choose_raises") == 0
+        logged = [ln for ln in s.text().splitlines() if "spfcore policy choose_raises failed" in ln]
+        assert len(logged) == 1 and "boom: no victim for you" in logged[0], logged
+        assert "spfcore: block pool consistent after the policy fault" in s.text()
+    finally:
+        assert s.stop() == 0
+
+
+@pytest.mark.engine
+def test_async_scheduler_variant_keeps_lru_and_the_pool():
+    """PolicyAsyncScheduler (what policy_scheduler builds where vLLM schedules
+    asynchronously, e.g. on GPU) caches exactly what stock vLLM does with lru
+    and keeps vLLM's block pool consistent. vLLM's CPU platform turns async
+    scheduling off, so this drives the async variant's bookkeeping in vLLM's
+    synchronous loop; the overlapped loop itself runs only on GPU."""
+    pytest.importorskip("vllm")
+    from test_engine_adapter import BS, EXPECTED_LRU, NUM_BLOCKS, adapter_workload
+
+    from spfcore.engine.runner import EngineSpec, open_engine
+    from spfcore.engine.vllm_adapter import PolicyAsyncScheduler, check_block_pool
+
+    with open_engine(EngineSpec(block_size=BS, num_blocks=NUM_BLOCKS, async_scheduling=True), "lru") as s:
+        assert type(s.scheduler) is PolicyAsyncScheduler
+        cell = s.run(adapter_workload(), 0)
+        check_block_pool(s.scheduler)
+        assert [r["cached_tokens"] for r in cell["requests"]] == EXPECTED_LRU
+        assert cell["policy_faults"] == 0 and cell["evictions"] > 0
