@@ -144,12 +144,15 @@ from spfcore.gate_cli import gate_command  # noqa: E402
 from spfcore.new_policy import new_policy_command  # noqa: E402
 from spfcore.serve import serve  # noqa: E402
 from spfcore.sim.cli import simulate  # noqa: E402
+from spfcore.sweep_cli import sweep_command, sweep_report_command  # noqa: E402
 
 main.add_command(gate_command)
 main.add_command(simulate)
 main.add_command(bench_command)
 main.add_command(new_policy_command)
 main.add_command(serve)
+main.add_command(sweep_command)
+main.add_command(sweep_report_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -480,7 +480,7 @@ def broken_arms(config: GateConfig) -> dict:
 def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = False,
              engine_factory: Callable | None = None, sim_fn: Callable | None = None,
              ceilings_fn: Callable | None = None, progress: bool = True, plots: bool = True,
-             time_limit_s: float | None = None) -> dict:
+             time_limit_s: float | None = None, engine_cells: Callable | None = None) -> dict:
     """Run the gate and write ``output`` (results JSON), its sidecar and plots.
 
     Args:
@@ -500,6 +500,10 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
             from the call); cells left undone make the verdict ``INCOMPLETE``
             and a later call with the same ``output`` runs them (for machines
             lent by the minute). ``None``: no limit.
+        engine_cells: Runs the engine cells, with :func:`_run_engine_cells`'s
+            signature (default: that function, one engine in this process);
+            e.g. :class:`spfcore.engine.ray_cells.RayEngineCells` (one engine
+            per Ray actor).
 
     Returns:
         The results document (:func:`spfcore.report.build_results`).
@@ -566,8 +570,9 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
                 cell = report.error_cell(arm, seed, exc)
             side.put(kind, arm, seed, cell)
             bar.update()
-        _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks,
-                          deadline=None if time_limit_s is None else t_start + time_limit_s, broken=broken)
+        (engine_cells or _run_engine_cells)(config, workloads, side, bar, engine_factory, num_blocks,
+                                            deadline=None if time_limit_s is None else t_start + time_limit_s,
+                                            broken=broken)
     finally:
         bar.close()
 

@@ -14,9 +14,7 @@ from spfcore import registry
 from spfcore.fileio import hold_output_lock, write_atomic
 from spfcore.report import error_cell, error_text, make_console
 from spfcore.runtime import PolicyError
-from spfcore.sim.simulator import ceilings, ceilings_stream, infinite_blocks, prepare, scan
-from spfcore.sim.simulator import simulate as run_arm
-from spfcore.sim.simulator import simulate_stream as run_stream
+from spfcore.sim.cell import open_input
 from spfcore.workloads.options import (CacheSpec, RecordingCommand, WorkloadSpec, cache_options, command_line,
                                        workload_options)
 from spfcore.workloads.traces import TraceError
@@ -37,23 +35,6 @@ def _ints(ctx, param, value: str) -> list[int]:
     if len(set(out)) != len(out):
         raise click.BadParameter(f"{value!r}: a seed given twice would count twice in the means")
     return out
-
-
-def _block_size(cache_spec: CacheSpec, wl) -> CacheSpec:
-    """Without --block-size: hash-id traces (no token ids) run at their trace
-    block size (512), a Mooncake trace materialized with --tokens-per-block T
-    at T (one hash id, one block), everything else at 16. ``wl`` is a
-    Workload or a TraceStream (read up to its first hash-id request only)."""
-    if cache_spec.block_size is None:
-        tpb = (wl.params or {}).get("tokens_per_block")
-        if tpb:
-            return CacheSpec(tpb, cache_spec.num_blocks, cache_spec.pressure)
-        try:
-            hashed = next((r.hash_block_tokens for r in wl.requests if not r.prompt_token_ids), None)
-        except TraceError as exc:
-            raise click.BadParameter(str(exc), param_hint="--trace") from None
-        return CacheSpec(16 if hashed is None else hashed, cache_spec.num_blocks, cache_spec.pressure)
-    return cache_spec
 
 
 def _check_size(nb: int, most: int, seed, cache_spec: CacheSpec) -> None:
@@ -141,56 +122,28 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
         except registry.PolicyConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="--policy-opt") from None
 
-    streaming = workload_spec.trace is not None and mode == "sequential"
     cells, ceils, sizes, params = [], {}, {}, {}
     for seed in seeds:
-        if streaming:
-            src = workload_spec.stream(seed)
-            spec = _block_size(cache_spec, src)
-            try:
-                sc = scan(src, spec.block_size)
-            except TraceError as exc:
-                raise click.BadParameter(str(exc), param_hint="--trace") from None
-            except ValueError as exc:
-                raise click.BadParameter(str(exc), param_hint="--block-size") from None
-            nb = spec.num_blocks_for(src)
-            most = sc.infinite_blocks
-            _check_size(nb, most, seed, cache_spec)
-            params[seed] = src.params
-            try:
-                sc.check_fits(spec.block_size, nb)  # refused before any arm runs, as simulate() does
-            except ValueError as exc:
-                raise click.ClickException(str(exc)) from None
-
-            def run(arm, src=src, nb=nb, spec=spec, seed=seed):
-                return run_stream(src, arm, options=options.get(arm), num_blocks=nb, block_size=spec.block_size,
-                                  seed=seed, per_request=per_request, hook_budget_ms=hook_budget_ms)
-
-            def ceil(bel, src=src, nb=nb, spec=spec, most=most):
-                return ceilings_stream(src, num_blocks=nb, block_size=spec.block_size, belady_record=bel,
-                                       infinite=most)
-        else:
-            wl = workload_spec.build(seed)
-            spec = _block_size(cache_spec, wl)
-            try:
-                prep = prepare(wl, spec.block_size)
-            except ValueError as exc:
-                raise click.BadParameter(str(exc), param_hint="--block-size") from None
-            nb = spec.num_blocks_for(wl)
-            _check_size(nb, infinite_blocks(prep, spec.block_size), seed, cache_spec)
-            params[seed] = wl.params
-            kw = dict(num_blocks=nb, block_size=spec.block_size, mode=mode, max_running=max_running,
-                      token_budget=token_budget, seed=seed, hook_budget_ms=hook_budget_ms)
-
-            def run(arm, prep=prep, kw=kw):
-                return run_arm(prep, arm, options=options.get(arm), **kw)
-
-            def ceil(bel, prep=prep, nb=nb, spec=spec):
-                return ceilings(prep, num_blocks=nb, block_size=spec.block_size, belady_record=bel)
+        try:
+            inp = open_input(workload_spec, seed, cache_spec.block_size, mode)
+        except TraceError as exc:
+            raise click.BadParameter(str(exc), param_hint="--trace") from None
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--block-size") from None
+        spec = CacheSpec(inp.block_size, cache_spec.num_blocks, cache_spec.pressure)
+        nb = spec.num_blocks_for(inp.workload)
+        _check_size(nb, inp.infinite_blocks, seed, cache_spec)
+        params[seed] = inp.workload.params
+        try:
+            inp.check_fits(nb)  # refused before any arm runs
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
         sizes[seed] = nb
         for arm in arm_list:
             try:
-                rec = run(arm)
+                rec = inp.run(arm, num_blocks=nb, options=options.get(arm), seed=seed, mode=mode,
+                              max_running=max_running, token_budget=token_budget, per_request=per_request,
+                              hook_budget_ms=hook_budget_ms)
             except (PolicyError, registry.PolicyConfigError) as exc:
                 rec = error_cell(arm, seed, exc)
             except TraceError as exc:  # the trace changed since the scan
@@ -199,14 +152,12 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
                 raise click.ClickException(str(exc)) from None
             except Exception as exc:  # noqa: BLE001 - a plugin fault outside a hook call (e.g. a bad hint object)
                 rec = error_cell(arm, seed, exc)
-            if not per_request:
-                rec.pop("requests", None)
             cells.append(rec)
         if no_ceilings:
             continue
         try:
             bel = [c for c in cells if c["seed"] == seed and c["arm"] == BELADY and "error" not in c]
-            ceils[seed] = ceil(bel[0] if bel and mode == "sequential" else None)
+            ceils[seed] = inp.ceilings(nb, bel[0] if bel and mode == "sequential" else None)
         except ValueError as exc:
             raise click.ClickException(str(exc)) from None
 

@@ -1,0 +1,742 @@
+"""Sweeps: a grid of simulator cells (inputs x seeds x policy variants x cache
+sizes), each an independent task, run in this process, on local worker
+processes or on a Ray cluster, streamed to a folder of one JSON per cell, and
+rendered as a table and miss-ratio curves.
+
+A *cell* is one sequential replay (:meth:`spfcore.sim.cell.SimInput.run`, the
+replay ``spfcore simulate`` uses): an input (a trace, streamed, or a generated
+workload), a seed, a policy with its options, and a cache size given in blocks
+(vLLM ``num_gpu_blocks``, null block included), as a fraction of the input's
+distinct blocks, or as the infinite cache (LRU at a size where nothing is
+evicted: the infinite-cache line).
+
+Folder layout (``OUT``)::
+
+    OUT/sweep.json          the last grid run here: its options and its cell keys
+    OUT/cells/<key>.json    one per cell: {"key", "config", "status", "cell", ...}
+    OUT/summary.json        the merged table (per input, variant and size: seed means)
+    OUT/mrc.png             miss-ratio curves, one panel per input
+    OUT/sweep.lock          held by a live run (a second live run is refused)
+
+Keys: ``<key>`` is the SHA-256 (first 32 hex digits) of the cell's full
+configuration as canonical JSON (:meth:`Cell.config`): the input (a trace's
+path, size and SHA-256 of its bytes; a generator's name and every flag), seed,
+block size, policy, options, size, hook budget, and the code digest of
+spfcore and the policy's package (:func:`spfcore.gate_runner.code_digest`).
+A finished cell whose file exists is never run again (resume; a second run
+of the same grid runs nothing); a changed trace, option or line of code gives
+new keys. Failed cells are written too and run again by the next run.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import json
+import math
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+
+import attrs
+
+from spfcore.fileio import write_atomic
+
+#: The policy whose cells draw the Belady line (the offline optimum: evict the block reused furthest ahead).
+BELADY = "belady_oracle"
+#: The ``policy`` of infinite-cache cells (LRU at a size where nothing is evicted).
+INFINITE = "infinite"
+KIND = "spfcore-sweep"
+#: Cell fields that are timings (differ run to run); everything else is deterministic.
+TIMING_FIELDS = ("wall_seconds", "hook_seconds", "policy_seconds", "evict_seconds")
+
+
+class SweepError(ValueError):
+    """A sweep that cannot run or a folder that cannot be read; the message
+    names the field (or file) at fault."""
+
+
+# ------------------------------------------------------------------ the grid
+
+
+@attrs.frozen
+class Source:
+    """One input of the grid.
+
+    Attributes:
+        trace: Trace path (Mooncake or spfcore JSONL), or None for a generator.
+        limit, tokens_per_block: Trace options (see ``spfcore simulate``).
+        workload: Generator name (when ``trace`` is None).
+        flags: Generator flags (already converted).
+    """
+
+    trace: str | None = None
+    limit: int | None = None
+    tokens_per_block: int | None = None
+    workload: str | None = None
+    flags: dict = attrs.field(factory=dict)
+
+    @property
+    def label(self) -> str:
+        """A short name: the trace's file name (+ limit) or the generator's name (+ flags)."""
+        if self.trace is not None:
+            lim = f"[:{self.limit}]" if self.limit else ""
+            tpb = f" T={self.tokens_per_block}" if self.tokens_per_block else ""
+            return f"{Path(self.trace).name}{lim}{tpb}"
+        flags = ",".join(f"{k}={v}" for k, v in sorted(self.flags.items()))
+        return f"{self.workload}({flags})" if flags else str(self.workload)
+
+    def spec(self):
+        """The :class:`spfcore.workloads.options.WorkloadSpec` of this source."""
+        from spfcore.workloads.options import WorkloadSpec
+
+        if self.trace is not None:
+            return WorkloadSpec(trace=self.trace, limit=self.limit, tokens_per_block=self.tokens_per_block)
+        return WorkloadSpec(self.workload, dict(self.flags))
+
+    def identity(self) -> dict:
+        """What decides this input's content, for keys: a trace's absolute
+        path, byte size and SHA-256; a generator's name and every flag
+        (defaults included).
+
+        Raises:
+            SweepError: the trace cannot be read (field ``trace``).
+        """
+        if self.trace is not None:
+            path = os.path.realpath(self.trace)
+            try:
+                return {"trace": path, "bytes": os.path.getsize(path), "sha256": file_digest(path),
+                        "limit": self.limit, "tokens_per_block": self.tokens_per_block}
+            except OSError as exc:
+                raise SweepError(f"field 'trace': {self.trace}: {exc.strerror or exc}") from None
+        from spfcore.workloads import generators
+
+        return {"workload": self.workload, "flags": {**generators.defaults(self.workload), **self.flags}}
+
+
+@functools.lru_cache(maxsize=64)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """SHA-256 hex of a file's bytes (memoized per path, size and mtime).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    st = os.stat(path)
+    return _file_digest(os.path.realpath(path), st.st_size, st.st_mtime_ns)
+
+
+@attrs.frozen
+class Variant:
+    """A policy with one set of options (one line of the curve)."""
+
+    policy: str
+    options: dict = attrs.field(factory=dict)
+
+    @property
+    def label(self) -> str:
+        """``policy`` or ``policy[k=v,...]``."""
+        if not self.options:
+            return self.policy
+        return f"{self.policy}[{','.join(f'{k}={v}' for k, v in sorted(self.options.items()))}]"
+
+
+def variants(policies: Sequence[str], opt_grid: Mapping[str, Mapping[str, Sequence[str]]]) -> list[Variant]:
+    """Every policy x the cartesian product of its option values.
+
+    Args:
+        policies: Policy names, in order.
+        opt_grid: ``{policy: {key: [value, ...]}}`` (:func:`parse_option_grid`).
+
+    Raises:
+        SweepError: options for a policy not in ``policies`` (field ``--policy-opt``).
+    """
+    unknown = sorted(set(opt_grid) - set(policies))
+    if unknown:
+        raise SweepError(f"field '--policy-opt': options for policies not in the sweep: {unknown}")
+    out = []
+    for p in policies:
+        keys = sorted(opt_grid.get(p, {}))
+        for values in itertools.product(*(opt_grid[p][k] for k in keys)):
+            out.append(Variant(p, dict(zip(keys, values))))
+    return out
+
+
+def parse_option_grid(items: Iterable[str]) -> dict[str, dict[str, list[str]]]:
+    """``["NAME.KEY=V1,V2", ...]`` -> ``{NAME: {KEY: [V1, V2]}}`` (values are
+    strings, checked later against the policy's ``Params``).
+
+    Raises:
+        SweepError: a malformed item, an empty or repeated value, or a key
+            given twice (field ``--policy-opt``).
+    """
+    out: dict[str, dict[str, list[str]]] = {}
+    for item in items:
+        lhs, eq, rhs = item.partition("=")
+        name, dot, key = lhs.partition(".")
+        name, key = name.strip(), key.strip()
+        if not eq or not dot or not name or not key:
+            raise SweepError(f"field '--policy-opt': {item!r}: expected NAME.KEY=VALUE[,VALUE...]")
+        values = [v.strip() for v in rhs.split(",")]
+        if any(not v for v in values) or len(set(values)) != len(values):
+            raise SweepError(f"field '--policy-opt': {item!r}: empty or repeated value")
+        if key in out.get(name, {}):
+            raise SweepError(f"field '--policy-opt': {name}.{key} given twice (list the values in one: "
+                             f"{name}.{key}=A,B)")
+        out.setdefault(name, {})[key] = values
+    return out
+
+
+def _size(s: Mapping) -> dict:
+    if set(s) == {"blocks"} and isinstance(s["blocks"], int) and s["blocks"] >= 2:
+        return {"blocks": s["blocks"]}
+    if set(s) == {"fraction"} and isinstance(s["fraction"], (int, float)) and 0 < s["fraction"] <= 1:
+        return {"fraction": float(s["fraction"])}
+    if dict(s) == {"infinite": True}:
+        return {"infinite": True}
+    raise SweepError(f"field 'size': {dict(s)!r}: expected {{'blocks': int >= 2}}, {{'fraction': 0 < f <= 1}} "
+                     "or {'infinite': True}")
+
+
+def size_label(size: Mapping) -> str:
+    """``256`` (blocks), ``10%`` (fraction) or ``inf``."""
+    if "blocks" in size:
+        return str(size["blocks"])
+    if "fraction" in size:
+        return f"{100 * size['fraction']:g}%"
+    return "inf"
+
+
+@attrs.frozen
+class Cell:
+    """One replay of the grid.
+
+    Attributes:
+        source: The input's :meth:`Source.identity`, plus ``"label"``.
+        seed: Workload seed (>= 0).
+        policy: Policy name, or :data:`INFINITE`.
+        options: The policy's string options.
+        size: ``{"blocks": N}``, ``{"fraction": f}`` or ``{"infinite": True}``.
+        block_size: Tokens per block, or None for the input's default.
+        hook_budget_ms: Hook time budget, ms, or None.
+        code: Code digest (:func:`spfcore.gate_runner.code_digest` of the policy).
+    """
+
+    source: dict
+    seed: int
+    policy: str
+    options: dict
+    size: dict = attrs.field(converter=_size)
+    block_size: int | None = None
+    hook_budget_ms: float | None = None
+    code: dict = attrs.field(factory=dict)
+
+    def config(self) -> dict:
+        """The full configuration, JSON-ready: what :attr:`key` digests."""
+        return {"kind": "sim-cell", "mode": "sequential", **attrs.asdict(self, recurse=False)}
+
+    @property
+    def key(self) -> str:
+        """SHA-256 (32 hex digits) of :meth:`config` as canonical JSON (sorted keys, no spaces)."""
+        blob = json.dumps(self.config(), sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+    @property
+    def variant(self) -> str:
+        """The curve this cell belongs to (:attr:`Variant.label`)."""
+        return Variant(self.policy, self.options).label
+
+
+@attrs.frozen
+class Grid:
+    """What a sweep runs: sources x seeds x variants x sizes, plus one
+    infinite-cache cell per source and seed, and the Belady variant at every
+    size, when ``ceilings``.
+
+    Attributes:
+        sources: Inputs (at least one).
+        seeds: Seeds (ints >= 0, distinct).
+        variants: Policy variants (at least one; distinct).
+        sizes: Cache sizes (``{"blocks": N}`` / ``{"fraction": f}``; at least one; distinct).
+        block_size: Tokens per block, or None (each input's default).
+        hook_budget_ms: Hook budget, ms, or None.
+        ceilings: Add the Belady and infinite-cache cells.
+    """
+
+    sources: tuple
+    seeds: tuple
+    variants: tuple
+    sizes: tuple
+    block_size: int | None = None
+    hook_budget_ms: float | None = None
+    ceilings: bool = True
+
+    def __attrs_post_init__(self):
+        for name, vals in (("sources", self.sources), ("seeds", self.seeds), ("variants", self.variants),
+                           ("sizes", self.sizes)):
+            if not vals:
+                raise SweepError(f"field '{name}': at least one is required")
+            if len(set(map(repr, vals))) != len(vals):
+                raise SweepError(f"field '{name}': a value is given twice in {list(vals)}")
+        if any(not isinstance(s, int) or s < 0 for s in self.seeds):
+            raise SweepError(f"field 'seeds': need ints >= 0, got {list(self.seeds)}")
+        for s in self.sizes:
+            _size(s)
+        if self.block_size is not None and self.block_size < 1:
+            raise SweepError(f"field 'block_size': must be >= 1, got {self.block_size}")
+
+    def cells(self) -> list[Cell]:
+        """Every cell, grouped by input and seed (so a worker's opened input is reused).
+
+        Raises:
+            SweepError: a trace that cannot be read.
+        """
+        vs = list(self.variants)
+        if self.ceilings and not any(v.policy == BELADY and not v.options for v in vs):
+            vs.append(Variant(BELADY))
+        codes: dict[str, dict] = {}
+
+        def code(policy: str) -> dict:
+            if policy not in codes:
+                from spfcore.gate_runner import code_digest
+
+                codes[policy] = code_digest([policy] if policy != INFINITE else [])
+            return codes[policy]
+
+        out = []
+        for src in self.sources:
+            ident = {**src.identity(), "label": src.label}
+            for seed in self.seeds:
+                common = dict(source=ident, seed=seed, block_size=self.block_size, hook_budget_ms=self.hook_budget_ms)
+                if self.ceilings:
+                    out.append(Cell(policy=INFINITE, options={}, size={"infinite": True}, code=code(INFINITE),
+                                    **common))
+                for v in vs:
+                    for size in self.sizes:
+                        out.append(Cell(policy=v.policy, options=dict(v.options), size=size, code=code(v.policy),
+                                        **common))
+        return out
+
+
+# ------------------------------------------------------------------ one cell (runs in a worker)
+
+
+@functools.lru_cache(maxsize=2)
+def _open(source_json: str, seed: int, block_size: int | None):
+    from spfcore.sim.cell import open_input
+
+    ident = json.loads(source_json)
+    if "trace" in ident:
+        if file_digest(ident["trace"]) != ident["sha256"]:
+            raise SweepError(f"field 'trace': {ident['trace']} on {socket.gethostname()} is not the file the "
+                             "sweep was keyed on (its SHA-256 differs)")
+        src = Source(ident["trace"], ident["limit"], ident["tokens_per_block"])
+    else:
+        src = Source(workload=ident["workload"], flags=ident["flags"])
+    return open_input(src.spec(), seed, block_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _code(policy: str) -> str:
+    from spfcore.gate_runner import code_digest
+
+    return json.dumps(code_digest([policy] if policy != INFINITE else []), sort_keys=True)
+
+
+def run_cell(config: Mapping) -> dict:
+    """Run one cell (:meth:`Cell.config`) and return its record. Pure
+    function of the configuration, safe in any process: the input opened for
+    a (source, seed, block size) is kept for the next cell of the same input
+    (two at most per process).
+
+    Returns:
+        ``{"key", "config", "status": "ok" | "error", "cell", "num_blocks",
+        "unique_blocks", "infinite_blocks", "block_size", "host", "pid",
+        "seconds"}``: ``cell`` is the simulator's record
+        (:func:`spfcore.sim.simulator.simulate`'s fields, no per-request rows)
+        or ``{"error": {"policy", "hook", "message"}}``; ``num_blocks`` the
+        resolved cache size (fraction ``f``: ``ceil(f * unique_blocks) + 1``,
+        the null block included; infinite: the input's never-evicting size);
+        ``seconds`` the cell's wall time including opening the input.
+
+    Never raises for a cell's own failure (bad input, too small a cache, a
+    policy fault, code that differs from the key's): that is an error record.
+    """
+    from spfcore.report import error_of
+
+    t0 = time.perf_counter()
+    cell = Cell(**{k: v for k, v in config.items() if k not in ("kind", "mode")})
+    out: dict = {"key": cell.key, "config": cell.config(), "status": "ok", "num_blocks": None,
+                 "unique_blocks": None, "infinite_blocks": None, "block_size": None,
+                 "host": socket.gethostname(), "pid": os.getpid()}
+    try:
+        if _code(cell.policy) != json.dumps(cell.code, sort_keys=True):
+            raise SweepError(f"field 'code': the code on {socket.gethostname()} ({_code(cell.policy)}) is not the "
+                             f"code the sweep was keyed on ({json.dumps(cell.code, sort_keys=True)})")
+        inp = _open(json.dumps({k: v for k, v in cell.source.items() if k != "label"}, sort_keys=True),
+                    cell.seed, cell.block_size)
+        out.update(block_size=inp.block_size, infinite_blocks=inp.infinite_blocks)
+        if "infinite" in cell.size:
+            nb, arm, env = inp.infinite_blocks, "lru", {}  # a measurement, not an arm: no allow/block lists
+        elif "fraction" in cell.size:
+            out["unique_blocks"] = inp.unique_blocks()
+            nb, arm, env = math.ceil(cell.size["fraction"] * out["unique_blocks"]) + 1, cell.policy, None
+        else:
+            nb, arm, env = cell.size["blocks"], cell.policy, None
+        out["num_blocks"] = nb = max(nb, 2)
+        inp.check_fits(nb)
+        rec = inp.run(arm, num_blocks=nb, options=cell.options or None, seed=cell.seed,
+                      hook_budget_ms=cell.hook_budget_ms, env=env)
+        if "infinite" in cell.size and rec["evictions"]:
+            raise RuntimeError(f"infinite-cache run evicted {rec['evictions']} blocks (simulator bug)")
+        out["cell"] = rec
+    except Exception as exc:  # noqa: BLE001 - recorded; the sweep goes on
+        out.update(status="error", cell={"error": error_of(exc, cell.policy)})
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+# ------------------------------------------------------------------ executors
+
+
+def _inline(configs: Sequence[dict]) -> Iterator[dict]:
+    for c in configs:
+        yield run_cell(c)
+
+
+def _pool(configs: Sequence[dict], workers: int) -> Iterator[dict]:
+    import concurrent.futures as cf
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process holding threads (tqdm) and locks
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as ex:
+        futs = [ex.submit(run_cell, c) for c in configs]
+        try:
+            for f in cf.as_completed(futs):
+                yield f.result()
+        except BaseException:
+            for f in futs:
+                f.cancel()
+            raise
+
+
+def ray_connect(address: str, num_cpus: int | None = None) -> str:
+    """Connect this process to Ray: reuse a Ray already initialised here;
+    ``address="local"`` starts a local Ray of ``num_cpus`` CPUs (no
+    dashboard); anything else (``"auto"``, ``"ray://host:10001"``,
+    ``"host:6379"``) joins that cluster. ``SPFCORE_*`` environment variables
+    (allow/block lists) are passed to the workers.
+
+    Returns:
+        A description of the cluster (its CPUs and nodes).
+
+    Raises:
+        SweepError: Ray is not installed (``pip install 'spfcore[ray]'``) or
+            the cluster cannot be reached (field ``--ray-address``).
+    """
+    try:
+        import ray
+    except ImportError:
+        raise SweepError("field '--ray-address': Ray is not installed; pip install 'spfcore[ray]'") from None
+    if not ray.is_initialized():
+        env = {k: v for k, v in os.environ.items() if k.startswith("SPFCORE_")}
+        kw = {"runtime_env": {"env_vars": env}} if env else {}
+        try:
+            if address == "local":
+                ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, **kw)
+            else:
+                ray.init(address=address, log_to_driver=False, **kw)
+        except Exception as exc:  # noqa: BLE001 - ConnectionError, ValueError, ... : one message
+            raise SweepError(f"field '--ray-address': cannot start or reach Ray at {address!r}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    res = ray.cluster_resources()
+    return f"Ray: {res.get('CPU', 0):g} CPUs, {len(ray.nodes())} node(s)"
+
+
+def _ray(configs: Sequence[dict], max_in_flight: int | None = None) -> Iterator[dict]:
+    import ray
+
+    task = ray.remote(num_cpus=1, max_retries=1)(run_cell)
+    pending = list(configs)
+    cap = max_in_flight or max(1, 4 * int(ray.cluster_resources().get("CPU", 1)))
+    running: list = []
+    try:
+        while pending or running:
+            while pending and len(running) < cap:  # bounded in flight: results stream back as they finish
+                running.append(task.remote(pending.pop(0)))
+            done, running = ray.wait(running, num_returns=1)
+            yield ray.get(done[0])
+    except BaseException:
+        for r in running:
+            ray.cancel(r, force=True)
+        raise
+
+
+def execute(configs: Sequence[dict], *, workers: int = 1, ray_address: str | None = None) -> Iterator[dict]:
+    """Run cells, yielding each record as it finishes (any order).
+
+    Args:
+        configs: Cell configurations (:meth:`Cell.config`).
+        workers: Local processes; 1 runs in this process. With Ray: the
+            CPUs of a ``"local"`` Ray.
+        ray_address: None (local), or a Ray address (:func:`ray_connect`);
+            each cell is then one Ray task of one CPU.
+    """
+    if ray_address is not None:
+        ray_connect(ray_address, workers)
+        return _ray(configs)
+    if workers <= 1:
+        return _inline(configs)
+    return _pool(configs, workers)
+
+
+# ------------------------------------------------------------------ the folder
+
+
+def cell_path(folder: str | os.PathLike, key: str) -> Path:
+    """``OUT/cells/<key>.json``."""
+    return Path(folder) / "cells" / f"{key}.json"
+
+
+def read_cell(folder: str | os.PathLike, key: str) -> dict | None:
+    """A cell's record, or None when absent.
+
+    Raises:
+        SweepError: a file that is not a cell record (names the file).
+    """
+    p = cell_path(folder, key)
+    try:
+        rec = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise SweepError(f"{p}: not a readable cell record ({exc})") from None
+    if not isinstance(rec, dict) or rec.get("key") != key or "status" not in rec:
+        raise SweepError(f"{p}: field 'key': not the record of cell {key}")
+    return rec
+
+
+@attrs.frozen
+class Outcome:
+    """What :func:`run_sweep` did: cells in the grid, reused (already in the
+    folder), run now, and of those failed; wall time (s)."""
+
+    total: int
+    reused: int
+    ran: int
+    failed: int
+    seconds: float
+
+
+def run_sweep(grid: Grid, folder: str | os.PathLike, *, workers: int = 1, ray_address: str | None = None,
+              command: str | None = None, on_cell: Callable[[dict], None] | None = None) -> Outcome:
+    """Run the cells of ``grid`` not yet finished in ``folder``, writing each
+    record as it arrives (atomically), and the manifest ``sweep.json``.
+
+    Holds ``OUT/sweep.lock`` for the run (:func:`spfcore.fileio.output_lock`):
+    a second live run on the same folder is refused; a killed run leaves only
+    whole cell files, and the next run does the rest.
+
+    Args:
+        grid: The :class:`Grid`.
+        folder: Output folder (created).
+        workers, ray_address: See :func:`execute`.
+        command: The command line, for the manifest.
+        on_cell: Called with each new record (progress).
+
+    Raises:
+        spfcore.fileio.OutputInUseError: another live run holds the folder.
+        SweepError: a trace cannot be read, or the folder holds a bad cell file.
+        OSError: the folder cannot be written.
+    """
+    from spfcore.fileio import output_lock
+
+    t0 = time.perf_counter()
+    folder = Path(folder)
+    cells = grid.cells()
+    with output_lock(folder / "sweep"):
+        for stale in (folder / "cells").glob(".*.tmp"):  # write_atomic's, of a killed run
+            stale.unlink(missing_ok=True)
+        write_atomic(folder / "sweep.json", json.dumps(
+            {"kind": KIND, "version": 1, "command": command, "grid": _grid_json(grid),
+             "cells": [c.key for c in cells]}, indent=1) + "\n")
+        todo = []
+        for c in cells:
+            rec = read_cell(folder, c.key)
+            if rec is None or rec["status"] != "ok":
+                todo.append(c.config())
+        failed = 0
+        for rec in execute(todo, workers=workers, ray_address=ray_address):
+            write_atomic(cell_path(folder, rec["key"]), json.dumps(rec, indent=1, default=str) + "\n")
+            failed += rec["status"] != "ok"
+            if on_cell is not None:
+                on_cell(rec)
+    return Outcome(len(cells), len(cells) - len(todo), len(todo), failed, time.perf_counter() - t0)
+
+
+def _grid_json(grid: Grid) -> dict:
+    return {"sources": [attrs.asdict(s) for s in grid.sources], "seeds": list(grid.seeds),
+            "variants": [attrs.asdict(v) for v in grid.variants], "sizes": list(grid.sizes),
+            "block_size": grid.block_size, "hook_budget_ms": grid.hook_budget_ms, "ceilings": grid.ceilings}
+
+
+def load(folder: str | os.PathLike) -> tuple[dict, list[dict], list[str]]:
+    """The manifest, the records of its cells found in ``folder``, and the
+    keys of its cells not there (not run yet).
+
+    Raises:
+        SweepError: no readable ``sweep.json`` (names the file and field), or a bad cell file.
+    """
+    p = Path(folder) / "sweep.json"
+    try:
+        man = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SweepError(f"{p}: no sweep here (run spfcore sweep with this --out first)") from None
+    except (OSError, ValueError) as exc:
+        raise SweepError(f"{p}: not readable JSON ({exc})") from None
+    if not isinstance(man, dict) or man.get("kind") != KIND or not isinstance(man.get("cells"), list):
+        raise SweepError(f"{p}: field 'kind'/'cells': not a spfcore sweep manifest")
+    recs, missing = [], []
+    for key in man["cells"]:
+        rec = read_cell(folder, key)
+        (missing.append(key) if rec is None else recs.append(rec))
+    return man, recs, missing
+
+
+# ------------------------------------------------------------------ report
+
+
+def summarize(records: Iterable[Mapping]) -> list[dict]:
+    """The merged table: one row per (input, variant, size), seed means.
+
+    Returns:
+        Rows ``{"source", "variant", "policy", "size", "size_label", "seeds",
+        "errors", "num_blocks", "token_hit_rate", "block_hit_rate",
+        "miss_ratio", "evictions", "cell_seconds"}``: ``miss_ratio = 1 -
+        block_hit_rate`` (prompt block references that missed), means over the
+        seeds that ran (None when none did); ``errors``: one line per failed
+        seed. Ordered by input, variant (first seen), size in blocks.
+    """
+    from spfcore.report import error_text
+
+    groups: dict[tuple, list] = {}
+    for r in records:
+        c = r["config"]
+        k = (c["source"]["label"], Cell(**{x: v for x, v in c.items() if x not in ("kind", "mode")}).variant,
+             json.dumps(c["size"], sort_keys=True))
+        groups.setdefault(k, []).append(r)
+
+    def mean(xs):
+        xs = [x for x in xs if x is not None]
+        return sum(xs) / len(xs) if xs else None
+
+    rows = []
+    for (src, var, size), rs in groups.items():
+        ok = [r for r in rs if r["status"] == "ok"]
+        cs = [r["cell"] for r in ok]
+        sz = json.loads(size)
+        rows.append({"source": src, "variant": var, "policy": rs[0]["config"]["policy"], "size": sz,
+                     "size_label": size_label(sz), "seeds": sorted(r["config"]["seed"] for r in ok),
+                     "errors": [f"seed {r['config']['seed']}: {error_text(r['cell']['error'])}"
+                                for r in rs if r["status"] != "ok"],
+                     "num_blocks": mean([r["num_blocks"] for r in ok]),
+                     "token_hit_rate": mean([c["token_hit_rate"] for c in cs]),
+                     "block_hit_rate": mean([c["block_hit_rate"] for c in cs]),
+                     "miss_ratio": mean([1 - c["block_hit_rate"] for c in cs]),
+                     "evictions": mean([c["evictions"] for c in cs]),
+                     "cell_seconds": mean([r["seconds"] for r in ok])})
+    order = {v: i for i, v in enumerate(dict.fromkeys(r["variant"] for r in rows))}
+    rows.sort(key=lambda r: (r["source"], r["policy"] == INFINITE, r["policy"] == BELADY, order[r["variant"]],
+                             r["num_blocks"] if r["num_blocks"] is not None else math.inf))
+    return rows
+
+
+def table(rows: Sequence[Mapping], title: str = "spfcore sweep"):
+    """The merged table as a rich Table (miss ratio and token hit rate per row)."""
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in ("input", "policy", "size", "blocks", "seeds", "miss ratio", "token hit", "evictions", "s/cell"):
+        t.add_column(col, justify="left" if col in ("input", "policy") else "right", no_wrap=True)
+
+    def f(x, fmt):
+        return "-" if x is None else format(x, fmt)
+
+    for r in rows:
+        miss = f(r["miss_ratio"], ".4f") if r["seeds"] else "[red]error[/red]"
+        t.add_row(r["source"], r["variant"], r["size_label"], f(r["num_blocks"], ",.0f"),
+                  f"{len(r['seeds'])}" + (f" [red](+{len(r['errors'])} failed)[/red]" if r["errors"] else ""),
+                  miss, f(r["token_hit_rate"], ".4f"), f(r["evictions"], ",.0f"), f(r["cell_seconds"], ".2f"))
+    return t
+
+
+def plot_mrc(rows: Sequence[Mapping], path: str | os.PathLike) -> Path:
+    """Miss-ratio curves (matplotlib PNG, written atomically): one panel per
+    input; x = cache size in blocks (seed mean, log scale), y = miss ratio (1
+    - block hit rate); one line per policy variant, Belady dashed black, the
+    infinite cache a dotted horizontal line.
+
+    Returns:
+        ``path`` as a Path.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from spfcore.report import _savefig_atomic
+
+    sources = list(dict.fromkeys(r["source"] for r in rows))
+    fig, axes = plt.subplots(1, len(sources), figsize=(6.4 * len(sources), 4.6), squeeze=False)
+    for ax, src in zip(axes[0], sources):
+        rs = [r for r in rows if r["source"] == src and r["miss_ratio"] is not None]
+        for var in dict.fromkeys(r["variant"] for r in rs if r["policy"] != INFINITE):
+            pts = sorted((r["num_blocks"], r["miss_ratio"]) for r in rs if r["variant"] == var)
+            style = dict(color="black", linestyle="--") if var == BELADY else {}
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3,
+                    label="Belady (offline optimum)" if var == BELADY else var, **style)
+        for r in rs:
+            if r["policy"] == INFINITE:
+                ax.axhline(r["miss_ratio"], color="gray", linestyle=":", label="infinite cache")
+        ax.set_xscale("log")
+        ax.set_xlabel("cache size (blocks, null block included)")
+        ax.set_ylabel("miss ratio (1 - block hit rate)")
+        ax.set_title(src, fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _savefig_atomic(fig, path)
+    plt.close(fig)
+    return path
+
+
+def render(folder: str | os.PathLike) -> tuple[list[dict], list[str]]:
+    """Write ``summary.json`` and ``mrc.png`` from ``folder``'s cells.
+
+    Returns:
+        The summary rows and the keys of cells not in the folder yet.
+
+    Raises:
+        SweepError: see :func:`load`.
+    """
+    folder = Path(folder)
+    man, recs, missing = load(folder)
+    rows = summarize(recs)
+    write_atomic(folder / "summary.json", json.dumps(
+        {"kind": KIND + "-summary", "command": man.get("command"), "cells": len(man["cells"]),
+         "missing": len(missing), "rows": rows}, indent=1, default=str) + "\n")
+    if any(r["miss_ratio"] is not None for r in rows):
+        plot_mrc(rows, folder / "mrc.png")
+    return rows, missing

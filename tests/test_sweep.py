@@ -1,0 +1,228 @@
+"""``spfcore sweep``: keys, resume, the same results inline / on local
+processes / on a real local Ray cluster, the report, and bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from spfcore import sweep
+from spfcore.cli import main
+from spfcore.workloads.synth import TraceShape, write_synthetic
+
+WL = ["--workload", "personas", "--set", "personas=2", "--set", "prefix_tokens=64", "--set", "sessions=4",
+      "--set", "turns=2"]
+GRID = ["--policies", "lru,frequency", "--num-blocks", "30,60", "--fractions", "0.5", "--seeds", "1,2", *WL]
+
+
+def _records(folder) -> dict:
+    """``{key: record}`` of a folder, without what differs run to run (timings, host, pid)."""
+    out = {}
+    for p in (Path(folder) / "cells").glob("*.json"):
+        rec = json.loads(p.read_text())
+        for k in ("host", "pid", "seconds"):
+            rec.pop(k)
+        for k in sweep.TIMING_FIELDS:
+            rec["cell"].pop(k, None)
+        out[rec["key"]] = rec
+    return out
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory) -> Path:
+    p = tmp_path_factory.mktemp("trace") / "t.jsonl"
+    write_synthetic(p, 300, 3, TraceShape(sessions=16, system_prompts=4))
+    return p
+
+
+def test_resume_reuses_every_cell_and_says_so(tmp_path):
+    out = tmp_path / "sw"
+    first = CliRunner().invoke(main, ["sweep", "-o", str(out), *GRID])
+    assert first.exit_code == 0, first.output
+    # 2 seeds x (2 policies + Belady) x 3 sizes + 2 infinite-cache cells
+    assert "20 cells: 0 reused" in first.stderr and "20 run" in first.stderr
+    files = {p.name: p.read_bytes() for p in (out / "cells").glob("*.json")}
+    assert len(files) == 20 and (out / "mrc.png").stat().st_size > 0
+    again = CliRunner().invoke(main, ["sweep", "-o", str(out), *GRID])
+    assert again.exit_code == 0 and "20 cells: 20 reused" in again.stderr and " 0 run" in again.stderr
+    assert {p.name: p.read_bytes() for p in (out / "cells").glob("*.json")} == files  # nothing rewritten
+    # a lost cell and a failed one are run again, nothing else
+    victim, failed = sorted(files)[:2]
+    (out / "cells" / victim).unlink()
+    rec = json.loads(files[failed])
+    rec.update(status="error", cell={"error": {"policy": "lru", "hook": None, "message": "x"}})
+    (out / "cells" / failed).write_text(json.dumps(rec))
+    third = CliRunner().invoke(main, ["sweep", "-o", str(out), *GRID])
+    assert "18 reused" in third.stderr and "2 run" in third.stderr
+    assert {p.name: p.read_bytes() for p in (out / "cells").glob("*.json")}.keys() == files.keys()
+    assert json.loads((out / "cells" / failed).read_text())["status"] == "ok"
+
+
+def test_cells_match_simulate_and_ceilings_order(tmp_path):
+    out = tmp_path / "sw"
+    assert CliRunner().invoke(main, ["sweep", "-o", str(out), *GRID]).exit_code == 0
+    sim = CliRunner().invoke(main, ["simulate", *WL, "--arms", "lru,frequency,belady_oracle", "--num-blocks", "30",
+                                    "--seeds", "1,2", "--json"])
+    assert sim.exit_code == 0, sim.output
+    expect = {(c["arm"], c["seed"]): c for c in json.loads(sim.stdout)["cells"]}
+    got = [r for r in _records(out).values() if r["config"]["size"] == {"blocks": 30}]
+    assert len(got) == 6
+    for r in got:  # the sweep's cell is simulate's replay, field for field
+        e = dict(expect[r["config"]["policy"], r["config"]["seed"]])
+        for k in sweep.TIMING_FIELDS:
+            e.pop(k)
+        assert r["cell"] == e
+    infinite = {r["config"]["seed"]: r for r in _records(out).values() if r["config"]["policy"] == "infinite"}
+    ceil = json.loads(sim.stdout)["ceilings"]
+    for seed, r in infinite.items():
+        assert r["cell"]["evictions"] == 0 and r["num_blocks"] == r["infinite_blocks"]
+        assert r["cell"]["token_hit_rate"] == ceil[str(seed)]["infinite"]["token_hit_rate"]
+    for r in _records(out).values():
+        if "fraction" in r["config"]["size"]:  # fraction f of the distinct blocks, + the null block
+            assert r["num_blocks"] == math.ceil(0.5 * r["unique_blocks"]) + 1
+            assert 0 < r["unique_blocks"] < r["infinite_blocks"]
+    rows = json.loads((out / "summary.json").read_text())["rows"]
+    by = {(r["variant"], r["size_label"]): r for r in rows}
+    for size in ("30", "60", "50%"):  # Belady is the optimum of each size; nothing beats the infinite cache
+        assert by["belady_oracle", size]["miss_ratio"] <= by["lru", size]["miss_ratio"]
+        assert by["infinite", "inf"]["miss_ratio"] <= by["belady_oracle", size]["miss_ratio"]
+    assert by["lru", "30"]["seeds"] == [1, 2]
+    assert by["lru", "30"]["token_hit_rate"] == pytest.approx(
+        (expect["lru", 1]["token_hit_rate"] + expect["lru", 2]["token_hit_rate"]) / 2)
+
+
+def test_keys(tmp_path, trace):
+    t2 = tmp_path / "t2.jsonl"
+    t2.write_bytes(trace.read_bytes())
+
+    def grid(**kw):
+        base = dict(sources=(sweep.Source(trace=str(trace)),), seeds=(0,), variants=(sweep.Variant("lru"),),
+                    sizes=({"blocks": 200},), ceilings=False)
+        return sweep.Grid(**{**base, **kw})
+
+    (a,) = grid().cells()
+    assert a.key == grid().cells()[0].key and len(a.key) == 32  # deterministic
+    assert a.config()["code"]["spfcore"] and a.config()["source"]["sha256"]
+    others = [grid(seeds=(1,)), grid(sizes=({"blocks": 201},)), grid(sizes=({"fraction": 0.5},)),
+              grid(variants=(sweep.Variant("frequency"),)), grid(variants=(sweep.Variant("frequency", {"min_count": "3"}),)),
+              grid(block_size=16), grid(hook_budget_ms=5.0), grid(sources=(sweep.Source(trace=str(trace), limit=10),))]
+    keys = {g.cells()[0].key for g in others}
+    assert len(keys) == len(others) and a.key not in keys
+    with open(t2, "ab") as f:  # the same path, other bytes: another key
+        f.write(b"\n")
+    k1 = grid(sources=(sweep.Source(trace=str(t2)),)).cells()[0].key
+    t2.write_bytes(trace.read_bytes() + b"\n\n")
+    assert grid(sources=(sweep.Source(trace=str(t2)),)).cells()[0].key != k1
+    # a cell run on other code than its key's is refused, not mixed in
+    bad = dict(a.config(), code={"spfcore": "0" * 16})
+    rec = sweep.run_cell(bad)
+    assert rec["status"] == "error" and "not the code the sweep was keyed on" in rec["cell"]["error"]["message"]
+    assert sweep.run_cell(a.config())["status"] == "ok"
+
+
+def test_workers_and_ray_match_inline(tmp_path, trace):
+    ray = pytest.importorskip("ray")
+    grid = sweep.Grid((sweep.Source(trace=str(trace)),), (0,),
+                      (sweep.Variant("lru"), sweep.Variant("frequency", {"min_count": "3"})),
+                      ({"blocks": 100}, {"fraction": 0.1}, {"fraction": 0.3}))
+    one = sweep.run_sweep(grid, tmp_path / "one", workers=1)
+    two = sweep.run_sweep(grid, tmp_path / "two", workers=2)
+    assert (one.total, one.ran, one.failed) == (two.total, two.ran, two.failed) == (10, 10, 0)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # a real local Ray cluster
+    try:
+        on_ray = sweep.run_sweep(grid, tmp_path / "ray", ray_address="auto")
+        pids = {json.loads(p.read_text())["pid"] for p in (tmp_path / "ray" / "cells").glob("*.json")}
+    finally:
+        ray.shutdown()
+    assert on_ray.ran == 10 and on_ray.failed == 0 and os.getpid() not in pids  # ran in Ray's workers
+    ref = _records(tmp_path / "one")
+    assert len(ref) == 10 and _records(tmp_path / "two") == ref and _records(tmp_path / "ray") == ref
+    hits = sorted(r["cell"]["block_hit_rate"] for r in ref.values())
+    assert hits[0] < hits[-1]  # sizes and policies really differ
+
+
+def test_cli_local_ray_and_report(tmp_path, trace):
+    pytest.importorskip("ray")
+    args = ["sweep", "--policies", "lru", "--num-blocks", "100,200", "--trace", str(trace), "--no-ceilings"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    res = subprocess.run([sys.executable, "-m", "spfcore.cli", *args, "-o", str(tmp_path / "ray"),
+                          "--ray-address", "local", "--workers", "2"], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "2 cells: 0 reused" in res.stderr and "Ray: 2 CPUs" in res.stderr
+    assert CliRunner().invoke(main, [*args, "-o", str(tmp_path / "one")]).exit_code == 0
+    assert _records(tmp_path / "ray") == _records(tmp_path / "one")
+    # the report of an existing folder, with a cell not there yet
+    next((tmp_path / "one" / "cells").glob("*.json")).unlink()
+    (tmp_path / "one" / "summary.json").unlink()
+    rep = CliRunner().invoke(main, ["sweep-report", str(tmp_path / "one")])
+    assert rep.exit_code == 0, rep.output
+    assert "1 cell(s) of this sweep not run yet" in rep.stdout and "lru" in rep.stdout
+    assert len(json.loads((tmp_path / "one" / "summary.json").read_text())["rows"]) == 1
+
+
+@pytest.mark.parametrize("extra, hint, words", [
+    (["--fractions", "1.5"], "--fractions", "in (0, 1]"),
+    (["--num-blocks", "1"], "--num-blocks", ">= 2 blocks"),
+    (["--num-blocks", "30,30"], "--num-blocks", "given twice"),
+    (["--num-blocks", "3x"], "--num-blocks", "'3x'"),
+    (["--seeds", "-1"], "--seeds", "seed >= 0"),
+    (["--policy-opt", "frequency.nope=1"], "--policy-opt", "unknown parameter 'nope'"),
+    (["--policy-opt", "frequency.min_count=abc"], "--policy-opt", "frequency"),
+    (["--policy-opt", "session_ttl.ttl_arrivals=1"], "--policy-opt", "not in the sweep"),
+    (["--policy-opt", "frequency.min_count=3,3"], "--policy-opt", "repeated value"),
+    (["--policy-opt", "frequency"], "--policy-opt", "NAME.KEY=VALUE"),
+    (["--policies", "lru,lru"], "--policies", "distinct"),
+    (["--policies", "nope"], "--policies", "not installed"),
+    (["--set", "sesions=3"], "--set", "unknown flag 'sesions'"),
+])
+def test_bad_input_names_the_field(tmp_path, extra, hint, words):
+    args = ["sweep", "-o", str(tmp_path / "sw"), "--policies", "lru,frequency", "--num-blocks", "30", *WL]
+    for i, a in enumerate(args):  # a later flag of one name replaces the earlier one
+        if a in extra[::2] and a not in ("--set", "--policy-opt"):
+            del args[i:i + 2]
+            break
+    res = CliRunner().invoke(main, [*args, *extra])
+    assert res.exit_code == 2, res.output
+    assert hint in res.output and words in res.output
+    assert not (tmp_path / "sw").exists()  # nothing written
+
+
+def test_failed_cells_and_bad_folder(tmp_path, monkeypatch):
+    out = tmp_path / "sw"
+    # 8 blocks: too small for these requests; the cells say so, the run finishes, exit 4
+    res = CliRunner().invoke(main, ["sweep", "-o", str(out), "--policies", "lru", "--num-blocks", "8,60",
+                                    "--seeds", "1", "--no-ceilings", *WL])
+    assert res.exit_code == 4, res.output
+    assert "failed: ValueError: request" in res.stderr and "1 failed" in res.stderr
+    rows = {r["size_label"]: r for r in json.loads((out / "summary.json").read_text())["rows"]}
+    assert rows["8"]["seeds"] == [] and "blocks" in rows["8"]["errors"][0] and rows["60"]["seeds"] == [1]
+    bad = next((out / "cells").glob("*.json"))
+    bad.write_text("{not json")
+    rep = CliRunner().invoke(main, ["sweep-report", str(out)])
+    assert rep.exit_code == 1 and str(bad) in rep.output and "not a readable cell record" in rep.output
+    nothing = CliRunner().invoke(main, ["sweep-report", str(tmp_path)])
+    assert nothing.exit_code == 1 and "sweep.json: no sweep here" in nothing.output
+    pytest.importorskip("ray")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    no_cluster = CliRunner().invoke(main, ["sweep", "-o", str(tmp_path / "x"), "--policies", "lru", "--num-blocks",
+                                           "60", "--ray-address", "auto", *WL])
+    assert no_cluster.exit_code == 2 and "--ray-address" in no_cluster.output
+    assert "Could not find any running Ray instance" in no_cluster.output
+
+
+def test_second_live_run_is_refused(tmp_path):
+    from spfcore.fileio import output_lock
+
+    out = tmp_path / "sw"
+    with output_lock(out / "sweep"):
+        res = CliRunner().invoke(main, ["sweep", "-o", str(out), "--policies", "lru", "--num-blocks", "60", *WL])
+    assert res.exit_code == 1 and "another run is writing this output" in res.output
+    assert not (out / "cells").exists()
