@@ -89,6 +89,14 @@ class GateConfig:
         preset: Preset name, for labels.
         command: The command line that reproduces the run.
         simulate: Run the simulator (ceilings, per-arm results) too.
+        settle: Judge on intervals (:func:`spfcore.gate.evaluate` ``settle``):
+            SURVIVES / FAILS only when every deciding criterion's CI is on one
+            side of its threshold, else ``INCONCLUSIVE``.
+        max_passes: Most passes over the seeds (the first included): while
+            the verdict is ``INCONCLUSIVE`` and the budget lasts, the engine
+            runs every arm x seed again (interleaved, cells with ``repeat``).
+        budget_s: Start no further pass after this many seconds from the
+            call (None: no time budget; ``max_passes`` still applies).
     """
 
     workload: str = "personas"
@@ -109,6 +117,9 @@ class GateConfig:
     preset: str | None = None
     command: str | None = None
     simulate: bool = True
+    settle: bool = False
+    max_passes: int = attrs.field(default=1, converter=int)
+    budget_s: float | None = None
 
     def __attrs_post_init__(self):
         if not self.arms:
@@ -125,6 +136,10 @@ class GateConfig:
             raise GateConfigError("field 'cache_pressure': must be > 0 when num_blocks is not given")
         if self.num_blocks is not None and self.num_blocks < 2:
             raise GateConfigError(f"field 'num_blocks': must be >= 2, got {self.num_blocks}")
+        if self.max_passes < 1:
+            raise GateConfigError(f"field 'max_passes' (--budget): must be >= 1, got {self.max_passes}")
+        if self.budget_s is not None and not self.budget_s > 0:
+            raise GateConfigError(f"field 'budget_s' (--budget): must be > 0 seconds, got {self.budget_s}")
         if self.mode not in ("sequential", "timed"):
             raise GateConfigError(f"field 'mode': must be 'sequential' or 'timed', got {self.mode!r}")
         unknown = set(self.policy_options) - set(self.arms)
@@ -265,7 +280,7 @@ def default_engine_factory(arm: str, options: Mapping | None, *, num_blocks: int
 
 
 def _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks, deadline=None,
-                      broken: Mapping | None = None) -> None:
+                      broken: Mapping | None = None, again: Callable[[int], bool] | None = None) -> None:
     """Run the engine cells not yet done, on ONE engine, interleaved: for each
     seed every arm in turn (``use_policy`` switches the arm; each run starts
     from an empty cache), the arm order rotated by one per seed. A slow spell
@@ -273,6 +288,11 @@ def _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks, 
     is what the TTFT and throughput criteria compare. One unrecorded warm-up
     run (:func:`warmup_slice`) precedes the first cell. No cell starts after
     ``deadline`` (``time.monotonic()`` seconds).
+
+    Passes: after pass ``k`` (0 first) the engine runs pass ``k + 1`` (every
+    seed again, cells with ``repeat = k + 1``) while ``again(k)`` says so, on
+    the same engine (no new start, no new warm-up). A repeat's arm order is
+    rotated one further per pass, so no arm always runs first.
 
     A failed cell is recorded (:func:`spfcore.report.error_cell`) and the run
     goes on: an arm in ``broken`` (``{arm: exception}``: not installed, not
@@ -283,54 +303,63 @@ def _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks, 
     broken = broken or {}
     arms, session, start_error = list(config.arms), None, None
     try:
-        for k, seed in enumerate(config.seeds):
-            for arm in arms[k % len(arms):] + arms[:k % len(arms)]:
-                if ("engine", arm, seed) in side.done:
-                    continue
-                if deadline is not None and time.monotonic() >= deadline:
-                    return
-                opts = config.policy_options.get(arm)
-                bar.set_description(f"engine {arm} seed {seed}")
-                if arm in broken:  # never reaches the engine: a start failure here is the arm's, not the engine's
-                    side.put("engine", arm, seed, report.error_cell(arm, seed, broken[arm]))
+        rep = 0
+        while True:
+            for k, seed in enumerate(config.seeds):
+                k += rep
+                for arm in arms[k % len(arms):] + arms[:k % len(arms)]:
+                    key = ("engine", arm, seed) + ((rep,) if rep else ())
+                    if key in side.done:
+                        continue
+                    if deadline is not None and time.monotonic() >= deadline:
+                        return
+                    opts = config.policy_options.get(arm)
+                    bar.set_description(f"engine {arm} seed {seed}")
+                    if arm in broken:  # never reaches the engine: a start failure here is the arm's, not the engine's
+                        side.put("engine", arm, seed, report.error_cell(arm, seed, broken[arm]), rep)
+                        bar.update()
+                        continue
+                    running = False
+                    try:
+                        if start_error is not None:  # no engine: do not retry a start per cell
+                            raise start_error
+                        if session is None:
+                            bar.set_description("engine: starting")
+                            try:
+                                session = engine_factory(arm, opts, num_blocks=num_blocks,
+                                                         block_size=config.block_size, engine=config.engine)
+                            except Exception as exc:  # noqa: BLE001
+                                start_error = exc
+                                raise
+                            # warm-up, not recorded: the first pass over a workload compiles and
+                            # allocates; measured, it inflated the first cell's p95 TTFT ~4x
+                            bar.set_description("engine: warm-up")
+                            running = True  # a failed warm-up is this cell's failure (and closes the engine)
+                            session.run(warmup_slice(workloads[seed]), seed=seed, mode=config.mode)
+                        else:
+                            session.use_policy(arm, dict(opts or {}))
+                        running = True
+                        cell = dict(session.run(workloads[seed], seed=seed, mode=config.mode))
+                        cell.update(arm=arm, seed=seed, status="ok")
+                        if rep:
+                            cell["repeat"] = rep
+                        fault = cell.get("policy_fault")
+                        if cell.get("policy_faults") and fault:  # the adapter failed open: the arm failed
+                            cell.update(status="error", error={
+                                "policy": fault.get("policy") or arm, "hook": fault.get("hook"),
+                                "message": f"{str(fault.get('error')).removeprefix('PolicyError: ')} (in {fault.get('where')}; the engine served the rest "
+                                           f"of this run in vLLM's own order: {cell.get('fail_open_allocations', 0)} "
+                                           "allocations failed open)"})
+                    except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
+                        cell = report.error_cell(arm, seed, exc)
+                        if running:  # a run that failed part-way may leave requests holding blocks:
+                            session.close()  # the next cell starts a fresh engine, so only this arm fails
+                            session = None
+                    side.put("engine", arm, seed, cell, rep)
                     bar.update()
-                    continue
-                running = False
-                try:
-                    if start_error is not None:  # no engine: do not retry a start per cell
-                        raise start_error
-                    if session is None:
-                        bar.set_description("engine: starting")
-                        try:
-                            session = engine_factory(arm, opts, num_blocks=num_blocks,
-                                                     block_size=config.block_size, engine=config.engine)
-                        except Exception as exc:  # noqa: BLE001
-                            start_error = exc
-                            raise
-                        # warm-up, not recorded: the first pass over a workload compiles and
-                        # allocates; measured, it inflated the first cell's p95 TTFT ~4x
-                        bar.set_description("engine: warm-up")
-                        running = True  # a failed warm-up is this cell's failure (and closes the engine)
-                        session.run(warmup_slice(workloads[seed]), seed=seed, mode=config.mode)
-                    else:
-                        session.use_policy(arm, dict(opts or {}))
-                    running = True
-                    cell = dict(session.run(workloads[seed], seed=seed, mode=config.mode))
-                    cell.update(arm=arm, seed=seed, status="ok")
-                    fault = cell.get("policy_fault")
-                    if cell.get("policy_faults") and fault:  # the adapter failed open: the arm failed
-                        cell.update(status="error", error={
-                            "policy": fault.get("policy") or arm, "hook": fault.get("hook"),
-                            "message": f"{str(fault.get('error')).removeprefix('PolicyError: ')} (in {fault.get('where')}; the engine served the rest "
-                                       f"of this run in vLLM's own order: {cell.get('fail_open_allocations', 0)} "
-                                       "allocations failed open)"})
-                except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
-                    cell = report.error_cell(arm, seed, exc)
-                    if running:  # a run that failed part-way may leave requests holding blocks:
-                        session.close()  # the next cell starts a fresh engine, so only this arm fails
-                        session = None
-                side.put("engine", arm, seed, cell)
-                bar.update()
+            if again is None or not again(rep):
+                return
+            rep += 1
     finally:
         if session is not None:
             session.close()
@@ -395,7 +424,7 @@ class _Sidecar:
                     if n == len(lines):  # a line cut by a crash mid-write
                         break
                     raise GateResumeError(f"{path}:{n}: not valid JSON; use --fresh") from None
-                key = (rec["kind"], rec["arm"], rec["seed"])
+                key = (rec["kind"], rec["arm"], rec["seed"]) + ((rec["repeat"],) if rec.get("repeat") else ())
                 if rec["cell"].get("error"):
                     self.failed[key] = rec["cell"]
                 else:
@@ -411,9 +440,11 @@ class _Sidecar:
             f.flush()
             os.fsync(f.fileno())
 
-    def put(self, kind: str, arm: str, seed: int, cell: dict) -> None:
-        self._append({"kind": kind, "arm": arm, "seed": seed, "cell": cell})
-        key = (kind, arm, seed)
+    def put(self, kind: str, arm: str, seed: int, cell: dict, repeat: int = 0) -> None:
+        """Record a finished (or failed) cell; ``repeat`` > 0: a further pass over the seed,
+        keyed ``(kind, arm, seed, repeat)`` (the first pass keeps the 3-tuple key)."""
+        self._append({"kind": kind, "arm": arm, "seed": seed, "cell": cell, **({"repeat": repeat} if repeat else {})})
+        key = (kind, arm, seed) + ((repeat,) if repeat else ())
         if cell.get("error"):
             self.failed[key] = cell
         else:
@@ -447,7 +478,7 @@ def _preflight(config: GateConfig, workloads: Mapping, num_blocks: int) -> None:
         except registry.PolicyConfigError as exc:
             raise GateConfigError(f"--policy-opt: {exc}") from None
     roles = attrs.asdict(config.roles)
-    missing = {r: a for r, a in roles.items() if a not in config.arms}
+    missing = {r: a for r, a in roles.items() if a is not None and a not in config.arms}
     if missing:
         raise GateConfigError("field 'arms': the gate's roles need these arms too: "
                               + ", ".join(f"{r}={a}" for r, a in missing.items()))
@@ -545,8 +576,30 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
                 [("sim", a, s) for s in config.seeds for a in config.arms] if config.simulate else []
     eng_units = [("engine", a, s) for a in config.arms for s in config.seeds]
     todo = [u for u in sim_units + eng_units if u not in side.done]
+    reused = len(sim_units) + len(eng_units) - len(todo)
     bar = tqdm(total=len(sim_units) + len(eng_units), initial=len(sim_units) + len(eng_units) - len(todo),
                disable=not progress, file=sys.stderr, desc="gate", unit="cell", dynamic_ncols=True)
+
+    def pick(kind, arms, passes=1):
+        out = []
+        for p in range(passes):
+            for a in arms:
+                for s in config.seeds:
+                    key = (kind, a, s) + ((p,) if p else ())
+                    c = side.done.get(key) or side.failed.get(key)
+                    if c is not None:
+                        out.append(c)
+        return out
+
+    def judge(passes: int):
+        cells = pick("engine", config.arms, passes)
+        sim = None
+        if config.simulate:
+            sim = {"cells": pick("sim", config.arms),
+                   "ceilings": [c for c in pick("ceilings", ["*"]) if not c.get("error")]}
+        return cells, gate.evaluate(cells, sim=sim, roles=config.roles, thresholds=config.thresholds,
+                                    seeds=config.seeds, settle=config.settle), sim
+
     try:
         for kind, arm, seed in sim_units:
             if (kind, arm, seed) in side.done:
@@ -566,27 +619,33 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
                 cell = report.error_cell(arm, seed, exc)
             side.put(kind, arm, seed, cell)
             bar.update()
+
+        def again(rep: int) -> bool:
+            """Run pass ``rep + 1``? Only while the verdict is INCONCLUSIVE and the budget lasts."""
+            nonlocal reused
+            if not config.settle or rep + 1 >= config.max_passes:
+                return False
+            if config.budget_s is not None and time.monotonic() - t_start >= config.budget_s:
+                return False
+            if judge(rep + 1)[1].status != gate.INCONCLUSIVE:
+                return False
+            nxt = [("engine", a, s, rep + 1) for a in config.arms for s in config.seeds]
+            reused += sum(1 for u in nxt if u in side.done)
+            bar.total += len(nxt)
+            bar.update(sum(1 for u in nxt if u in side.done))
+            return True
+
         _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks,
-                          deadline=None if time_limit_s is None else t_start + time_limit_s, broken=broken)
+                          deadline=None if time_limit_s is None else t_start + time_limit_s, broken=broken,
+                          again=again)
     finally:
         bar.close()
 
-    def pick(kind, arms):
-        out = []
-        for a in arms:
-            for s in config.seeds:
-                c = side.done.get((kind, a, s)) or side.failed.get((kind, a, s))
-                if c is not None:
-                    out.append(c)
-        return out
-
-    cells = pick("engine", config.arms)
-    sim = None
-    if config.simulate:
-        sim = {"cells": pick("sim", config.arms),
-               "ceilings": [c for c in pick("ceilings", ["*"]) if not c.get("error")]}
-    verdict = gate.evaluate(cells, sim=sim, roles=config.roles, thresholds=config.thresholds, seeds=config.seeds)
+    passes = 1 + max((k[3] for k in side.done if k[0] == "engine" and len(k) == 4), default=0)
+    cells, verdict, sim = judge(passes)
     results = report.build_results(full_config, cells, sim, verdict.to_json())
+    results["run"] = {"cells": len(sim_units) + len(eng_units) * passes, "reused_cells": reused,
+                      "passes": passes, "wall_s": round(time.monotonic() - t_start, 1)}
     report.write_results(output, results)
     if plots:
         report.plot_results(results, output.parent)

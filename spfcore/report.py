@@ -347,7 +347,10 @@ def table(results: Mapping) -> Table:
 def verdict_table(verdict: Mapping) -> Table:
     """A rich table of the verdict: one row per criterion (value, threshold, CI, pass)."""
     color = {"SURVIVES": "green", "FAILS": "red"}.get(verdict["status"], "yellow")
-    t = Table(title=f"verdict: [{color}]{verdict['status']}[/{color}]")
+    how = ""
+    if verdict.get("settled"):
+        how = f" (95% CIs on one side of each threshold; {verdict.get('passes', 1)} pass(es) per seed)"
+    t = Table(title=f"verdict: [{color}]{verdict['status']}[/{color}]{how}")
     for col in ("criterion", "value", "threshold", "95% CI", "pass", "what"):
         t.add_column(col)
     for c in verdict["criteria"]:
@@ -355,6 +358,10 @@ def verdict_table(verdict: Mapping) -> Table:
         ci_s = f"[{ci['low']:+.4f}, {ci['high']:+.4f}] ({ci['method']})" if ci else "-"
         p = {True: "[green]yes[/green]", False: "[red]no[/red]", None: "-"}[c["passed"]]
         t.add_row(c["name"], _f(c["value"], "+.4f"), f"{c['op']} {c['threshold']:.4g}", ci_s, p, c["note"])
+    if verdict.get("info"):
+        t.add_section()
+        for c in verdict["info"]:  # shown beside the rule, not in it
+            t.add_row(c["name"], _f(c["value"], "+.4f"), f"({c['op']} {c['threshold']:.4g})", "-", "info", c["note"])
     return t
 
 
@@ -381,8 +388,10 @@ def plot_results(results: Mapping, outdir: str | os.PathLike) -> list[Path]:
     * ``cache.png``: per arm, prefill tokens recomputed and token hit rate
       (engine seed means, simulator beside them) with the simulator's Belady
       ceiling and infinite cache marked as horizontal lines;
-    * ``ttft_cdf.png``: the TTFT CDF per arm (requests of every seed pooled),
-      when the cells carry per-request TTFTs.
+    * ``ttft_cdf.png``: the TTFT CDF per arm (requests of every seed and
+      repeat pooled) on a log time axis (TTFTs of hits and misses differ by
+      orders of magnitude), titled with the workload, the load level and
+      the seeds, when the cells carry per-request TTFTs.
 
     Returns:
         Paths written.
@@ -431,8 +440,17 @@ def plot_results(results: Mapping, outdir: str | os.PathLike) -> list[Path]:
         for arm, v in ttfts.items():
             v = np.sort(np.asarray(v)) * 1e3
             ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=arm)
-        ax.set_xlabel("TTFT (ms)")
+        ax.set_xscale("log")
+        ax.set_xlabel("TTFT (ms, log scale)")
         ax.set_ylabel("share of requests")
+        cfg = results.get("config", {})
+        seeds = sorted({c.get("seed") for c in results.get("cells", ()) if c.get("seed") is not None})
+        level = cfg.get("mode", "sequential")
+        if cfg.get("mode") == "timed":
+            level = "timed, " + (", ".join(f"{k}={v}" for k, v in (cfg.get("workload_flags") or {}).items()
+                                           if k in ("arrival", "rate")) or "workload arrival times")
+        ax.set_title(textwrap.fill(f"TTFT CDF: {cfg.get('workload_label', cfg.get('workload', ''))}; "
+                                   f"load: {level}; seeds {', '.join(map(str, seeds))}", 90), fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()
