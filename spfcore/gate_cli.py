@@ -97,6 +97,14 @@ def _threshold_options(f):
 @click.option("--budget", default="1", show_default=True, metavar="PASSES|SECONDSs",
               help="Repeats while the verdict is INCONCLUSIVE: most passes over the seeds (first included), "
                    "e.g. 3, or seconds from the start after which no pass starts, e.g. 900s.")
+@click.option("--load", "loads", callback=_csv(float), default=None, metavar="F,F,...",
+              help="Load levels as fractions of the floor arm's capacity (e.g. 0.5,0.8): Poisson arrivals, "
+                   "timed mode, one gate per level under <output folder>/load-<F>/; the verdict is --judge-load's.")
+@click.option("--capacity", type=click.FloatRange(min=0, min_open=True), default=None, metavar="RPS",
+              help="The floor arm's capacity, requests/s [measured: the workload all at once on the floor arm].")
+@click.option("--judge-load", type=float, default=None, metavar="F", help="The level the verdict judges [first of --load].")
+@click.option("--ttft-slo-ms", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MS",
+              help="TTFT SLO for the goodput column of a --load run (requests within it per second).")
 @click.option("--point-estimates", is_flag=True,
               help="Judge on point estimates (the seed's rule as written) instead of settled intervals: "
                    "no INCONCLUSIVE, no repeats.")
@@ -110,7 +118,8 @@ def _threshold_options(f):
 @_threshold_options
 @click.pass_context
 def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, baseline, floor_, oracle,
-                 policy_opt, mode, output, fresh, no_sim, no_progress, check, budget, point_estimates,
+                 policy_opt, mode, output, fresh, no_sim, no_progress, check, budget, loads, capacity, judge_load,
+                 ttft_slo_ms, point_estimates,
                  hook_budget_ms, time_limit, workload_spec, cache_spec, **thresholds):
     """Run the survival gate: every arm x seed through a real vLLM engine and
     the simulator, then judge the candidate (SURVIVES, FAILS, INVALID-HARNESS,
@@ -140,7 +149,10 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
         oracle = None
     # one default folder per preset, candidate and mode: a second candidate (other code) or a timed run does
     # not meet the first one's finished cells
-    out = Path(output or f"runs/gate-{preset}-{candidate}{'' if mode == 'sequential' else '-' + mode}/results.json")
+    if loads:
+        mode = "timed"
+    out = Path(output or f"runs/gate-{preset}-{candidate}{'' if mode == 'sequential' else '-' + mode}"
+                         f"{'-load' if loads else ''}/results.json")
     hold_output_lock(out)  # one writer per results file (and its sidecar, plots), resume included
     if hook_budget_ms is not None:  # read by every PolicyRuntime.for_policy of this process (engine and simulator)
         from spfcore.runtime import BUDGET_ENV
@@ -165,8 +177,13 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
             roles=gate.Roles(candidate, baseline, floor_, oracle), thresholds=gate.GateThresholds(**thr),
             preset=preset, command=command_line(ctx),
             simulate=not no_sim, settle=not point_estimates, max_passes=passes, budget_s=budget_s)
-        results = gate_runner.run_gate(cfg, out, fresh=fresh, progress=not no_progress,
-                                         time_limit_s=time_limit)
+        if loads:
+            doc = gate_runner.run_load_gate(cfg, out, loads, capacity=capacity, judge_load=judge_load,
+                                            ttft_slo_s=None if ttft_slo_ms is None else ttft_slo_ms / 1e3,
+                                            fresh=fresh, progress=not no_progress, time_limit_s=time_limit)
+        else:
+            results = gate_runner.run_gate(cfg, out, fresh=fresh, progress=not no_progress,
+                                           time_limit_s=time_limit)
     except KeyboardInterrupt:
         click.echo(f"interrupted: finished cells are kept in {gate_runner.sidecar_path(out)}; "
                    "run the same command again to finish the rest", err=True)
@@ -179,6 +196,22 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
             ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     console = report.make_console()
+    if loads:
+        console.print(report.load_table(doc))
+        v = doc["verdict"]
+        console.print(f"verdict judged at load {doc['judged_load']:g} x capacity "
+                      f"({doc['judged_load'] * doc['capacity_rps']:.3f} req/s); per level: "
+                      + ", ".join(f"{lv['load']:g}: {lv['status']}" for lv in doc["levels"]), markup=False)
+        console.print(report.verdict_table(v))
+        for r in v.get("reasons", ()):
+            console.print(f"  - {r}", markup=False)
+        console.print(f"results: {out} (levels under {out.parent}/load-*/)   plot: {out.parent / 'ttft_p95_vs_load.png'}",
+                      markup=False)
+        if check and v["status"] not in (gate.SURVIVES, gate.INCONCLUSIVE):
+            sys.exit(3)
+        if v["status"] == gate.INCONCLUSIVE:
+            sys.exit(EXIT_INCONCLUSIVE)
+        return
     run = results.get("run") or {}
     if run.get("reused_cells"):
         console.print(f"reused {run['reused_cells']} of {run['cells']} cells from {gate_runner.sidecar_path(out)} "

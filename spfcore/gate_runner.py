@@ -650,3 +650,139 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
     if plots:
         report.plot_results(results, output.parent)
     return results
+
+
+# ------------------------------------------------------------------ load levels
+
+
+def measure_capacity(config: GateConfig, workload: Workload, num_blocks: int,
+                     engine_factory: Callable | None = None) -> float:
+    """The floor arm's capacity, requests/s: one engine, one unrecorded
+    warm-up (:func:`warmup_slice`), then ``workload`` with every request
+    arriving at 0 s (timed mode: the engine is saturated from the start), and
+    capacity = finished requests / wall time of that run.
+
+    Raises:
+        RuntimeError: the run finished no request (no throughput to scale by).
+    """
+    engine_factory = engine_factory or default_engine_factory
+    floor = config.roles.floor
+    opts = config.policy_options.get(floor)
+    burst = attrs.evolve(workload, requests=[attrs.evolve(r, arrival_s=0.0) for r in workload.requests])
+    session = engine_factory(floor, opts, num_blocks=num_blocks, block_size=config.block_size, engine=config.engine)
+    try:
+        session.run(warmup_slice(burst), seed=config.seeds[0], mode="timed")
+        cell = session.run(burst, seed=config.seeds[0], mode="timed")
+    finally:
+        session.close()
+    cap = cell.get("throughput_rps")
+    if not cap or not cap > 0:
+        raise RuntimeError(f"capacity run of {floor} finished no request (throughput {cap!r})")
+    return float(cap)
+
+
+def level_summary(results: Mapping, ttft_slo_s: float | None = None) -> dict:
+    """Per arm, what one load level showed (seed and repeat means): TTFT
+    p50/p95/p99, queueing delay p50/p95 (scheduled - queued, s), e2e p95,
+    prefill tokens recomputed, token hit rate, preemptions, throughput, and
+    with ``ttft_slo_s`` the goodput: requests whose TTFT <= the SLO, per
+    second of the run's wall time (Zhong et al., DistServe, OSDI 2024)."""
+    summ = report.summarize(results.get("cells", ()))
+    out = {}
+    for arm, s in summ.items():
+        row = {k: s.get(k) for k in ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "queue_p50_s", "queue_p95_s",
+                                     "e2e_p95_s", "prefill_tokens_recomputed", "token_hit_rate", "preemptions",
+                                     "throughput_rps")}
+        if ttft_slo_s is not None:
+            good = []
+            for c in results.get("cells", ()):
+                if c.get("arm") != arm or c.get("error"):
+                    continue
+                wall = c.get("wall_s") or (c["num_requests"] / c["throughput_rps"] if c.get("throughput_rps") else None)
+                if wall:
+                    good.append(sum(1 for r in c.get("requests") or ()
+                                    if r.get("ttft_s") is not None and r["ttft_s"] <= ttft_slo_s) / wall)
+            row["goodput_rps"] = float(sum(good) / len(good)) if good else None
+        out[arm] = row
+    return out
+
+
+def run_load_gate(config: GateConfig, output: str | os.PathLike, loads: Sequence[float], *,
+                  capacity: float | None = None, judge_load: float | None = None, ttft_slo_s: float | None = None,
+                  engine_factory: Callable | None = None, plots: bool = True, **kw) -> dict:
+    """The gate at load levels: Poisson arrivals at ``load x capacity``
+    requests/s, one :func:`run_gate` per level (timed mode; its own results,
+    sidecar and plots in ``<output folder>/load-<load>/``), and one summary.
+
+    Args:
+        config: The run; its workload flags get ``arrival=poisson`` and
+            ``rate`` per level, its mode becomes ``timed``.
+        output: Summary JSON path; the p95 TTFT vs offered load plot
+            (``ttft_p95_vs_load.png``) beside it.
+        loads: Fractions of the floor arm's capacity (> 0), e.g. (0.5, 0.8).
+        capacity: The floor arm's capacity, requests/s; None: measured
+            (:func:`measure_capacity`, once, kept in ``capacity.json`` beside
+            the output for later calls).
+        judge_load: The level whose verdict is the run's (default: the first
+            of ``loads``).
+        ttft_slo_s: TTFT SLO for the goodput column, seconds (None: no goodput).
+        engine_factory, plots, **kw: As :func:`run_gate` (``sim_fn``,
+            ``ceilings_fn``, ``fresh``, ``progress``, ``time_limit_s``).
+
+    Returns:
+        ``{"capacity_rps", "capacity_measured", "loads", "judged_load",
+        "levels": [{"load", "rate_rps", "results", "status", "summary"}],
+        "verdict": the judged level's verdict + ``"load"``, "config"}``.
+
+    Raises:
+        GateConfigError: a load <= 0, a duplicate load, or ``judge_load`` not
+            among ``loads``; what :func:`run_gate` raises.
+    """
+    loads = tuple(float(x) for x in loads)
+    if not loads or any(not x > 0 for x in loads) or len(set(loads)) != len(loads):
+        raise GateConfigError(f"field 'load': need distinct fractions > 0, got {list(loads)}")
+    if config.trace:
+        raise GateConfigError("field 'load': load levels need a generated workload (a trace keeps its own "
+                              "arrival times; run it with --mode timed)")
+    judge_load = loads[0] if judge_load is None else float(judge_load)
+    if judge_load not in loads:
+        raise GateConfigError(f"field 'judge_load': {judge_load:g} is not one of --load {list(loads)}")
+    output = Path(output)
+    measured = capacity is None
+    if measured:
+        cap_file = output.parent / "capacity.json"
+        wl = load_workload(config, config.seeds[0])
+        from spfcore.workloads.pressure import num_blocks_for_pressure
+
+        nb = config.num_blocks or num_blocks_for_pressure(wl, config.cache_pressure, config.block_size)
+        key = {"workload": config.workload, "flags": config.workload_flags, "trace": config.trace,
+               "num_blocks": nb, "block_size": config.block_size, "engine": config.engine,
+               "floor": config.roles.floor, "seed": config.seeds[0]}
+        old = json.loads(cap_file.read_text()) if cap_file.exists() and not kw.get("fresh") else {}
+        if old.get("key") == json.loads(json.dumps(key, default=str)):
+            capacity = old["capacity_rps"]
+        else:
+            capacity = measure_capacity(config, wl, nb, engine_factory)
+            cap_file.parent.mkdir(parents=True, exist_ok=True)
+            cap_file.write_text(json.dumps({"key": key, "capacity_rps": capacity}, default=str) + "\n")
+    if not capacity > 0:
+        raise GateConfigError(f"field 'capacity': must be > 0 requests/s, got {capacity}")
+    levels = []
+    for load in loads:
+        flags = {**config.workload_flags, "arrival": "poisson", "rate": round(load * capacity, 6)}
+        cfg = attrs.evolve(config, mode="timed", workload_flags=flags)
+        res_path = output.parent / f"load-{load:g}" / "results.json"
+        res = run_gate(cfg, res_path, engine_factory=engine_factory, plots=plots, **kw)
+        levels.append({"load": load, "rate_rps": flags["rate"], "results": str(res_path),
+                       "status": res["verdict"]["status"], "summary": level_summary(res, ttft_slo_s),
+                       "run": res.get("run"), "_verdict": res["verdict"]})
+    judged = next(lv for lv in levels if lv["load"] == judge_load)
+    doc = {"schema": "spfcore-gate-load/1", "config": {**config.to_json(), "mode": "timed"},
+           "capacity_rps": capacity, "capacity_measured": measured, "loads": list(loads),
+           "ttft_slo_s": ttft_slo_s, "judged_load": judge_load,
+           "levels": [{k: v for k, v in lv.items() if k != "_verdict"} for lv in levels],
+           "verdict": {**judged["_verdict"], "load": judge_load}}
+    report.write_results(output, doc)
+    if plots:
+        report.plot_load(doc, output.parent)
+    return doc
