@@ -102,6 +102,9 @@ def _threshold_options(f):
                    "timed mode, one gate per level under <output folder>/load-<F>/; the verdict is --judge-load's.")
 @click.option("--capacity", type=click.FloatRange(min=0, min_open=True), default=None, metavar="RPS",
               help="The floor arm's capacity, requests/s [measured: the workload all at once on the floor arm].")
+@click.option("--capacity-only", is_flag=True,
+              help="With --load: measure the floor arm's capacity (kept in <output folder>/capacity.json), print it "
+                   "and stop (to give several runs one --capacity).")
 @click.option("--judge-load", type=float, default=None, metavar="F", help="The level the verdict judges [first of --load].")
 @click.option("--ttft-slo-ms", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MS",
               help="TTFT SLO for the goodput column of a --load run (requests within it per second).")
@@ -119,7 +122,7 @@ def _threshold_options(f):
 @click.pass_context
 def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, baseline, floor_, oracle,
                  policy_opt, mode, output, fresh, no_sim, no_progress, check, budget, loads, capacity, judge_load,
-                 ttft_slo_ms, point_estimates,
+                 ttft_slo_ms, capacity_only, point_estimates,
                  hook_budget_ms, time_limit, workload_spec, cache_spec, **thresholds):
     """Run the survival gate: every arm x seed through a real vLLM engine and
     the simulator, then judge the candidate (SURVIVES, FAILS, INVALID-HARNESS,
@@ -180,7 +183,12 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
         if loads:
             doc = gate_runner.run_load_gate(cfg, out, loads, capacity=capacity, judge_load=judge_load,
                                             ttft_slo_s=None if ttft_slo_ms is None else ttft_slo_ms / 1e3,
-                                            fresh=fresh, progress=not no_progress, time_limit_s=time_limit)
+                                            fresh=fresh, progress=not no_progress, time_limit_s=time_limit,
+                                            capacity_only=capacity_only)
+            if capacity_only:
+                click.echo(f"capacity {doc['capacity_rps']:.6g} req/s "
+                           f"({'measured' if doc['capacity_measured'] else 'given'}; {out.parent / 'capacity.json'})")
+                return
         else:
             results = gate_runner.run_gate(cfg, out, fresh=fresh, progress=not no_progress,
                                            time_limit_s=time_limit)

@@ -709,7 +709,8 @@ def level_summary(results: Mapping, ttft_slo_s: float | None = None) -> dict:
 
 def run_load_gate(config: GateConfig, output: str | os.PathLike, loads: Sequence[float], *,
                   capacity: float | None = None, judge_load: float | None = None, ttft_slo_s: float | None = None,
-                  engine_factory: Callable | None = None, plots: bool = True, **kw) -> dict:
+                  engine_factory: Callable | None = None, plots: bool = True, capacity_only: bool = False,
+                  **kw) -> dict:
     """The gate at load levels: Poisson arrivals at ``load x capacity``
     requests/s, one :func:`run_gate` per level (timed mode; its own results,
     sidecar and plots in ``<output folder>/load-<load>/``), and one summary.
@@ -726,6 +727,9 @@ def run_load_gate(config: GateConfig, output: str | os.PathLike, loads: Sequence
         judge_load: The level whose verdict is the run's (default: the first
             of ``loads``).
         ttft_slo_s: TTFT SLO for the goodput column, seconds (None: no goodput).
+        capacity_only: Measure (or read) the capacity, write ``capacity.json``
+            and return ``{"capacity_rps", "capacity_measured"}``: for runs split
+            over several machines or GPUs that must share one capacity.
         engine_factory, plots, **kw: As :func:`run_gate` (``sim_fn``,
             ``ceilings_fn``, ``fresh``, ``progress``, ``time_limit_s``).
 
@@ -767,6 +771,8 @@ def run_load_gate(config: GateConfig, output: str | os.PathLike, loads: Sequence
             cap_file.write_text(json.dumps({"key": key, "capacity_rps": capacity}, default=str) + "\n")
     if not capacity > 0:
         raise GateConfigError(f"field 'capacity': must be > 0 requests/s, got {capacity}")
+    if capacity_only:
+        return {"capacity_rps": capacity, "capacity_measured": measured}
     levels = []
     for load in loads:
         flags = {**config.workload_flags, "arrival": "poisson", "rate": round(load * capacity, 6)}
