@@ -31,9 +31,21 @@ Added to the seed's rule:
   (1 point) of the simulated floor, no policy can win; verdict ``NO-HEADROOM``.
 * **Bootstrap CIs** for every delta the rule uses (:func:`bootstrap_ci`).
 
+* **Settled verdicts** (``evaluate(settle=True)``, the ``spfcore gate``
+  default): SURVIVES / FAILS only when every deciding criterion's 95% CI lies
+  wholly on one side of its threshold, else ``INCONCLUSIVE`` with the
+  criterion, its interval and :func:`repeats_to_settle`'s estimate; the
+  runner then adds interleaved passes (cells with ``repeat``) within its budget.
+* **Policy cost** (``Verdict.info``): the candidate's own spfcore seconds per
+  request against the floor's wall time per request, beside the throughput
+  criterion (not part of the rule).
+* **No oracle** (``Roles.oracle = None``): the harness check is skipped and
+  the reasons say so.
+
 Verdict precedence: ``INCOMPLETE`` (a role arm or seeds missing, or a role
 arm failed, in the engine or the simulator; a failure of another arm is
-listed in the reasons but decides nothing) > ``NO-HEADROOM`` > ``INVALID-HARNESS`` > ``SURVIVES`` / ``FAILS``.
+listed in the reasons but decides nothing) > ``NO-HEADROOM`` > ``INVALID-HARNESS``
+> ``INCONCLUSIVE`` (settled mode only) > ``SURVIVES`` / ``FAILS``.
 The criteria are computed and listed whatever the verdict.
 
 Threshold comparisons round value and threshold to 12 decimals first, so a delta that is
