@@ -684,7 +684,10 @@ def measure_capacity(config: GateConfig, workload: Workload, num_blocks: int,
 def level_summary(results: Mapping, ttft_slo_s: float | None = None) -> dict:
     """Per arm, what one load level showed (seed and repeat means): TTFT
     p50/p95/p99, queueing delay p50/p95 (scheduled - queued, s), e2e p95,
-    prefill tokens recomputed, token hit rate, preemptions, throughput, and
+    prefill tokens recomputed, token hit rate, preemptions, throughput, the
+    simulator's token hit rate on the same input (concurrent mode:
+    ``sim_token_hit_rate``, to read how well its batching model predicts
+    the engine at this load), and
     with ``ttft_slo_s`` the goodput: requests whose TTFT <= the SLO, per
     second of the run's wall time (Zhong et al., DistServe, OSDI 2024)."""
     summ = report.summarize(results.get("cells", ()))
@@ -693,6 +696,8 @@ def level_summary(results: Mapping, ttft_slo_s: float | None = None) -> dict:
         row = {k: s.get(k) for k in ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "queue_p50_s", "queue_p95_s",
                                      "e2e_p95_s", "prefill_tokens_recomputed", "token_hit_rate", "preemptions",
                                      "throughput_rps")}
+        sim_s = ((results.get("sim") or {}).get("summary") or {}).get(arm) or {}
+        row["sim_token_hit_rate"] = sim_s.get("token_hit_rate")  # the simulator's concurrent model, same input
         if ttft_slo_s is not None:
             good = []
             for c in results.get("cells", ()):

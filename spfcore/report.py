@@ -471,7 +471,7 @@ def load_table(doc: Mapping) -> Table:
     cols = [("load", None), ("req/s", None), ("arm", None), ("TTFT p50 ms", "ttft_p50_s"), ("p95 ms", "ttft_p95_s"),
             ("p99 ms", "ttft_p99_s"), ("queue p95 ms", "queue_p95_s"), ("e2e p95 ms", "e2e_p95_s"),
             ("prefill recomputed", "prefill_tokens_recomputed"), ("hit", "token_hit_rate"),
-            ("preempt", "preemptions")]
+            ("sim hit", "sim_token_hit_rate"), ("preempt", "preemptions")]
     if slo is not None:
         cols.append((f"goodput@{slo * 1e3:g}ms req/s", "goodput_rps"))
     for head, _ in cols:
@@ -485,7 +485,7 @@ def load_table(doc: Mapping) -> Table:
                 v = s.get(f)
                 if f.endswith("_s"):
                     row.append(_f(v, ".1f", 1e3))
-                elif f == "token_hit_rate":
+                elif f in ("token_hit_rate", "sim_token_hit_rate"):
                     row.append(_f(v, ".2%"))
                 elif f == "goodput_rps":
                     row.append(_f(v, ".3f"))

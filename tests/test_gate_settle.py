@@ -156,3 +156,22 @@ def test_load_levels_scale_poisson_arrivals_by_the_measured_capacity(tmp_path):
     assert doc2["capacity_rps"] == doc["capacity_rps"] and [x for x in log2 if x[0] != "use_policy"] == []
     with pytest.raises(GateConfigError, match="judge_load"):
         run_load_gate(config(), out, (0.5,), capacity=3.0, judge_load=0.8)
+
+
+def test_load_table_lists_every_level_and_arm(tmp_path):
+    from rich.console import Console
+
+    from spfcore import report
+    from spfcore.gate_runner import run_load_gate
+    from tests.test_gate_runner import ceilings_fn, factory, sim_fn
+
+    doc = run_load_gate(config(), tmp_path / "r.json", (0.5, 1.0), capacity=4.0, engine_factory=factory([]),
+                        sim_fn=sim_fn([]), ceilings_fn=ceilings_fn, progress=False, plots=False)
+    assert not doc["capacity_measured"] and [lv["rate_rps"] for lv in doc["levels"]] == [2.0, 4.0]
+    s = doc["levels"][1]["summary"]["spf_expected_utility"]
+    assert s["sim_token_hit_rate"] == pytest.approx(0.4)  # the stand-in simulator: share 0.5 x 0.8
+    con = Console(width=250, record=True)
+    con.print(report.load_table(doc))
+    text = con.export_text()
+    assert "capacity 4.000 req/s (given)" in text and "0.5 *" in text and "40.00%" in text
+    assert text.count("belady_oracle") == 2
