@@ -771,6 +771,7 @@ def run_load_gate(config: GateConfig, output: str | os.PathLike, loads: Sequence
         if old.get("key") == json.loads(json.dumps(key, default=str)):
             capacity = old["capacity_rps"]
         else:
+            _preflight(config, {config.seeds[0]: wl}, nb)  # before the capacity engine starts
             capacity = measure_capacity(config, wl, nb, engine_factory)
             cap_file.parent.mkdir(parents=True, exist_ok=True)
             cap_file.write_text(json.dumps({"key": key, "capacity_rps": capacity}, default=str) + "\n")
