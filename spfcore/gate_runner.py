@@ -13,7 +13,15 @@ Order of work:
    per seed (cheap, and the harness check needs them).
 4. Engine: one engine per arm serving all its seeds (each cell starts from an
    empty cache, see ``EngineSession.run``).
-5. Verdict (:func:`spfcore.gate.evaluate`), results JSON, plots.
+5. Verdict (:func:`spfcore.gate.evaluate`); with ``settle`` and a budget
+   (``max_passes`` > 1 or ``budget_s``), while it is ``INCONCLUSIVE``,
+   another interleaved pass of every arm x seed on the same engine (cells
+   with ``repeat`` = 1, 2, ...), then the verdict again.
+6. Results JSON (with ``run``: cells in the run, cells reused from the
+   sidecar, passes, wall seconds), plots.
+
+Load levels (:func:`run_load_gate`): the floor arm's capacity measured once,
+then one timed run per level with Poisson arrivals at that share of it.
 
 Resume: every finished cell (simulator, ceilings or engine) is appended to a
 sidecar ``<output stem>.cells.jsonl`` beside the results file, whose first
@@ -533,7 +541,10 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
             lent by the minute). ``None``: no limit.
 
     Returns:
-        The results document (:func:`spfcore.report.build_results`).
+        The results document (:func:`spfcore.report.build_results`) plus
+        ``run``: ``{"cells", "reused_cells", "passes", "wall_s"}`` (cells of
+        this run, those taken from the sidecar instead of run, passes per
+        seed judged, seconds of this call).
 
     Raises:
         GateResumeError: the sidecar belongs to another configuration.

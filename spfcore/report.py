@@ -19,7 +19,8 @@ Results JSON, ``schema_version`` 1::
       "sim": {"cells": [...], "ceilings": [{"seed", "infinite": {...}, "belady": {...}}],
               "summary": {arm: means}, "ceilings_summary": {"infinite": means, "belady": means}},
       "summary": {arm: means},                # engine, means over seeds (see summarize)
-      "verdict": {...}                        # spfcore.gate.Verdict.to_json()
+      "verdict": {...},                       # spfcore.gate.Verdict.to_json()
+      "run": {"cells", "reused_cells", "passes", "wall_s"}   # this call (gate runs)
     }
 
 Cell field names are those of ``spfcore simulate``: ``token_hit_rate``,
