@@ -175,3 +175,25 @@ def test_load_table_lists_every_level_and_arm(tmp_path):
     text = con.export_text()
     assert "capacity 4.000 req/s (given)" in text and "0.5 *" in text and "40.00%" in text
     assert text.count("belady_oracle") == 2
+
+
+def test_cli_says_how_many_cells_it_reused_and_names_its_folder_by_candidate(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from spfcore.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    small = ["gate", "--preset", "quick", "--set", "personas=2", "--set", "prefix_tokens=256", "--set", "sessions=2",
+             "--set", "turns=2", "--set", "query_tokens=8", "--set", "output_tokens=2", "--num-blocks", "40",
+             "--time-limit", "0", "--no-progress"]
+    r = CliRunner().invoke(main, small)
+    assert r.exit_code == 0 and "INCOMPLETE" in r.output and "reused" not in r.output
+    out = tmp_path / "runs" / "gate-quick-spf_expected_utility" / "results.json"
+    assert out.exists()
+    r = CliRunner().invoke(main, small)  # the simulator's 3 ceilings + 5 arms x 3 seeds come from the sidecar
+    assert r.exit_code == 0 and "reused 18 of 33 cells" in r.output
+    # another candidate: its own folder, no "another configuration" clash
+    r = CliRunner().invoke(main, [*small, "--candidate", "frequency"])
+    assert r.exit_code == 0 and (tmp_path / "runs" / "gate-quick-frequency" / "results.json").exists()
+    r = CliRunner().invoke(main, [*small, "--budget", "0"])
+    assert r.exit_code == 2 and "--budget" in r.output
