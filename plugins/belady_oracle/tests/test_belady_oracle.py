@@ -68,3 +68,25 @@ def test_without_future_stream_the_runtime_refuses():
     c = MiniCache("belady_oracle", 4)
     with pytest.raises(PolicyError, match="needs the future request stream"):
         c.serve(["a0"])
+
+
+def test_requests_waiting_for_their_lookup_are_in_the_future():
+    # Continuous batching: r1 and r2 arrive while r0 runs; their lookups come later. Their blocks
+    # are needed (next use 1 and 2), not "never" as when the future started after the latest arrival.
+    p = BeladyOraclePolicy()
+    future = [("a0",), ("p0", "p1"), ("p0",), ("q0",)]
+    views = [RequestView(f"r{i}", None, i, float(i), 9, k) for i, k in enumerate(future)]
+    p.spfcore_future_requests(views)
+    for v in views[:3]:
+        p.spfcore_request_arrived(v, float(v.arrival_index))
+    p.spfcore_blocks_hit(views[0], BlockBatch.of([]), 2.0)
+    assert p.next_use("p0") == 1 and p.next_use("p1") == 1 and p.next_use("q0") == 3
+    values, exp_t, exp_a, _ = score_columns(
+        p.spfcore_score_blocks(BlockBatch.of([_block("p1", 1), _block("q0", 0)]), 2.5), 2)
+    # p1's use by a waiting request expires at now (re-scored once r1 has looked up)
+    assert values == [-(1 * DEPTH_SLOTS + 1.0), -(3 * DEPTH_SLOTS + 0.0)] and exp_t == [2.5, float("inf")]
+    p.spfcore_blocks_hit(views[1], BlockBatch.of([]), 3.0)  # r1 served: p1 never used again, p0 by r2
+    assert p.next_use("p1") == NEVER and p.next_use("p0") == 2
+    p.spfcore_blocks_hit(views[1], BlockBatch.of([]), 3.5)  # a repeated lookup (preemption) changes nothing
+    p.spfcore_blocks_hit(views[2], BlockBatch.of([]), 4.0)
+    assert p.next_use("p0") == NEVER
