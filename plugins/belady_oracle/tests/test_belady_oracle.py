@@ -17,7 +17,9 @@ def test_score_is_minus_next_use_with_depth_and_expiry():
     p = BeladyOraclePolicy()
     future = [("x0", "x1"), ("y0",), ("x0",), ("x0", "y0")]
     p.spfcore_future_requests([RequestView(f"r{i}", None, i, float(i), 9, k) for i, k in enumerate(future)])
-    p.spfcore_request_arrived(RequestView("r0", None, 0, 0.0, 9, future[0]), 0.0)
+    r0 = RequestView("r0", None, 0, 0.0, 9, future[0])
+    p.spfcore_request_arrived(r0, 0.0)
+    p.spfcore_blocks_hit(r0, BlockBatch.of([]), 0.0)  # served (looked up): no longer in the future
     got = p.spfcore_score_blocks(BlockBatch.of([_block("x0", 0), _block("x1", 1), _block("y0", 0),
                                                 _block("z", 3)]), 0.0)
     # x0 next used at arrival 2, y0 at 1; x1 and z never again.
@@ -25,7 +27,10 @@ def test_score_is_minus_next_use_with_depth_and_expiry():
     assert values == [-(2 * DEPTH_SLOTS + 0.0), -(NEVER * DEPTH_SLOTS + 1.0),
                       -(1 * DEPTH_SLOTS + 0.0), -(NEVER * DEPTH_SLOTS + 3.0)]
     assert exp_a == [3, 2**62, 2, 2**62] and exp_t is None and pins is None
-    p.spfcore_request_arrived(RequestView("r2", None, 2, 2.0, 9, future[2]), 2.0)
+    r2 = RequestView("r2", None, 2, 2.0, 9, future[2])
+    p.spfcore_request_arrived(r2, 2.0)
+    assert p.next_use("x0") == 2  # r2 waits for its lookup: x0 is needed by it
+    p.spfcore_blocks_hit(r2, BlockBatch.of([]), 2.0)
     assert p.next_use("x0") == 3 and p.next_use("y0") == 3 and p.next_use("x1") == NEVER
 
 
