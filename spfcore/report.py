@@ -446,10 +446,13 @@ def plot_results(results: Mapping, outdir: str | os.PathLike) -> list[Path]:
         ax.set_ylabel("share of requests")
         cfg = results.get("config", {})
         seeds = sorted({c.get("seed") for c in results.get("cells", ()) if c.get("seed") is not None})
-        level = cfg.get("mode", "sequential")
-        if cfg.get("mode") == "timed":
-            level = "timed, " + (", ".join(f"{k}={v}" for k, v in (cfg.get("workload_flags") or {}).items()
-                                           if k in ("arrival", "rate")) or "workload arrival times")
+        flags = cfg.get("workload_flags") or {}
+        if cfg.get("mode") != "timed":
+            level = "one request at a time"
+        elif flags.get("arrival") in ("poisson", "rate"):
+            level = f"{flags['arrival']} arrivals at {float(flags.get('rate', 0)):.4g} req/s"
+        else:
+            level = "the workload's arrival times"
         ax.set_title(textwrap.fill(f"TTFT CDF: {cfg.get('workload_label', cfg.get('workload', ''))}; "
                                    f"load: {level}; seeds {', '.join(map(str, seeds))}", 90), fontsize=8)
         ax.grid(alpha=0.3)
