@@ -383,6 +383,23 @@ def print_report(results: Mapping, console: Console | None = None) -> None:
 # ------------------------------------------------------------------ plots
 
 
+def ttft_title(results: Mapping) -> str:
+    """The title of ``ttft_cdf.png``: the workload label, the load (one
+    request at a time, or the arrival process and its rate, req/s) and the
+    seeds of the cells."""
+    cfg = results.get("config", {})
+    seeds = sorted({c.get("seed") for c in results.get("cells", ()) if c.get("seed") is not None})
+    flags = cfg.get("workload_flags") or {}
+    if cfg.get("mode") != "timed":
+        level = "one request at a time"
+    elif flags.get("arrival") in ("poisson", "rate"):
+        level = f"{flags['arrival']} arrivals at {float(flags.get('rate', 0)):.4g} req/s"
+    else:
+        level = "the workload's arrival times"
+    return (f"TTFT CDF: {cfg.get('workload_label', cfg.get('workload', ''))}; load: {level}; "
+            f"seeds {', '.join(map(str, seeds))}")
+
+
 def plot_results(results: Mapping, outdir: str | os.PathLike) -> list[Path]:
     """Write PNG plots beside the results (matplotlib, Agg backend):
 
@@ -444,17 +461,7 @@ def plot_results(results: Mapping, outdir: str | os.PathLike) -> list[Path]:
         ax.set_xscale("log")
         ax.set_xlabel("TTFT (ms, log scale)")
         ax.set_ylabel("share of requests")
-        cfg = results.get("config", {})
-        seeds = sorted({c.get("seed") for c in results.get("cells", ()) if c.get("seed") is not None})
-        flags = cfg.get("workload_flags") or {}
-        if cfg.get("mode") != "timed":
-            level = "one request at a time"
-        elif flags.get("arrival") in ("poisson", "rate"):
-            level = f"{flags['arrival']} arrivals at {float(flags.get('rate', 0)):.4g} req/s"
-        else:
-            level = "the workload's arrival times"
-        ax.set_title(textwrap.fill(f"TTFT CDF: {cfg.get('workload_label', cfg.get('workload', ''))}; "
-                                   f"load: {level}; seeds {', '.join(map(str, seeds))}", 90), fontsize=8)
+        ax.set_title(textwrap.fill(ttft_title(results), 90), fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()

@@ -197,3 +197,14 @@ def test_cli_says_how_many_cells_it_reused_and_names_its_folder_by_candidate(tmp
     assert r.exit_code == 0 and (tmp_path / "runs" / "gate-quick-frequency" / "results.json").exists()
     r = CliRunner().invoke(main, [*small, "--budget", "0"])
     assert r.exit_code == 2 and "--budget" in r.output
+
+
+def test_ttft_cdf_title_names_workload_load_and_seeds():
+    from spfcore import report
+
+    cells = [{"arm": "lru", "seed": s} for s in (43, 42)]
+    seq = {"config": {"workload_label": "personas: 16 personas", "mode": "sequential"}, "cells": cells}
+    assert report.ttft_title(seq) == "TTFT CDF: personas: 16 personas; load: one request at a time; seeds 42, 43"
+    timed = {"config": {"workload_label": "w", "mode": "timed",
+                        "workload_flags": {"arrival": "poisson", "rate": 3.15}}, "cells": cells}
+    assert "load: poisson arrivals at 3.15 req/s" in report.ttft_title(timed)
