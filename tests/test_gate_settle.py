@@ -208,3 +208,39 @@ def test_ttft_cdf_title_names_workload_load_and_seeds():
     timed = {"config": {"workload_label": "w", "mode": "timed",
                         "workload_flags": {"arrival": "poisson", "rate": 3.15}}, "cells": cells}
     assert "load: poisson arrivals at 3.15 req/s" in report.ttft_title(timed)
+
+
+def test_t_quantiles():
+    from spfcore.gate import t975, units_t_interval
+
+    assert t975(2) == 4.303 and t975(30) == 2.042
+    assert t975(40) == pytest.approx(2.021, abs=1e-3) and t975(120) == pytest.approx(1.980, abs=1e-3)
+    lo, hi = units_t_interval([0.2, 0.0, 0.1])  # mean 0.1, sd 0.1, n 3: 0.1 +- 4.303 * 0.1 / sqrt(3)
+    assert (lo, hi) == (pytest.approx(0.1 - 0.248434, abs=1e-6), pytest.approx(0.1 + 0.248434, abs=1e-6))
+    assert units_t_interval([0.3]) == (float("-inf"), float("inf"))
+
+
+def test_a_run_wide_shift_the_request_bootstrap_misses_keeps_the_verdict_open():
+    # every request of a seed moves by the same factor (a slow or fast spell of the machine for the whole
+    # cell): spf's TTFT is x0.5, x0.9, x1.2 of session_ttl's in seeds 42-44. Resampling requests within a
+    # seed cannot see that; the per-seed deltas 0.5, 0.1, -0.2 can.
+    import numpy as np
+
+    base_t = np.linspace(0.1, 0.3, 20)
+    cells = []
+    for arm in ("lru", "session_ttl", "frequency", "spf_expected_utility", "belady_oracle"):
+        for s, f in zip(SEEDS, (0.5, 0.9, 1.2)):
+            t = base_t * (f if arm == "spf_expected_utility" else 1.0)
+            reqs = [{"request_id": f"r{i}", "ttft_s": float(x), "e2e_s": float(x) + 0.1, "prompt_tokens": 100,
+                     "cached_tokens": 0} for i, x in enumerate(t)]
+            cells.append({"arm": arm, "seed": s, "ttft_p95_s": float(np.percentile(t, 95)),
+                          "prefill_tokens_recomputed": 2000, "throughput_rps": 1.0,
+                          "token_hit_rate": {"belady_oracle": 0.19, "lru": 0.04}.get(arm, 0.0),
+                          "hints_issued": 0, "hints_used": 0, "requests": reqs})
+    point = evaluate(cells, sim=sim(), seeds=SEEDS, resamples=400)
+    c = point.criterion("ttft_p95_improvement")
+    assert c.value == pytest.approx(1 - (0.5 + 0.9 + 1.2) / 3) and c.ci.low > 0.05  # the bootstrap alone: settled
+    v = evaluate(cells, sim=sim(), seeds=SEEDS, resamples=400, settle=True)
+    c = v.criterion("ttft_p95_improvement")
+    assert v.status == gate.INCONCLUSIVE and c.ci.method == "paired-requests + units-t"
+    assert c.ci.low < -0.5 and c.ci.high > 0.8
