@@ -16,6 +16,9 @@
 #   bash scripts/gpu_load_gate.sh capacity
 #   bash scripts/gpu_load_gate.sh levels
 #   bash scripts/gpu_load_gate.sh merge       # results under $OUT/gpu-load/
+# Without an 8-GPU host (one H200, ~25 min, resumable across 10-minute calls):
+#   python3 -m spfcore.cli gate --model llama-3.2-3b --num-blocks 3561 --load 0.5,0.8 --no-progress \
+#       --output /tmp/gpu-load/seed/results.json --time-limit 540     # repeat the same call until done
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_LOGGING_LEVEL=ERROR
