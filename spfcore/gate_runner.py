@@ -747,7 +747,8 @@ def run_load_gate(config: GateConfig, output: str | os.PathLike, loads: Sequence
             and return ``{"capacity_rps", "capacity_measured"}``: for runs split
             over several machines or GPUs that must share one capacity.
         engine_factory, plots, **kw: As :func:`run_gate` (``sim_fn``,
-            ``ceilings_fn``, ``fresh``, ``progress``, ``time_limit_s``).
+            ``ceilings_fn``, ``fresh``, ``progress``); ``time_limit_s`` counts
+            from this call's start, over the capacity run and every level.
 
     Returns:
         ``{"capacity_rps", "capacity_measured", "loads", "judged_load",
@@ -758,6 +759,8 @@ def run_load_gate(config: GateConfig, output: str | os.PathLike, loads: Sequence
         GateConfigError: a load <= 0, a duplicate load, or ``judge_load`` not
             among ``loads``; what :func:`run_gate` raises.
     """
+    t_start = time.monotonic()
+    time_limit_s = kw.pop("time_limit_s", None)  # one limit for the whole call, capacity and levels
     loads = tuple(float(x) for x in loads)
     if not loads or any(not x > 0 for x in loads) or len(set(loads)) != len(loads):
         raise GateConfigError(f"field 'load': need distinct fractions > 0, got {list(loads)}")
@@ -795,7 +798,8 @@ def run_load_gate(config: GateConfig, output: str | os.PathLike, loads: Sequence
         flags = {**config.workload_flags, "arrival": "poisson", "rate": round(load * capacity, 6)}
         cfg = attrs.evolve(config, mode="timed", workload_flags=flags)
         res_path = output.parent / f"load-{load:g}" / "results.json"
-        res = run_gate(cfg, res_path, engine_factory=engine_factory, plots=plots, **kw)
+        left = None if time_limit_s is None else max(0.0, time_limit_s - (time.monotonic() - t_start))
+        res = run_gate(cfg, res_path, engine_factory=engine_factory, plots=plots, time_limit_s=left, **kw)
         levels.append({"load": load, "rate_rps": flags["rate"], "results": str(res_path),
                        "status": res["verdict"]["status"], "summary": level_summary(res, ttft_slo_s),
                        "run": res.get("run"), "_verdict": res["verdict"]})

@@ -244,3 +244,14 @@ def test_a_run_wide_shift_the_request_bootstrap_misses_keeps_the_verdict_open():
     c = v.criterion("ttft_p95_improvement")
     assert v.status == gate.INCONCLUSIVE and c.ci.method == "paired-requests + units-t"
     assert c.ci.low < -0.5 and c.ci.high > 0.8
+
+
+def test_a_time_limit_covers_every_level(tmp_path):
+    from spfcore.gate_runner import run_load_gate
+    from tests.test_gate_runner import ceilings_fn, factory, sim_fn
+
+    log = []
+    doc = run_load_gate(config(), tmp_path / "r.json", (0.5, 0.8), capacity=4.0, engine_factory=factory(log),
+                        sim_fn=sim_fn(log), ceilings_fn=ceilings_fn, progress=False, plots=False, time_limit_s=0)
+    assert [lv["status"] for lv in doc["levels"]] == ["INCOMPLETE", "INCOMPLETE"]
+    assert [x for x in log if x[0] != "sim"] == []  # no engine cell at either level
