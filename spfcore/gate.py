@@ -31,9 +31,21 @@ Added to the seed's rule:
   (1 point) of the simulated floor, no policy can win; verdict ``NO-HEADROOM``.
 * **Bootstrap CIs** for every delta the rule uses (:func:`bootstrap_ci`).
 
+* **Settled verdicts** (``evaluate(settle=True)``, the ``spfcore gate``
+  default): SURVIVES / FAILS only when every deciding criterion's 95% CI lies
+  wholly on one side of its threshold, else ``INCONCLUSIVE`` with the
+  criterion, its interval and :func:`repeats_to_settle`'s estimate; the
+  runner then adds interleaved passes (cells with ``repeat``) within its budget.
+* **Policy cost** (``Verdict.info``): the candidate's own spfcore seconds per
+  request against the floor's wall time per request, beside the throughput
+  criterion (not part of the rule).
+* **No oracle** (``Roles.oracle = None``): the harness check is skipped and
+  the reasons say so.
+
 Verdict precedence: ``INCOMPLETE`` (a role arm or seeds missing, or a role
 arm failed, in the engine or the simulator; a failure of another arm is
-listed in the reasons but decides nothing) > ``NO-HEADROOM`` > ``INVALID-HARNESS`` > ``SURVIVES`` / ``FAILS``.
+listed in the reasons but decides nothing) > ``NO-HEADROOM`` > ``INVALID-HARNESS``
+> ``INCONCLUSIVE`` (settled mode only) > ``SURVIVES`` / ``FAILS``.
 The criteria are computed and listed whatever the verdict.
 
 Threshold comparisons round value and threshold to 12 decimals first, so a delta that is
@@ -42,6 +54,7 @@ exactly on a threshold in decimal (e.g. ``1 - 0.95/1.0``) is judged as such.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
@@ -51,7 +64,10 @@ from spfcore.report import error_text
 
 SURVIVES, FAILS = "SURVIVES", "FAILS"
 INVALID_HARNESS, NO_HEADROOM, INCOMPLETE = "INVALID-HARNESS", "NO-HEADROOM", "INCOMPLETE"
-VERDICTS = (SURVIVES, FAILS, INVALID_HARNESS, NO_HEADROOM, INCOMPLETE)
+INCONCLUSIVE = "INCONCLUSIVE"
+VERDICTS = (SURVIVES, FAILS, INVALID_HARNESS, NO_HEADROOM, INCOMPLETE, INCONCLUSIVE)
+#: The criteria of the seed's rule: (ttft OR prefill) AND throughput AND wasted hints.
+RULE_CRITERIA = ("ttft_p95_improvement", "prefill_reduction", "throughput_regression", "wasted_hints")
 
 #: Bootstrap defaults: resamples, confidence level and the fixed RNG seed.
 BOOTSTRAP_RESAMPLES, BOOTSTRAP_LEVEL, BOOTSTRAP_SEED = 2000, 0.95, 20240607
@@ -95,12 +111,22 @@ class GateThresholds:
 
 @attrs.frozen
 class Roles:
-    """Which arm plays which part in the rule (arm = policy name)."""
+    """Which arm plays which part in the rule (arm = policy name).
+
+    ``oracle`` may be ``None`` (a run without the ceiling arm, e.g. a timed run
+    that leaves the slow oracle out): the harness check is then skipped and
+    the verdict says so; the other roles are required.
+    """
 
     candidate: str = "spf_expected_utility"
     baseline: str = "session_ttl"
     floor: str = "lru"
-    oracle: str = "belady_oracle"
+    oracle: str | None = "belady_oracle"
+
+    @property
+    def arms(self) -> list[str]:
+        """The role arms the verdict reads, in role order (no oracle when None)."""
+        return [a for a in (self.candidate, self.baseline, self.floor, self.oracle) if a is not None]
 
     def to_json(self) -> dict:
         return attrs.asdict(self)
@@ -171,6 +197,11 @@ class Verdict:
         criteria: Every criterion, in the rule's order.
         roles, thresholds: What the rule was evaluated with.
         seeds: Seeds used (those every role arm finished).
+        info: Lines shown beside the rule, not in it (``policy_cost``: the
+            candidate's own seconds per request against the floor's wall
+            time per request).
+        passes: Passes (repeats) per seed that every role arm finished.
+        settled: Whether the verdict was judged on intervals (``settle``).
     """
 
     status: str
@@ -179,6 +210,9 @@ class Verdict:
     roles: Roles
     thresholds: GateThresholds
     seeds: tuple
+    info: tuple = ()
+    passes: int = 1
+    settled: bool = False
 
     def criterion(self, name: str) -> Criterion:
         """The criterion called ``name``.
@@ -197,7 +231,8 @@ class Verdict:
                         "AND wasted_hints; harness and headroom checked against the simulator",
                 "criteria": [c.to_json() for c in self.criteria],
                 "roles": self.roles.to_json(), "thresholds": self.thresholds.to_json(),
-                "seeds": list(self.seeds)}
+                "seeds": list(self.seeds), "info": [c.to_json() for c in self.info], "passes": self.passes,
+                "settled": self.settled}
 
 
 def _passes(value: float | None, op: str, threshold: float) -> bool | None:
@@ -273,13 +308,15 @@ def wasted_share(cell: Mapping) -> float:
 
 
 def _by_arm_seed(cells: Iterable[Mapping]) -> tuple[dict, list]:
-    ok: dict[str, dict[int, Mapping]] = {}
+    """``({arm: {(seed, repeat): cell}}, failed cells)``; ``repeat`` is the
+    cell's ``repeat`` field (0 when absent: the first pass)."""
+    ok: dict[str, dict[tuple, Mapping]] = {}
     failed = []
     for c in cells:
         if c.get("error"):
             failed.append(c)
         else:
-            ok.setdefault(c["arm"], {})[int(c["seed"])] = c
+            ok.setdefault(c["arm"], {})[(int(c["seed"]), int(c.get("repeat") or 0))] = c
     return ok, failed
 
 
@@ -328,7 +365,8 @@ def _seed_ratio_stat(drawn):
 
 def evaluate(cells: Iterable[Mapping], *, sim: Mapping | None = None, roles: Roles = Roles(),
              thresholds: GateThresholds = GateThresholds(), seeds: Sequence[int] | None = None,
-             resamples: int = BOOTSTRAP_RESAMPLES, ci_seed: int = BOOTSTRAP_SEED) -> Verdict:
+             resamples: int = BOOTSTRAP_RESAMPLES, ci_seed: int = BOOTSTRAP_SEED,
+             settle: bool = False) -> Verdict:
     """Judge the candidate from engine cells.
 
     Args:
@@ -350,9 +388,30 @@ def evaluate(cells: Iterable[Mapping], *, sim: Mapping | None = None, roles: Rol
         seeds: Seeds the run was asked for (missing ones make it INCOMPLETE);
             default: every seed seen.
         resamples, ci_seed: Bootstrap resamples and RNG seed.
+        settle: Judge by intervals, not point estimates (see below).
 
     Returns:
         :class:`Verdict`.
+
+    Repeats: a cell may carry ``repeat`` (0, 1, ...: a further interleaved
+    pass over the same seed, see :func:`spfcore.gate_runner.run_gate`); each
+    (seed, repeat) is one unit: "seed means" are means over units and each
+    unit is one bootstrap stratum. ``min_seeds`` counts distinct seeds.
+
+    Settled verdicts (``settle=True``): each rule criterion is *settled* when
+    its 95% CI lies wholly on one side of its threshold (passed: the whole
+    interval passes; failed: none of it does), else *open*. The rule is then
+    evaluated in three-valued (Kleene) logic: SURVIVES when it holds whatever
+    the open criteria turn out to be, FAILS when it fails whatever they turn
+    out to be, else ``INCONCLUSIVE``, whose reasons name each open criterion
+    that decides, its interval and :func:`repeats_to_settle`'s estimate. A
+    criterion's interval there is the union of two: the paired bootstrap one
+    described next (Efron & Tibshirani 1993, ch. 13: noise among the requests
+    of a run) and the Student t-interval of its per-unit paired deltas
+    (:func:`units_t_interval`: what moves whole runs, e.g. a slow spell of a
+    shared machine or one seed's workload). With repeats the units are the
+    (seed, repeat) pairs, run interleaved (every arm of a unit back to back,
+    arm order rotated), so a slow spell hits every arm of a unit alike.
 
     CIs: request-paired where every cell used carries per-request records
     (requests resampled within each seed with the same indices for both arms:
@@ -367,9 +426,11 @@ def evaluate(cells: Iterable[Mapping], *, sim: Mapping | None = None, roles: Rol
     t = thresholds
     cells = list(cells)
     ok, failed = _by_arm_seed(cells)
-    role_arms = [roles.candidate, roles.baseline, roles.floor, roles.oracle]
+    role_arms = roles.arms
     asked = sorted({int(s) for s in seeds} if seeds is not None else {int(c["seed"]) for c in cells})
-    common = [s for s in asked if all(s in ok.get(a, {}) for a in role_arms)]
+    units = sorted({u for a in role_arms for u in ok.get(a, {}) if u[0] in asked})
+    common_units = [u for u in units if all(u in ok.get(a, {}) for a in role_arms)]
+    common = sorted({u[0] for u in common_units})
     reasons: list[str] = []
     notes: list[str] = []  # failures of arms the verdict does not read
     sim_failed = [c for c in (sim or {}).get("cells", ()) if c.get("error")]
@@ -380,7 +441,7 @@ def evaluate(cells: Iterable[Mapping], *, sim: Mapping | None = None, roles: Rol
         else:
             notes.append(f"{line} (not a role arm: the verdict does not depend on it)")
     for a in dict.fromkeys(role_arms):
-        missing = [s for s in asked if s not in ok.get(a, {})]
+        missing = [s for s in asked if (s, 0) not in ok.get(a, {})]
         if missing and not any(f["arm"] == a for f in failed):
             reasons.append(f"arm {a} has no result for seed(s) {', '.join(map(str, missing))}")
     if len(common) < t.min_seeds:
@@ -389,7 +450,7 @@ def evaluate(cells: Iterable[Mapping], *, sim: Mapping | None = None, roles: Rol
     reasons += notes
 
     def arm_cells(a):
-        return [ok[a][s] for s in common]
+        return [ok[a][u] for u in common_units]
 
     crit: list[Criterion] = []
     kw = dict(resamples=resamples, seed=ci_seed)
@@ -489,7 +550,11 @@ def evaluate(cells: Iterable[Mapping], *, sim: Mapping | None = None, roles: Rol
             status_extra = NO_HEADROOM
             reasons.append(f"simulated Belady is within {t.no_headroom:.0%} of {roles.floor} "
                            f"({sim_gap:+.4f} token hit rate): the workload offers no headroom")
-        if _passes(sim_gap, ">=", t.harness_min_headroom):
+        if roles.oracle is None:
+            crit.append(Criterion("harness", None, t.harness_fraction, ">=", None, None,
+                                  "skipped: no oracle arm in the run (--oracle none)"))
+            reasons.append("note: harness check skipped: no oracle arm in the run")
+        elif _passes(sim_gap, ">=", t.harness_min_headroom):
             need = t.harness_fraction * sim_gap
             val = ci = None
             if have:
@@ -519,30 +584,173 @@ def evaluate(cells: Iterable[Mapping], *, sim: Mapping | None = None, roles: Rol
             crit.append(Criterion("harness", None, t.harness_fraction, ">=", None, None,
                                   f"not applied: simulated gap {sim_gap:.4f} < {t.harness_min_headroom}"))
 
+    info = (_policy_cost(arm_cells(roles.candidate) if have else [], arm_cells(roles.floor) if have else [],
+                         roles, t),)
+    if settle and have:
+        crit = _with_unit_intervals(crit, arm_cells, roles)
     by = {c.name: c for c in crit}
     rule = bool((by["ttft_p95_improvement"].passed or by["prefill_reduction"].passed)
                 and by["throughput_regression"].passed and by["wasted_hints"].passed)
+    tri = {n: _settled(by[n]) if settle else by[n].passed for n in RULE_CRITERIA}
+    either = _or(tri["ttft_p95_improvement"], tri["prefill_reduction"])
+    rule3 = _and(either, tri["throughput_regression"], tri["wasted_hints"])
     if incomplete:
         status = INCOMPLETE
     elif status_extra is not None:
         status = status_extra
+    elif settle and rule3 is None:
+        status = INCONCLUSIVE
+        open_ = ([n for n in ("ttft_p95_improvement", "prefill_reduction") if tri[n] is None] if either is None else [])
+        open_ += [n for n in ("throughput_regression", "wasted_hints") if tri[n] is None]
+        units = len(common_units) // max(1, len(common))  # passes (repeats) per seed
+        for n in open_:
+            c = by[n]
+            more = repeats_to_settle(c, units)
+            ci_s = f"[{c.ci.low:+.4f}, {c.ci.high:+.4f}]" if c.ci else "(no interval)"
+            reasons.append(f"{n} {_f4(c.value)}: its {BOOTSTRAP_LEVEL:.0%} CI {ci_s} contains the threshold "
+                           f"{c.op} {c.threshold:g}; "
+                           + (f"about {more} more pass(es) over the {len(common)} seed(s) would likely settle it"
+                              if more is not None else "more repeats are unlikely to settle it (the estimate "
+                                                        "sits on the threshold)"))
     else:
-        status = SURVIVES if rule else FAILS
-        if not rule:
-            if not (by["ttft_p95_improvement"].passed or by["prefill_reduction"].passed):
+        status = SURVIVES if (rule3 if settle else rule) else FAILS
+        if status == FAILS:
+            if not either:
                 reasons.append("neither p95 TTFT improvement nor prefill reduction vs "
                                f"{roles.baseline} reaches its threshold")
             for n in ("throughput_regression", "wasted_hints"):
-                if not by[n].passed:
-                    reasons.append(f"{n} {by[n].value:.4f} is not {by[n].op} {by[n].threshold}")
-    if not incomplete:
+                if tri[n] is False:
+                    reasons.append(f"{n} {_f4(by[n].value)} is not {by[n].op} {by[n].threshold}")
+    if not incomplete and not settle:
         for c in crit:  # a verdict resting on a point estimate whose interval straddles the line
             if c.ci is not None and c.value is not None and c.ci.low < c.threshold < c.ci.high:
                 reasons.append(f"note: {c.name} {c.value:+.4f} {'passes' if c.passed else 'fails'} on its point "
                                f"estimate, but its {c.ci.level:.0%} CI [{c.ci.low:+.4f}, {c.ci.high:+.4f}] "
                                f"contains the threshold {c.threshold}: more seeds or a quieter machine would "
                                "settle it")
-    return Verdict(status, tuple(reasons), tuple(crit), roles, thresholds, tuple(common))
+    return Verdict(status, tuple(reasons), tuple(crit), roles, thresholds, tuple(common), info,
+                   len(common_units) // max(1, len(common)), settle)
+
+
+#: Two-sided 95% quantiles of Student's t, df = 1..30 (any statistics table, e.g. NIST/SEMATECH
+#: e-Handbook of Statistical Methods, table 1.3.6.7.2); beyond 30, the Cornish-Fisher expansion.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)
+
+
+def t975(df: int) -> float:
+    """The 0.975 quantile of Student's t with ``df`` >= 1 degrees of freedom
+    (table to 30, then ``z + (z^3 + z) / (4 df) + (5 z^5 + 16 z^3 + 3 z) / (96 df^2)``,
+    Abramowitz & Stegun 26.7.5, z = 1.959964)."""
+    if df < 1:
+        raise ValueError(f"t quantile needs df >= 1, got {df}")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959964
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def units_t_interval(deltas: Sequence[float]) -> tuple[float, float]:
+    """95% t-interval of the mean of per-unit paired deltas (one per
+    (seed, pass): the arms of a unit ran back to back, so machine spells
+    and workload draws hit both): ``mean +- t975(n - 1) * sd / sqrt(n)``
+    (Student 1908). ``(-inf, inf)`` with fewer than 2 units."""
+    d = np.asarray([x for x in deltas if x is not None and np.isfinite(x)], dtype=float)
+    if d.size < 2:
+        return -math.inf, math.inf
+    half = t975(d.size - 1) * d.std(ddof=1) / math.sqrt(d.size)
+    return float(d.mean() - half), float(d.mean() + half)
+
+
+def _with_unit_intervals(crit: list, arm_cells: Callable, roles: Roles) -> list:
+    """Settled mode: widen each rule criterion's interval to cover also the
+    t-interval of its per-unit deltas (:func:`units_t_interval`). The
+    request-level bootstrap sees the noise among requests of one run; the
+    unit interval sees what moves a whole run (a slow spell of a shared
+    machine, one seed's workload), which the bootstrap misses: in a run
+    where every arm hit 0% of tokens, p95 TTFT read 25% better for one arm
+    at 0.8 x capacity and its request-level interval excluded 0."""
+    cand, base, floor = arm_cells(roles.candidate), arm_cells(roles.baseline), arm_cells(roles.floor)
+
+    def drops(a, b, f):
+        return [float(_rel_drop(x[f], y[f])) if x.get(f) is not None and y.get(f) else None for x, y in zip(a, b)]
+
+    per_unit = {"ttft_p95_improvement": drops(cand, base, "ttft_p95_s"),
+                "prefill_reduction": drops(cand, base, "prefill_tokens_recomputed"),
+                "throughput_regression": drops(cand, floor, "throughput_rps"),
+                "wasted_hints": [wasted_share(c) for c in cand]}
+    out = []
+    for c in crit:
+        if c.name in per_unit and c.ci is not None and c.value is not None:
+            lo, hi = units_t_interval(per_unit[c.name])
+            c = attrs.evolve(c, ci=attrs.evolve(c.ci, low=float(min(c.ci.low, lo)), high=float(max(c.ci.high, hi)),
+                                                 method=f"{c.ci.method} + units-t"))
+        out.append(c)
+    return out
+
+
+def _f4(x) -> str:
+    return "n/a" if x is None else f"{x:+.4f}"
+
+
+def _settled(c: Criterion) -> bool | None:
+    """True / False when ``c``'s interval lies wholly on the passing / failing
+    side of its threshold, None when it contains the threshold (or ``c`` has
+    no value). A criterion without an interval is judged on its value."""
+    if c.value is None:
+        return None
+    if c.ci is None or not (np.isfinite(c.ci.low) and np.isfinite(c.ci.high)):
+        return c.passed
+    lo, hi = _passes(c.ci.low, c.op, c.threshold), _passes(c.ci.high, c.op, c.threshold)
+    return lo if lo == hi else None
+
+
+def _or(*xs):
+    return True if any(x is True for x in xs) else (False if all(x is False for x in xs) else None)
+
+
+def _and(*xs):
+    return False if any(x is False for x in xs) else (True if all(x is True for x in xs) else None)
+
+
+def repeats_to_settle(c: Criterion, passes: int) -> int | None:
+    """Further passes over the seeds likely to move ``c``'s interval off its
+    threshold: a CI's half-width ``h`` shrinks as ``1/sqrt(n)`` in the number of
+    independent units ``n`` (the central limit theorem; Efron & Tibshirani
+    1993, ch. 5), so the interval clears a threshold ``d = |value -
+    threshold|`` away once ``n`` grows by ``(h / d)**2``. With ``passes``
+    passes so far: ``ceil(passes * (h / d)**2) - passes`` (>= 1). None when
+    ``d`` is 0 or ``c`` has no interval (no finite number of passes will do)."""
+    if c.ci is None or c.value is None or not np.isfinite(c.ci.high - c.ci.low):
+        return None
+    d = abs(c.value - c.threshold)
+    if d <= 1e-12:
+        return None
+    h = (c.ci.high - c.ci.low) / 2
+    return max(1, int(np.ceil(passes * (h / d) ** 2)) - passes)
+
+
+def _policy_cost(cand: Sequence[Mapping], floor: Sequence[Mapping], roles: Roles, t: GateThresholds) -> Criterion:
+    """What the candidate's own code costs, apart from the engine's noise:
+    ``(policy s/request of the candidate - of the floor) / (wall s/request of
+    the floor)``, seed means, where policy seconds are the adapter's
+    ``policy_seconds`` (hooks, evictor bookkeeping, re-scoring: CPU time spent
+    in spfcore inside the engine step) and wall s/request is ``1 /
+    throughput_rps``. This is the throughput regression the policy itself
+    explains; it barely moves with machine load, unlike ``throughput_regression``.
+    Shown beside the rule, not part of it (``passed`` is None)."""
+    ok = cand and floor and all(c.get("policy_seconds") is not None and c.get("num_requests")
+                                and c.get("throughput_rps") for c in [*cand, *floor])
+    if not ok:
+        return Criterion("policy_cost", None, t.throughput_regression, "<", None, None,
+                         "not shown: cells lack policy_seconds")
+    per = [np.mean([c["policy_seconds"] / c["num_requests"] for c in cs]) for cs in (cand, floor)]
+    wall = np.mean([1.0 / c["throughput_rps"] for c in floor])
+    val = float((per[0] - per[1]) / wall)
+    return Criterion("policy_cost", val, t.throughput_regression, "<", None, None,
+                     f"(policy s/req({roles.candidate}) - policy s/req({roles.floor})) / wall s/req({roles.floor}): "
+                     f"{1e3 * per[0]:.3f} - {1e3 * per[1]:.3f} ms of {1e3 * wall:.2f} ms; informative, not in the rule")
 
 
 def _sim_gap(sim: Mapping, floor: str, seeds: Sequence[int]) -> float | None:

@@ -83,16 +83,34 @@ def _threshold_options(f):
 @click.option("--baseline", default=gate.Roles().baseline, show_default=True, help="The arm to beat by a margin.")
 @click.option("--floor", "floor_", default=gate.Roles().floor, show_default=True,
               help="The arm throughput must not fall below.")
-@click.option("--oracle", default=gate.Roles().oracle, show_default=True, help="The ceiling arm (harness check).")
+@click.option("--oracle", default=gate.Roles().oracle, show_default=True,
+              help="The ceiling arm (harness check); 'none' (or an oracle not in --arms) skips the harness check.")
 @click.option("--policy-opt", multiple=True, metavar="NAME.KEY=VALUE", help="A policy option (repeatable).")
 @click.option("--mode", type=click.Choice(["sequential", "timed"]), default="sequential", show_default=True)
 @click.option("--output", type=click.Path(dir_okay=False), default=None,
-              help="Results JSON [runs/gate-<preset>/results.json]; plots beside it.")
+              help="Results JSON [runs/gate-<preset>-<candidate>[-timed]/results.json]; plots beside it.")
 @click.option("--fresh", is_flag=True, help="Discard finished cells of an earlier run at --output.")
 @click.option("--no-sim", is_flag=True, help="Skip the simulator (no harness/headroom check).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--check", is_flag=True,
-              help="Exit status 3 unless the verdict is SURVIVES (for scripts and CI); default 0 for any verdict.")
+              help="Exit status 3 unless the verdict is SURVIVES or INCONCLUSIVE (for scripts and CI).")
+@click.option("--budget", default="1", show_default=True, metavar="PASSES|SECONDSs",
+              help="Repeats while the verdict is INCONCLUSIVE: most passes over the seeds (first included), "
+                   "e.g. 3, or seconds from the start after which no pass starts, e.g. 900s.")
+@click.option("--load", "loads", callback=_csv(float), default=None, metavar="F,F,...",
+              help="Load levels as fractions of the floor arm's capacity (e.g. 0.5,0.8): Poisson arrivals, "
+                   "timed mode, one gate per level under <output folder>/load-<F>/; the verdict is --judge-load's.")
+@click.option("--capacity", type=click.FloatRange(min=0, min_open=True), default=None, metavar="RPS",
+              help="The floor arm's capacity, requests/s [measured: the workload all at once on the floor arm].")
+@click.option("--capacity-only", is_flag=True,
+              help="With --load: measure the floor arm's capacity (kept in <output folder>/capacity.json), print it "
+                   "and stop (to give several runs one --capacity).")
+@click.option("--judge-load", type=float, default=None, metavar="F", help="The level the verdict judges [first of --load].")
+@click.option("--ttft-slo-ms", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MS",
+              help="TTFT SLO for the goodput column of a --load run (requests within it per second).")
+@click.option("--point-estimates", is_flag=True,
+              help="Judge on point estimates (the seed's rule as written) instead of settled intervals: "
+                   "no INCONCLUSIVE, no repeats.")
 @click.option("--hook-budget-ms", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MS",
               help="Most wall time of one hook call (engine and simulator); a call over it fails that arm's cell.")
 @click.option("--time-limit", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
@@ -103,19 +121,41 @@ def _threshold_options(f):
 @_threshold_options
 @click.pass_context
 def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, baseline, floor_, oracle,
-                 policy_opt, mode, output, fresh, no_sim, no_progress, check, hook_budget_ms, time_limit,
-                 workload_spec, cache_spec, **thresholds):
+                 policy_opt, mode, output, fresh, no_sim, no_progress, check, budget, loads, capacity, judge_load,
+                 ttft_slo_ms, capacity_only, point_estimates,
+                 hook_budget_ms, time_limit, workload_spec, cache_spec, **thresholds):
     """Run the survival gate: every arm x seed through a real vLLM engine and
     the simulator, then judge the candidate (SURVIVES, FAILS, INVALID-HARNESS,
-    NO-HEADROOM or INCOMPLETE). Exit status 0 for any verdict; with --check, 3
-    for any verdict but SURVIVES; 4 when a cell failed (a policy fault: its
-    arm's cells say status "error" with the policy, hook and message; the
-    other arms ran; 1: bad input, 130: interrupted)."""
+    NO-HEADROOM, INCOMPLETE or INCONCLUSIVE).
+
+    SURVIVES and FAILS need every deciding criterion's 95% CI on one side of
+    its threshold; otherwise the verdict is INCONCLUSIVE, naming the
+    criterion, its interval and how many more passes would likely settle it,
+    and the engine repeats every arm x seed (interleaved, same engine) until
+    settled or --budget is spent.
+
+    Exit status: 0 for SURVIVES, FAILS, INVALID-HARNESS, NO-HEADROOM and
+    INCOMPLETE; 5 for INCONCLUSIVE (not settled: run again with a larger
+    --budget); with --check, 3 for any verdict but SURVIVES and INCONCLUSIVE;
+    else 4 when a cell failed (a policy fault: its arm's cells say status "error"
+    with the policy, hook and message; the other arms ran); 1: bad input;
+    130: interrupted."""
     p = PRESETS[preset]
     # vLLM logs at INFO by default (and a harmless tokenizer warning per engine); keep the
     # verdict readable unless the user asked otherwise.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    out = Path(output or f"runs/gate-{preset}/results.json")
+    passes, budget_s = _budget(budget)
+    if oracle is not None and oracle.lower() in ("none", ""):
+        oracle = None
+    elif oracle is not None and arms is not None and oracle not in arms:
+        click.echo(f"note: oracle {oracle} is not in --arms: the harness check is skipped", err=True)
+        oracle = None
+    # one default folder per preset, candidate and mode: a second candidate (other code) or a timed run does
+    # not meet the first one's finished cells
+    if loads:
+        mode = "timed"
+    out = Path(output or f"runs/gate-{preset}-{candidate}{'' if mode == 'sequential' else '-' + mode}"
+                         f"{'-load' if loads else ''}/results.json")
     hold_output_lock(out)  # one writer per results file (and its sidecar, plots), resume included
     if hook_budget_ms is not None:  # read by every PolicyRuntime.for_policy of this process (engine and simulator)
         from spfcore.runtime import BUDGET_ENV
@@ -139,9 +179,19 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
             policy_options=options,
             roles=gate.Roles(candidate, baseline, floor_, oracle), thresholds=gate.GateThresholds(**thr),
             preset=preset, command=command_line(ctx),
-            simulate=not no_sim)
-        results = gate_runner.run_gate(cfg, out, fresh=fresh, progress=not no_progress,
-                                         time_limit_s=time_limit)
+            simulate=not no_sim, settle=not point_estimates, max_passes=passes, budget_s=budget_s)
+        if loads:
+            doc = gate_runner.run_load_gate(cfg, out, loads, capacity=capacity, judge_load=judge_load,
+                                            ttft_slo_s=None if ttft_slo_ms is None else ttft_slo_ms / 1e3,
+                                            fresh=fresh, progress=not no_progress, time_limit_s=time_limit,
+                                            capacity_only=capacity_only)
+            if capacity_only:
+                click.echo(f"capacity {doc['capacity_rps']:.6g} req/s "
+                           f"({'measured' if doc['capacity_measured'] else 'given'}; {out.parent / 'capacity.json'})")
+                return
+        else:
+            results = gate_runner.run_gate(cfg, out, fresh=fresh, progress=not no_progress,
+                                           time_limit_s=time_limit)
     except KeyboardInterrupt:
         click.echo(f"interrupted: finished cells are kept in {gate_runner.sidecar_path(out)}; "
                    "run the same command again to finish the rest", err=True)
@@ -154,6 +204,26 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
             ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     console = report.make_console()
+    if loads:
+        console.print(report.load_table(doc))
+        v = doc["verdict"]
+        console.print(f"verdict judged at load {doc['judged_load']:g} x capacity "
+                      f"({doc['judged_load'] * doc['capacity_rps']:.3f} req/s); per level: "
+                      + ", ".join(f"{lv['load']:g}: {lv['status']}" for lv in doc["levels"]), markup=False)
+        console.print(report.verdict_table(v))
+        for r in v.get("reasons", ()):
+            console.print(f"  - {r}", markup=False)
+        console.print(f"results: {out} (levels under {out.parent}/load-*/)   plot: {out.parent / 'ttft_p95_vs_load.png'}",
+                      markup=False)
+        if check and v["status"] not in (gate.SURVIVES, gate.INCONCLUSIVE):
+            sys.exit(3)
+        if v["status"] == gate.INCONCLUSIVE:
+            sys.exit(EXIT_INCONCLUSIVE)
+        return
+    run = results.get("run") or {}
+    if run.get("reused_cells"):
+        console.print(f"reused {run['reused_cells']} of {run['cells']} cells from {gate_runner.sidecar_path(out)} "
+                      "(finished earlier; --fresh starts over)", markup=False)
     report.print_report(results, console)
     console.print(f"results: {out}   cells: {gate_runner.sidecar_path(out)}   "
                   f"plots: {out.parent / 'cache.png'}, {out.parent / 'ttft_cdf.png'}", markup=False)
@@ -169,7 +239,37 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
     elif left:
         console.print(f"{left} engine cell(s) not finished: run the same command again to run them "
                       "(finished cells are kept; --fresh starts over)", markup=False)
-    if check and results["verdict"]["status"] != "SURVIVES":
+    status = results["verdict"]["status"]
+    if check and status not in (gate.SURVIVES, gate.INCONCLUSIVE):
         sys.exit(3)
+    if status == gate.INCONCLUSIVE:
+        sys.exit(EXIT_INCONCLUSIVE)
     if failed:
         sys.exit(4)
+
+
+#: Exit status of a run whose verdict is INCONCLUSIVE (distinct from 3, --check's "not SURVIVES").
+EXIT_INCONCLUSIVE = 5
+
+
+def _budget(text: str) -> tuple[int, float | None]:
+    """``--budget``: ``"3"`` -> (3 passes, no time limit); ``"900s"`` -> (1000
+    passes, 900.0 seconds).
+
+    Raises:
+        click.BadParameter: anything else, or a value < 1.
+    """
+    t = text.strip().lower()
+    try:
+        if t.endswith("s"):
+            sec = float(t[:-1])
+            if not sec > 0:
+                raise ValueError
+            return 1000, sec
+        n = int(t)
+        if n < 1:
+            raise ValueError
+        return n, None
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: give passes (an int >= 1, e.g. 3) or seconds (e.g. 900s)",
+                                 param_hint="--budget") from None

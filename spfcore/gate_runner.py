@@ -13,7 +13,15 @@ Order of work:
    per seed (cheap, and the harness check needs them).
 4. Engine: one engine per arm serving all its seeds (each cell starts from an
    empty cache, see ``EngineSession.run``).
-5. Verdict (:func:`spfcore.gate.evaluate`), results JSON, plots.
+5. Verdict (:func:`spfcore.gate.evaluate`); with ``settle`` and a budget
+   (``max_passes`` > 1 or ``budget_s``), while it is ``INCONCLUSIVE``,
+   another interleaved pass of every arm x seed on the same engine (cells
+   with ``repeat`` = 1, 2, ...), then the verdict again.
+6. Results JSON (with ``run``: cells in the run, cells reused from the
+   sidecar, passes, wall seconds), plots.
+
+Load levels (:func:`run_load_gate`): the floor arm's capacity measured once,
+then one timed run per level with Poisson arrivals at that share of it.
 
 Resume: every finished cell (simulator, ceilings or engine) is appended to a
 sidecar ``<output stem>.cells.jsonl`` beside the results file, whose first
@@ -89,6 +97,14 @@ class GateConfig:
         preset: Preset name, for labels.
         command: The command line that reproduces the run.
         simulate: Run the simulator (ceilings, per-arm results) too.
+        settle: Judge on intervals (:func:`spfcore.gate.evaluate` ``settle``):
+            SURVIVES / FAILS only when every deciding criterion's CI is on one
+            side of its threshold, else ``INCONCLUSIVE``.
+        max_passes: Most passes over the seeds (the first included): while
+            the verdict is ``INCONCLUSIVE`` and the budget lasts, the engine
+            runs every arm x seed again (interleaved, cells with ``repeat``).
+        budget_s: Start no further pass after this many seconds from the
+            call (None: no time budget; ``max_passes`` still applies).
     """
 
     workload: str = "personas"
@@ -109,6 +125,9 @@ class GateConfig:
     preset: str | None = None
     command: str | None = None
     simulate: bool = True
+    settle: bool = False
+    max_passes: int = attrs.field(default=1, converter=int)
+    budget_s: float | None = None
 
     def __attrs_post_init__(self):
         if not self.arms:
@@ -125,6 +144,10 @@ class GateConfig:
             raise GateConfigError("field 'cache_pressure': must be > 0 when num_blocks is not given")
         if self.num_blocks is not None and self.num_blocks < 2:
             raise GateConfigError(f"field 'num_blocks': must be >= 2, got {self.num_blocks}")
+        if self.max_passes < 1:
+            raise GateConfigError(f"field 'max_passes' (--budget): must be >= 1, got {self.max_passes}")
+        if self.budget_s is not None and not self.budget_s > 0:
+            raise GateConfigError(f"field 'budget_s' (--budget): must be > 0 seconds, got {self.budget_s}")
         if self.mode not in ("sequential", "timed"):
             raise GateConfigError(f"field 'mode': must be 'sequential' or 'timed', got {self.mode!r}")
         unknown = set(self.policy_options) - set(self.arms)
@@ -265,7 +288,7 @@ def default_engine_factory(arm: str, options: Mapping | None, *, num_blocks: int
 
 
 def _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks, deadline=None,
-                      broken: Mapping | None = None) -> None:
+                      broken: Mapping | None = None, again: Callable[[int], bool] | None = None) -> None:
     """Run the engine cells not yet done, on ONE engine, interleaved: for each
     seed every arm in turn (``use_policy`` switches the arm; each run starts
     from an empty cache), the arm order rotated by one per seed. A slow spell
@@ -273,6 +296,11 @@ def _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks, 
     is what the TTFT and throughput criteria compare. One unrecorded warm-up
     run (:func:`warmup_slice`) precedes the first cell. No cell starts after
     ``deadline`` (``time.monotonic()`` seconds).
+
+    Passes: after pass ``k`` (0 first) the engine runs pass ``k + 1`` (every
+    seed again, cells with ``repeat = k + 1``) while ``again(k)`` says so, on
+    the same engine (no new start, no new warm-up). A repeat's arm order is
+    rotated one further per pass, so no arm always runs first.
 
     A failed cell is recorded (:func:`spfcore.report.error_cell`) and the run
     goes on: an arm in ``broken`` (``{arm: exception}``: not installed, not
@@ -283,54 +311,63 @@ def _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks, 
     broken = broken or {}
     arms, session, start_error = list(config.arms), None, None
     try:
-        for k, seed in enumerate(config.seeds):
-            for arm in arms[k % len(arms):] + arms[:k % len(arms)]:
-                if ("engine", arm, seed) in side.done:
-                    continue
-                if deadline is not None and time.monotonic() >= deadline:
-                    return
-                opts = config.policy_options.get(arm)
-                bar.set_description(f"engine {arm} seed {seed}")
-                if arm in broken:  # never reaches the engine: a start failure here is the arm's, not the engine's
-                    side.put("engine", arm, seed, report.error_cell(arm, seed, broken[arm]))
+        rep = 0
+        while True:
+            for k, seed in enumerate(config.seeds):
+                k += rep
+                for arm in arms[k % len(arms):] + arms[:k % len(arms)]:
+                    key = ("engine", arm, seed) + ((rep,) if rep else ())
+                    if key in side.done:
+                        continue
+                    if deadline is not None and time.monotonic() >= deadline:
+                        return
+                    opts = config.policy_options.get(arm)
+                    bar.set_description(f"engine {arm} seed {seed}")
+                    if arm in broken:  # never reaches the engine: a start failure here is the arm's, not the engine's
+                        side.put("engine", arm, seed, report.error_cell(arm, seed, broken[arm]), rep)
+                        bar.update()
+                        continue
+                    running = False
+                    try:
+                        if start_error is not None:  # no engine: do not retry a start per cell
+                            raise start_error
+                        if session is None:
+                            bar.set_description("engine: starting")
+                            try:
+                                session = engine_factory(arm, opts, num_blocks=num_blocks,
+                                                         block_size=config.block_size, engine=config.engine)
+                            except Exception as exc:  # noqa: BLE001
+                                start_error = exc
+                                raise
+                            # warm-up, not recorded: the first pass over a workload compiles and
+                            # allocates; measured, it inflated the first cell's p95 TTFT ~4x
+                            bar.set_description("engine: warm-up")
+                            running = True  # a failed warm-up is this cell's failure (and closes the engine)
+                            session.run(warmup_slice(workloads[seed]), seed=seed, mode=config.mode)
+                        else:
+                            session.use_policy(arm, dict(opts or {}))
+                        running = True
+                        cell = dict(session.run(workloads[seed], seed=seed, mode=config.mode))
+                        cell.update(arm=arm, seed=seed, status="ok")
+                        if rep:
+                            cell["repeat"] = rep
+                        fault = cell.get("policy_fault")
+                        if cell.get("policy_faults") and fault:  # the adapter failed open: the arm failed
+                            cell.update(status="error", error={
+                                "policy": fault.get("policy") or arm, "hook": fault.get("hook"),
+                                "message": f"{str(fault.get('error')).removeprefix('PolicyError: ')} (in {fault.get('where')}; the engine served the rest "
+                                           f"of this run in vLLM's own order: {cell.get('fail_open_allocations', 0)} "
+                                           "allocations failed open)"})
+                    except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
+                        cell = report.error_cell(arm, seed, exc)
+                        if running:  # a run that failed part-way may leave requests holding blocks:
+                            session.close()  # the next cell starts a fresh engine, so only this arm fails
+                            session = None
+                    side.put("engine", arm, seed, cell, rep)
                     bar.update()
-                    continue
-                running = False
-                try:
-                    if start_error is not None:  # no engine: do not retry a start per cell
-                        raise start_error
-                    if session is None:
-                        bar.set_description("engine: starting")
-                        try:
-                            session = engine_factory(arm, opts, num_blocks=num_blocks,
-                                                     block_size=config.block_size, engine=config.engine)
-                        except Exception as exc:  # noqa: BLE001
-                            start_error = exc
-                            raise
-                        # warm-up, not recorded: the first pass over a workload compiles and
-                        # allocates; measured, it inflated the first cell's p95 TTFT ~4x
-                        bar.set_description("engine: warm-up")
-                        running = True  # a failed warm-up is this cell's failure (and closes the engine)
-                        session.run(warmup_slice(workloads[seed]), seed=seed, mode=config.mode)
-                    else:
-                        session.use_policy(arm, dict(opts or {}))
-                    running = True
-                    cell = dict(session.run(workloads[seed], seed=seed, mode=config.mode))
-                    cell.update(arm=arm, seed=seed, status="ok")
-                    fault = cell.get("policy_fault")
-                    if cell.get("policy_faults") and fault:  # the adapter failed open: the arm failed
-                        cell.update(status="error", error={
-                            "policy": fault.get("policy") or arm, "hook": fault.get("hook"),
-                            "message": f"{str(fault.get('error')).removeprefix('PolicyError: ')} (in {fault.get('where')}; the engine served the rest "
-                                       f"of this run in vLLM's own order: {cell.get('fail_open_allocations', 0)} "
-                                       "allocations failed open)"})
-                except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
-                    cell = report.error_cell(arm, seed, exc)
-                    if running:  # a run that failed part-way may leave requests holding blocks:
-                        session.close()  # the next cell starts a fresh engine, so only this arm fails
-                        session = None
-                side.put("engine", arm, seed, cell)
-                bar.update()
+            if again is None or not again(rep):
+                return
+            rep += 1
     finally:
         if session is not None:
             session.close()
@@ -395,7 +432,7 @@ class _Sidecar:
                     if n == len(lines):  # a line cut by a crash mid-write
                         break
                     raise GateResumeError(f"{path}:{n}: not valid JSON; use --fresh") from None
-                key = (rec["kind"], rec["arm"], rec["seed"])
+                key = (rec["kind"], rec["arm"], rec["seed"]) + ((rec["repeat"],) if rec.get("repeat") else ())
                 if rec["cell"].get("error"):
                     self.failed[key] = rec["cell"]
                 else:
@@ -411,9 +448,11 @@ class _Sidecar:
             f.flush()
             os.fsync(f.fileno())
 
-    def put(self, kind: str, arm: str, seed: int, cell: dict) -> None:
-        self._append({"kind": kind, "arm": arm, "seed": seed, "cell": cell})
-        key = (kind, arm, seed)
+    def put(self, kind: str, arm: str, seed: int, cell: dict, repeat: int = 0) -> None:
+        """Record a finished (or failed) cell; ``repeat`` > 0: a further pass over the seed,
+        keyed ``(kind, arm, seed, repeat)`` (the first pass keeps the 3-tuple key)."""
+        self._append({"kind": kind, "arm": arm, "seed": seed, "cell": cell, **({"repeat": repeat} if repeat else {})})
+        key = (kind, arm, seed) + ((repeat,) if repeat else ())
         if cell.get("error"):
             self.failed[key] = cell
         else:
@@ -447,7 +486,7 @@ def _preflight(config: GateConfig, workloads: Mapping, num_blocks: int) -> None:
         except registry.PolicyConfigError as exc:
             raise GateConfigError(f"--policy-opt: {exc}") from None
     roles = attrs.asdict(config.roles)
-    missing = {r: a for r, a in roles.items() if a not in config.arms}
+    missing = {r: a for r, a in roles.items() if a is not None and a not in config.arms}
     if missing:
         raise GateConfigError("field 'arms': the gate's roles need these arms too: "
                               + ", ".join(f"{r}={a}" for r, a in missing.items()))
@@ -506,7 +545,10 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
             per Ray actor).
 
     Returns:
-        The results document (:func:`spfcore.report.build_results`).
+        The results document (:func:`spfcore.report.build_results`) plus
+        ``run``: ``{"cells", "reused_cells", "passes", "wall_s"}`` (cells of
+        this run, those taken from the sidecar instead of run, passes per
+        seed judged, seconds of this call).
 
     Raises:
         GateResumeError: the sidecar belongs to another configuration.
@@ -549,8 +591,30 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
                 [("sim", a, s) for s in config.seeds for a in config.arms] if config.simulate else []
     eng_units = [("engine", a, s) for a in config.arms for s in config.seeds]
     todo = [u for u in sim_units + eng_units if u not in side.done]
+    reused = len(sim_units) + len(eng_units) - len(todo)
     bar = tqdm(total=len(sim_units) + len(eng_units), initial=len(sim_units) + len(eng_units) - len(todo),
                disable=not progress, file=sys.stderr, desc="gate", unit="cell", dynamic_ncols=True)
+
+    def pick(kind, arms, passes=1):
+        out = []
+        for p in range(passes):
+            for a in arms:
+                for s in config.seeds:
+                    key = (kind, a, s) + ((p,) if p else ())
+                    c = side.done.get(key) or side.failed.get(key)
+                    if c is not None:
+                        out.append(c)
+        return out
+
+    def judge(passes: int):
+        cells = pick("engine", config.arms, passes)
+        sim = None
+        if config.simulate:
+            sim = {"cells": pick("sim", config.arms),
+                   "ceilings": [c for c in pick("ceilings", ["*"]) if not c.get("error")]}
+        return cells, gate.evaluate(cells, sim=sim, roles=config.roles, thresholds=config.thresholds,
+                                    seeds=config.seeds, settle=config.settle), sim
+
     try:
         for kind, arm, seed in sim_units:
             if (kind, arm, seed) in side.done:
@@ -570,29 +634,186 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
                 cell = report.error_cell(arm, seed, exc)
             side.put(kind, arm, seed, cell)
             bar.update()
+
+        def again(rep: int) -> bool:
+            """Run pass ``rep + 1``? Only while the verdict is INCONCLUSIVE and the budget lasts."""
+            nonlocal reused
+            if not config.settle or rep + 1 >= config.max_passes:
+                return False
+            if config.budget_s is not None and time.monotonic() - t_start >= config.budget_s:
+                return False
+            if judge(rep + 1)[1].status != gate.INCONCLUSIVE:
+                return False
+            nxt = [("engine", a, s, rep + 1) for a in config.arms for s in config.seeds]
+            reused += sum(1 for u in nxt if u in side.done)
+            bar.total += len(nxt)
+            bar.update(sum(1 for u in nxt if u in side.done))
+            return True
+
         (engine_cells or _run_engine_cells)(config, workloads, side, bar, engine_factory, num_blocks,
                                             deadline=None if time_limit_s is None else t_start + time_limit_s,
-                                            broken=broken)
+                                            broken=broken, again=again)
     finally:
         bar.close()
 
-    def pick(kind, arms):
-        out = []
-        for a in arms:
-            for s in config.seeds:
-                c = side.done.get((kind, a, s)) or side.failed.get((kind, a, s))
-                if c is not None:
-                    out.append(c)
-        return out
-
-    cells = pick("engine", config.arms)
-    sim = None
-    if config.simulate:
-        sim = {"cells": pick("sim", config.arms),
-               "ceilings": [c for c in pick("ceilings", ["*"]) if not c.get("error")]}
-    verdict = gate.evaluate(cells, sim=sim, roles=config.roles, thresholds=config.thresholds, seeds=config.seeds)
+    passes = 1 + max((k[3] for k in side.done if k[0] == "engine" and len(k) == 4), default=0)
+    cells, verdict, sim = judge(passes)
     results = report.build_results(full_config, cells, sim, verdict.to_json())
+    results["run"] = {"cells": len(sim_units) + len(eng_units) * passes, "reused_cells": reused,
+                      "passes": passes, "wall_s": round(time.monotonic() - t_start, 1)}
     report.write_results(output, results)
     if plots:
         report.plot_results(results, output.parent)
     return results
+
+
+# ------------------------------------------------------------------ load levels
+
+
+def measure_capacity(config: GateConfig, workload: Workload, num_blocks: int,
+                     engine_factory: Callable | None = None) -> float:
+    """The floor arm's capacity, requests/s: one engine, one unrecorded
+    warm-up (:func:`warmup_slice`), then ``workload`` with every request
+    arriving at 0 s (timed mode: the engine is saturated from the start), and
+    capacity = finished requests / wall time of that run.
+
+    Raises:
+        RuntimeError: the run finished no request (no throughput to scale by).
+    """
+    engine_factory = engine_factory or default_engine_factory
+    floor = config.roles.floor
+    opts = config.policy_options.get(floor)
+    burst = attrs.evolve(workload, requests=[attrs.evolve(r, arrival_s=0.0) for r in workload.requests])
+    session = engine_factory(floor, opts, num_blocks=num_blocks, block_size=config.block_size, engine=config.engine)
+    try:
+        session.run(warmup_slice(burst), seed=config.seeds[0], mode="timed")
+        cell = session.run(burst, seed=config.seeds[0], mode="timed")
+    finally:
+        session.close()
+    cap = cell.get("throughput_rps")
+    if not cap or not cap > 0:
+        raise RuntimeError(f"capacity run of {floor} finished no request (throughput {cap!r})")
+    return float(cap)
+
+
+def level_summary(results: Mapping, ttft_slo_s: float | None = None) -> dict:
+    """Per arm, what one load level showed (seed and repeat means): TTFT
+    p50/p95/p99, queueing delay p50/p95 (scheduled - queued, s), e2e p95,
+    prefill tokens recomputed, token hit rate, preemptions, throughput, the
+    simulator's token hit rate on the same input (concurrent mode:
+    ``sim_token_hit_rate``, to read how well its batching model predicts
+    the engine at this load), and
+    with ``ttft_slo_s`` the goodput: requests whose TTFT <= the SLO, per
+    second of the run's wall time (Zhong et al., DistServe, OSDI 2024)."""
+    summ = report.summarize(results.get("cells", ()))
+    out = {}
+    for arm, s in summ.items():
+        row = {k: s.get(k) for k in ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "queue_p50_s", "queue_p95_s",
+                                     "e2e_p95_s", "prefill_tokens_recomputed", "token_hit_rate", "preemptions",
+                                     "throughput_rps")}
+        sim_s = ((results.get("sim") or {}).get("summary") or {}).get(arm) or {}
+        row["sim_token_hit_rate"] = sim_s.get("token_hit_rate")  # the simulator's concurrent model, same input
+        if ttft_slo_s is not None:
+            good = []
+            for c in results.get("cells", ()):
+                if c.get("arm") != arm or c.get("error"):
+                    continue
+                wall = c.get("wall_s") or (c["num_requests"] / c["throughput_rps"] if c.get("throughput_rps") else None)
+                if wall:
+                    good.append(sum(1 for r in c.get("requests") or ()
+                                    if r.get("ttft_s") is not None and r["ttft_s"] <= ttft_slo_s) / wall)
+            row["goodput_rps"] = float(sum(good) / len(good)) if good else None
+        out[arm] = row
+    return out
+
+
+def run_load_gate(config: GateConfig, output: str | os.PathLike, loads: Sequence[float], *,
+                  capacity: float | None = None, judge_load: float | None = None, ttft_slo_s: float | None = None,
+                  engine_factory: Callable | None = None, plots: bool = True, capacity_only: bool = False,
+                  **kw) -> dict:
+    """The gate at load levels: Poisson arrivals at ``load x capacity``
+    requests/s, one :func:`run_gate` per level (timed mode; its own results,
+    sidecar and plots in ``<output folder>/load-<load>/``), and one summary.
+
+    Args:
+        config: The run; its workload flags get ``arrival=poisson`` and
+            ``rate`` per level, its mode becomes ``timed``.
+        output: Summary JSON path; the p95 TTFT vs offered load plot
+            (``ttft_p95_vs_load.png``) beside it.
+        loads: Fractions of the floor arm's capacity (> 0), e.g. (0.5, 0.8).
+        capacity: The floor arm's capacity, requests/s; None: measured
+            (:func:`measure_capacity`, once, kept in ``capacity.json`` beside
+            the output for later calls).
+        judge_load: The level whose verdict is the run's (default: the first
+            of ``loads``).
+        ttft_slo_s: TTFT SLO for the goodput column, seconds (None: no goodput).
+        capacity_only: Measure (or read) the capacity, write ``capacity.json``
+            and return ``{"capacity_rps", "capacity_measured"}``: for runs split
+            over several machines or GPUs that must share one capacity.
+        engine_factory, plots, **kw: As :func:`run_gate` (``sim_fn``,
+            ``ceilings_fn``, ``fresh``, ``progress``); ``time_limit_s`` counts
+            from this call's start, over the capacity run and every level.
+
+    Returns:
+        ``{"capacity_rps", "capacity_measured", "loads", "judged_load",
+        "levels": [{"load", "rate_rps", "results", "status", "summary"}],
+        "verdict": the judged level's verdict + ``"load"``, "config"}``.
+
+    Raises:
+        GateConfigError: a load <= 0, a duplicate load, or ``judge_load`` not
+            among ``loads``; what :func:`run_gate` raises.
+    """
+    t_start = time.monotonic()
+    time_limit_s = kw.pop("time_limit_s", None)  # one limit for the whole call, capacity and levels
+    loads = tuple(float(x) for x in loads)
+    if not loads or any(not x > 0 for x in loads) or len(set(loads)) != len(loads):
+        raise GateConfigError(f"field 'load': need distinct fractions > 0, got {list(loads)}")
+    if config.trace:
+        raise GateConfigError("field 'load': load levels need a generated workload (a trace keeps its own "
+                              "arrival times; run it with --mode timed)")
+    judge_load = loads[0] if judge_load is None else float(judge_load)
+    if judge_load not in loads:
+        raise GateConfigError(f"field 'judge_load': {judge_load:g} is not one of --load {list(loads)}")
+    output = Path(output)
+    measured = capacity is None
+    if measured:
+        cap_file = output.parent / "capacity.json"
+        wl = load_workload(config, config.seeds[0])
+        from spfcore.workloads.pressure import num_blocks_for_pressure
+
+        nb = config.num_blocks or num_blocks_for_pressure(wl, config.cache_pressure, config.block_size)
+        key = {"workload": config.workload, "flags": config.workload_flags, "trace": config.trace,
+               "num_blocks": nb, "block_size": config.block_size, "engine": config.engine,
+               "floor": config.roles.floor, "seed": config.seeds[0]}
+        old = json.loads(cap_file.read_text()) if cap_file.exists() and not kw.get("fresh") else {}
+        if old.get("key") == json.loads(json.dumps(key, default=str)):
+            capacity = old["capacity_rps"]
+        else:
+            _preflight(config, {config.seeds[0]: wl}, nb)  # before the capacity engine starts
+            capacity = measure_capacity(config, wl, nb, engine_factory)
+            cap_file.parent.mkdir(parents=True, exist_ok=True)
+            cap_file.write_text(json.dumps({"key": key, "capacity_rps": capacity}, default=str) + "\n")
+    if not capacity > 0:
+        raise GateConfigError(f"field 'capacity': must be > 0 requests/s, got {capacity}")
+    if capacity_only:
+        return {"capacity_rps": capacity, "capacity_measured": measured}
+    levels = []
+    for load in loads:
+        flags = {**config.workload_flags, "arrival": "poisson", "rate": round(load * capacity, 6)}
+        cfg = attrs.evolve(config, mode="timed", workload_flags=flags)
+        res_path = output.parent / f"load-{load:g}" / "results.json"
+        left = None if time_limit_s is None else max(0.0, time_limit_s - (time.monotonic() - t_start))
+        res = run_gate(cfg, res_path, engine_factory=engine_factory, plots=plots, time_limit_s=left, **kw)
+        levels.append({"load": load, "rate_rps": flags["rate"], "results": str(res_path),
+                       "status": res["verdict"]["status"], "summary": level_summary(res, ttft_slo_s),
+                       "run": res.get("run"), "_verdict": res["verdict"]})
+    judged = next(lv for lv in levels if lv["load"] == judge_load)
+    doc = {"schema": "spfcore-gate-load/1", "config": {**config.to_json(), "mode": "timed"},
+           "capacity_rps": capacity, "capacity_measured": measured, "loads": list(loads),
+           "ttft_slo_s": ttft_slo_s, "judged_load": judge_load,
+           "levels": [{k: v for k, v in lv.items() if k != "_verdict"} for lv in levels],
+           "verdict": {**judged["_verdict"], "load": judge_load}}
+    report.write_results(output, doc)
+    if plots:
+        report.plot_load(doc, output.parent)
+    return doc

@@ -19,7 +19,8 @@ Results JSON, ``schema_version`` 1::
       "sim": {"cells": [...], "ceilings": [{"seed", "infinite": {...}, "belady": {...}}],
               "summary": {arm: means}, "ceilings_summary": {"infinite": means, "belady": means}},
       "summary": {arm: means},                # engine, means over seeds (see summarize)
-      "verdict": {...}                        # spfcore.gate.Verdict.to_json()
+      "verdict": {...},                       # spfcore.gate.Verdict.to_json()
+      "run": {"cells", "reused_cells", "passes", "wall_s"}   # this call (gate runs)
     }
 
 Cell field names are those of ``spfcore simulate``: ``token_hit_rate``,
@@ -115,7 +116,7 @@ MEAN_FIELDS = ("num_requests", "prompt_tokens", "cached_tokens", "token_hit_rate
                "prefill_tokens_recomputed", "evictions", "hook_seconds", "hook_calls", "policy_seconds",
                "evict_seconds", "evict_calls", "hints_issued", "hints_used",
                "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "ttft_mean_s", "e2e_p50_s", "e2e_p95_s",
-               "throughput_rps", "wall_s")
+               "throughput_rps", "wall_s", "queue_p50_s", "queue_p95_s", "preemptions")
 
 
 class ResultsError(ValueError):
@@ -347,7 +348,10 @@ def table(results: Mapping) -> Table:
 def verdict_table(verdict: Mapping) -> Table:
     """A rich table of the verdict: one row per criterion (value, threshold, CI, pass)."""
     color = {"SURVIVES": "green", "FAILS": "red"}.get(verdict["status"], "yellow")
-    t = Table(title=f"verdict: [{color}]{verdict['status']}[/{color}]")
+    how = ""
+    if verdict.get("settled"):
+        how = f" (95% CIs on one side of each threshold; {verdict.get('passes', 1)} pass(es) per seed)"
+    t = Table(title=f"verdict: [{color}]{verdict['status']}[/{color}]{how}")
     for col in ("criterion", "value", "threshold", "95% CI", "pass", "what"):
         t.add_column(col)
     for c in verdict["criteria"]:
@@ -355,6 +359,10 @@ def verdict_table(verdict: Mapping) -> Table:
         ci_s = f"[{ci['low']:+.4f}, {ci['high']:+.4f}] ({ci['method']})" if ci else "-"
         p = {True: "[green]yes[/green]", False: "[red]no[/red]", None: "-"}[c["passed"]]
         t.add_row(c["name"], _f(c["value"], "+.4f"), f"{c['op']} {c['threshold']:.4g}", ci_s, p, c["note"])
+    if verdict.get("info"):
+        t.add_section()
+        for c in verdict["info"]:  # shown beside the rule, not in it
+            t.add_row(c["name"], _f(c["value"], "+.4f"), f"({c['op']} {c['threshold']:.4g})", "-", "info", c["note"])
     return t
 
 
@@ -375,14 +383,33 @@ def print_report(results: Mapping, console: Console | None = None) -> None:
 # ------------------------------------------------------------------ plots
 
 
+def ttft_title(results: Mapping) -> str:
+    """The title of ``ttft_cdf.png``: the workload label, the load (one
+    request at a time, or the arrival process and its rate, req/s) and the
+    seeds of the cells."""
+    cfg = results.get("config", {})
+    seeds = sorted({c.get("seed") for c in results.get("cells", ()) if c.get("seed") is not None})
+    flags = cfg.get("workload_flags") or {}
+    if cfg.get("mode") != "timed":
+        level = "one request at a time"
+    elif flags.get("arrival") in ("poisson", "rate"):
+        level = f"{flags['arrival']} arrivals at {float(flags.get('rate', 0)):.4g} req/s"
+    else:
+        level = "the workload's arrival times"
+    return (f"TTFT CDF: {cfg.get('workload_label', cfg.get('workload', ''))}; load: {level}; "
+            f"seeds {', '.join(map(str, seeds))}")
+
+
 def plot_results(results: Mapping, outdir: str | os.PathLike) -> list[Path]:
     """Write PNG plots beside the results (matplotlib, Agg backend):
 
     * ``cache.png``: per arm, prefill tokens recomputed and token hit rate
       (engine seed means, simulator beside them) with the simulator's Belady
       ceiling and infinite cache marked as horizontal lines;
-    * ``ttft_cdf.png``: the TTFT CDF per arm (requests of every seed pooled),
-      when the cells carry per-request TTFTs.
+    * ``ttft_cdf.png``: the TTFT CDF per arm (requests of every seed and
+      repeat pooled) on a log time axis (TTFTs of hits and misses differ by
+      orders of magnitude), titled with the workload, the load level and
+      the seeds, when the cells carry per-request TTFTs.
 
     Returns:
         Paths written.
@@ -431,8 +458,10 @@ def plot_results(results: Mapping, outdir: str | os.PathLike) -> list[Path]:
         for arm, v in ttfts.items():
             v = np.sort(np.asarray(v)) * 1e3
             ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=arm)
-        ax.set_xlabel("TTFT (ms)")
+        ax.set_xscale("log")
+        ax.set_xlabel("TTFT (ms, log scale)")
         ax.set_ylabel("share of requests")
+        ax.set_title(textwrap.fill(ttft_title(results), 90), fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()
@@ -441,6 +470,79 @@ def plot_results(results: Mapping, outdir: str | os.PathLike) -> list[Path]:
         plt.close(fig)
         paths.append(p)
     return paths
+
+
+def load_table(doc: Mapping) -> Table:
+    """A rich table of a load-level run (:func:`spfcore.gate_runner.run_load_gate`):
+    one row per level and arm."""
+    slo = doc.get("ttft_slo_s")
+    t = Table(title=f"spfcore gate under load: capacity {doc['capacity_rps']:.3f} req/s "
+                    f"({'measured on ' + doc['config']['roles']['floor'] if doc.get('capacity_measured') else 'given'}),"
+                    f" Poisson arrivals")
+    cols = [("load", None), ("req/s", None), ("arm", None), ("TTFT p50 ms", "ttft_p50_s"), ("p95 ms", "ttft_p95_s"),
+            ("p99 ms", "ttft_p99_s"), ("queue p95 ms", "queue_p95_s"), ("e2e p95 ms", "e2e_p95_s"),
+            ("prefill recomputed", "prefill_tokens_recomputed"), ("hit", "token_hit_rate"),
+            ("sim hit", "sim_token_hit_rate"), ("preempt", "preemptions")]
+    if slo is not None:
+        cols.append((f"goodput@{slo * 1e3:g}ms req/s", "goodput_rps"))
+    for head, _ in cols:
+        t.add_column(head, justify="right")
+    for lv in doc["levels"]:
+        t.add_section()
+        for arm, s in lv["summary"].items():
+            row = [f"{lv['load']:g}" + (" *" if lv["load"] == doc.get("judged_load") else ""),
+                   f"{lv['rate_rps']:.3f}", arm]
+            for head, f in cols[3:]:
+                v = s.get(f)
+                if f.endswith("_s"):
+                    row.append(_f(v, ".1f", 1e3))
+                elif f in ("token_hit_rate", "sim_token_hit_rate"):
+                    row.append(_f(v, ".2%"))
+                elif f == "goodput_rps":
+                    row.append(_f(v, ".3f"))
+                else:
+                    row.append(_f(v, ",.0f"))
+            t.add_row(*row)
+    return t
+
+
+def plot_load(doc: Mapping, outdir: str | os.PathLike) -> Path | None:
+    """``ttft_p95_vs_load.png``: p95 TTFT (ms, seed means) against offered
+    load (requests/s), one line per arm, the judged level marked. Returns the
+    path, or None with no level."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels = doc.get("levels") or []
+    if not levels:
+        return None
+    arms = list(dict.fromkeys(a for lv in levels for a in lv["summary"]))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for arm in arms:
+        pts = [(lv["rate_rps"], lv["summary"][arm]["ttft_p95_s"] * 1e3) for lv in levels
+               if (lv["summary"].get(arm) or {}).get("ttft_p95_s") is not None]
+        if pts:
+            ax.plot(*zip(*pts), marker="o", label=arm)
+    j = doc.get("judged_load")
+    if j is not None:
+        ax.axvline(j * doc["capacity_rps"], color="k", linestyle=":", label=f"judged: {j:g} x capacity")
+    ax.set_xlabel(f"offered load (requests/s; capacity {doc['capacity_rps']:.3g})")
+    ax.set_ylabel("p95 TTFT (ms)")
+    ys = [y for line in ax.get_lines() for y in line.get_ydata()]
+    if ys and min(ys) > 0 and max(ys) / min(ys) > 10:  # near capacity p95 grows by orders of magnitude
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    seeds = ", ".join(map(str, doc.get("config", {}).get("seeds", ())))
+    ax.set_title(f"p95 TTFT vs offered load, Poisson arrivals; seeds {seeds}", fontsize=9)
+    fig.tight_layout()
+    outdir = Path(outdir)
+    p = outdir / "ttft_p95_vs_load.png"
+    _savefig_atomic(fig, p)
+    plt.close(fig)
+    return p
 
 
 # ------------------------------------------------------------------ markdown

@@ -122,6 +122,9 @@ def test_cell_record(cells, workload, num_blocks):
     assert c["ttft_p50_s"] <= c["ttft_p95_s"] <= c["ttft_p99_s"]
     assert c["throughput_rps"] == pytest.approx(32 / c["wall_s"])
     assert c["evict_calls"] > 0 and c["hook_calls"] >= 1 and not math.isnan(c["ttft_mean_s"])
+    # queueing delay from vLLM's engine-core timestamps: one request at a time waits little, never preempted
+    assert all(0 <= r["queue_s"] <= r["ttft_s"] for r in c["requests"])
+    assert c["queue_p50_s"] <= c["queue_p95_s"] and c["preemptions"] == 0
 
 
 @pytest.mark.engine

@@ -126,11 +126,15 @@ class RayEngineCells:
     max_actors: int | None = None
     engine_factory: object = None
 
-    def __call__(self, config, workloads, side, bar, engine_factory, num_blocks, deadline=None, broken=None) -> None:
+    def __call__(self, config, workloads, side, bar, engine_factory, num_blocks, deadline=None, broken=None,
+                 again=None) -> None:
         """Run the engine cells not in ``side.done`` (the gate's signature;
         the gate's own ``engine_factory`` is ignored in favour of
         :attr:`engine_factory`, which runs in the actors). No seed starts
         after ``deadline`` (``time.monotonic()``); seeds running then finish.
+        Only the first pass runs here: ``again`` (the gate's settling passes,
+        ``--budget``) is not served on Ray, so a verdict that needs more
+        passes stays INCONCLUSIVE.
 
         Raises:
             spfcore.sweep.SweepError: Ray missing or unreachable.

@@ -293,7 +293,9 @@ class EngineSession:
             "num_blocks", "policy_faults", "policy_fault", "fail_open_allocations",
             "fail_open_blocks", "requests": [{"request_id", "session_id",
             "prefix_group", "arrival_s", "prompt_tokens", "cached_tokens",
-            "ttft_s", "e2e_s"}]}``. Tokens are counts, times seconds. Stock
+            "ttft_s", "e2e_s", "queue_s" (scheduled - queued, vLLM engine-core
+            timestamps), "preemptions"}], "queue_p50_s", "queue_p95_s",
+            "preemptions"}``. Tokens are counts, times seconds. Stock
             vLLM has no runtime: its ``evictions`` is ``None`` and its hook
             counters are 0.
 
@@ -370,6 +372,11 @@ class EngineSession:
                     st[2] = now
                     rec["e2e_s"] = now - st[0]
                     rec["cached_tokens"] = int(o.num_cached_tokens or 0)
+                    m = o.metrics  # vLLM RequestStateStats: engine-core monotonic timestamps
+                    if m is not None and getattr(m, "scheduled_ts", 0) and getattr(m, "queued_ts", 0):
+                        rec["queue_s"] = max(0.0, float(m.scheduled_ts - m.queued_ts))
+                    if m is not None and getattr(m, "num_preemptions", None) is not None:
+                        rec["preemptions"] = int(m.num_preemptions)
                     if keep_outputs:
                         rec["output_token_ids"] = list(o.outputs[0].token_ids)
 
@@ -418,6 +425,9 @@ class EngineSession:
         cell.update({"policy_faults": int(fault is not None), "policy_fault": fault,
                      "fail_open_allocations": queue.fail_open_allocations if queue is not None else 0,
                      "fail_open_blocks": queue.fail_open_blocks if queue is not None else 0})
+        qd = np.array([r["queue_s"] for r in rows if r.get("queue_s") is not None], dtype=float)
+        cell.update({"queue_p50_s": q(qd, 50), "queue_p95_s": q(qd, 95),
+                     "preemptions": sum(r.get("preemptions") or 0 for r in rows)})
         cell.update({"ttft_p50_s": q(ttft, 50), "ttft_p95_s": q(ttft, 95), "ttft_p99_s": q(ttft, 99),
                      "ttft_mean_s": float(ttft.mean()) if ttft.size else math.nan,
                      "e2e_p50_s": q(e2e, 50), "e2e_p95_s": q(e2e, 95),

@@ -17,7 +17,9 @@ def test_score_is_minus_next_use_with_depth_and_expiry():
     p = BeladyOraclePolicy()
     future = [("x0", "x1"), ("y0",), ("x0",), ("x0", "y0")]
     p.spfcore_future_requests([RequestView(f"r{i}", None, i, float(i), 9, k) for i, k in enumerate(future)])
-    p.spfcore_request_arrived(RequestView("r0", None, 0, 0.0, 9, future[0]), 0.0)
+    r0 = RequestView("r0", None, 0, 0.0, 9, future[0])
+    p.spfcore_request_arrived(r0, 0.0)
+    p.spfcore_blocks_hit(r0, BlockBatch.of([]), 0.0)  # served (looked up): no longer in the future
     got = p.spfcore_score_blocks(BlockBatch.of([_block("x0", 0), _block("x1", 1), _block("y0", 0),
                                                 _block("z", 3)]), 0.0)
     # x0 next used at arrival 2, y0 at 1; x1 and z never again.
@@ -25,7 +27,10 @@ def test_score_is_minus_next_use_with_depth_and_expiry():
     assert values == [-(2 * DEPTH_SLOTS + 0.0), -(NEVER * DEPTH_SLOTS + 1.0),
                       -(1 * DEPTH_SLOTS + 0.0), -(NEVER * DEPTH_SLOTS + 3.0)]
     assert exp_a == [3, 2**62, 2, 2**62] and exp_t is None and pins is None
-    p.spfcore_request_arrived(RequestView("r2", None, 2, 2.0, 9, future[2]), 2.0)
+    r2 = RequestView("r2", None, 2, 2.0, 9, future[2])
+    p.spfcore_request_arrived(r2, 2.0)
+    assert p.next_use("x0") == 2  # r2 waits for its lookup: x0 is needed by it
+    p.spfcore_blocks_hit(r2, BlockBatch.of([]), 2.0)
     assert p.next_use("x0") == 3 and p.next_use("y0") == 3 and p.next_use("x1") == NEVER
 
 
@@ -68,3 +73,25 @@ def test_without_future_stream_the_runtime_refuses():
     c = MiniCache("belady_oracle", 4)
     with pytest.raises(PolicyError, match="needs the future request stream"):
         c.serve(["a0"])
+
+
+def test_requests_waiting_for_their_lookup_are_in_the_future():
+    # Continuous batching: r1 and r2 arrive while r0 runs; their lookups come later. Their blocks
+    # are needed (next use 1 and 2), not "never" as when the future started after the latest arrival.
+    p = BeladyOraclePolicy()
+    future = [("a0",), ("p0", "p1"), ("p0",), ("q0",)]
+    views = [RequestView(f"r{i}", None, i, float(i), 9, k) for i, k in enumerate(future)]
+    p.spfcore_future_requests(views)
+    for v in views[:3]:
+        p.spfcore_request_arrived(v, float(v.arrival_index))
+    p.spfcore_blocks_hit(views[0], BlockBatch.of([]), 2.0)
+    assert p.next_use("p0") == 1 and p.next_use("p1") == 1 and p.next_use("q0") == 3
+    values, exp_t, exp_a, _ = score_columns(
+        p.spfcore_score_blocks(BlockBatch.of([_block("p1", 1), _block("q0", 0)]), 2.5), 2)
+    # p1's use by a waiting request expires at now (re-scored once r1 has looked up)
+    assert values == [-(1 * DEPTH_SLOTS + 1.0), -(3 * DEPTH_SLOTS + 0.0)] and exp_t == [2.5, float("inf")]
+    p.spfcore_blocks_hit(views[1], BlockBatch.of([]), 3.0)  # r1 served: p1 never used again, p0 by r2
+    assert p.next_use("p1") == NEVER and p.next_use("p0") == 2
+    p.spfcore_blocks_hit(views[1], BlockBatch.of([]), 3.5)  # a repeated lookup (preemption) changes nothing
+    p.spfcore_blocks_hit(views[2], BlockBatch.of([]), 4.0)
+    assert p.next_use("p0") == NEVER

@@ -4,7 +4,9 @@ Belady (1966), "A study of replacement algorithms for a virtual-storage
 computer": evicting the item whose next use lies furthest in the future
 minimises misses for a single cache. Here the item is a KV block keyed by its
 block hash, and "next use" is the arrival index of the next request whose
-prompt contains that block hash.
+prompt contains that block hash and that has not been served yet: a request
+not yet arrived, or one that arrived and waits for its prefix-cache lookup
+(concurrent mode, continuous batching: requests queue behind running ones).
 """
 
 from __future__ import annotations
@@ -36,8 +38,18 @@ class BeladyOraclePolicy:
     before the first arrival; the policy builds, per block hash, the sorted
     arrival indices of the requests whose prompt contains it. The current
     position is the ``arrival_index`` of the latest
-    :meth:`spfcore_request_arrived`; the next use of a block is the first arrival
-    index strictly after it (``bisect``, O(log m) per block).
+    :meth:`spfcore_request_arrived`. The future is every request not yet
+    *served*: those after the position, and those that arrived but whose
+    lookup (:meth:`spfcore_blocks_hit`, called once per lookup, hit or not)
+    has not happened yet. The next use of a block is the smallest arrival
+    index among the waiting requests that hold its hash, else the first
+    arrival index strictly after the position (``bisect``, O(log m) per
+    block). In sequential mode nothing waits when blocks are scored, so this
+    is the classic order; under continuous batching, without the waiting
+    requests, a prefix needed by requests queued behind a long one read as
+    "never used again" and was evicted first (issue 15). A preempted request
+    looks its prefix up again; no hook tells the policy of a preemption, so
+    that second lookup is not in its future (a known gap).
 
     Score value = ``-(next_use * 2**16 + min(depth, 2**16 - 1))``: blocks never
     used again go first (``next_use = 2**36``), then the furthest next use;
@@ -45,7 +57,10 @@ class BeladyOraclePolicy:
     never breaks the chain for the blocks before it). The score expires at
     arrival ``next_use + 1``: a block whose predicted use passed without a hit
     (e.g. its ancestor was evicted, so the lookup stopped early) is re-scored
-    with its following use instead of staying protected forever.
+    with its following use instead of staying protected forever. A score
+    whose next use is a waiting request also expires at ``now`` (seconds): its
+    lookup comes without an arrival, so the block is re-scored before the
+    next victims are chosen.
 
     Decisions depend on arrival indices only, so the simulator and the engine
     evict the same blocks in sequential mode. Without a future stream the
@@ -61,6 +76,10 @@ class BeladyOraclePolicy:
         self.params = params or BeladyParams()
         self.uses: dict[object, list[int]] = {}
         self.position = -1
+        #: Requests arrived but not yet looked up: request id -> (arrival index, block hashes).
+        self.waiting: dict[object, tuple[int, tuple]] = {}
+        #: Per block hash, the arrival indices of the waiting requests that hold it.
+        self.waiting_uses: dict[object, set[int]] = {}
 
     @hookimpl
     def spfcore_future_requests(self, requests):
@@ -70,14 +89,36 @@ class BeladyOraclePolicy:
                 uses[k].append(r.arrival_index)
         self.uses = dict(uses)
         self.position = -1
+        self.waiting, self.waiting_uses = {}, {}
 
     @hookimpl
     def spfcore_request_arrived(self, request, now):
         self.position = request.arrival_index
+        i, keys = request.arrival_index, tuple(dict.fromkeys(request.block_keys))
+        self.waiting[request.request_id] = (i, keys)
+        for k in keys:
+            self.waiting_uses.setdefault(k, set()).add(i)
+
+    @hookimpl
+    def spfcore_blocks_hit(self, request, blocks, now):
+        w = self.waiting.pop(request.request_id, None)
+        if w is None:  # a repeated lookup (a preempted request's): already served once
+            return
+        i, keys = w
+        for k in keys:
+            s = self.waiting_uses.get(k)
+            if s is not None:
+                s.discard(i)
+                if not s:
+                    del self.waiting_uses[k]
 
     def next_use(self, key) -> int:
-        """Arrival index of the next request after the current position whose
-        prompt holds block hash ``key``; :data:`NEVER` if none."""
+        """Arrival index of the next use of block hash ``key``: the earliest
+        waiting request that holds it, else the first request after the
+        current position; :data:`NEVER` if none."""
+        s = self.waiting_uses.get(key)
+        if s:
+            return min(s)
         arr = self.uses.get(key)
         if not arr:
             return NEVER
@@ -86,9 +127,16 @@ class BeladyOraclePolicy:
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
-        uses, pos, bisect_right = self.uses, self.position, bisect.bisect_right
+        uses, pos, bisect_right, wait = self.uses, self.position, bisect.bisect_right, self.waiting_uses
         nu = []
+        waiting = []
         for k in blocks.keys:
+            s = wait.get(k) if wait else None
+            if s:
+                nu.append(min(s))
+                waiting.append(True)
+                continue
+            waiting.append(False)
             arr = uses.get(k)
             if arr:
                 j = bisect_right(arr, pos)
@@ -97,7 +145,11 @@ class BeladyOraclePolicy:
                 nu.append(NEVER)
         nu = np.array(nu, dtype=np.int64)
         values = -(nu * DEPTH_SLOTS + np.minimum(blocks.depth, DEPTH_SLOTS - 1)).astype(np.float64)
-        return Scores(values, expires_at_arrival=np.where(nu < NEVER, nu + 1, NEVER_ARRIVAL))
+        exp_a = np.where(nu < NEVER, nu + 1, NEVER_ARRIVAL)
+        if not any(waiting):
+            return Scores(values, expires_at_arrival=exp_a)
+        exp_t = np.where(np.array(waiting), float(now), np.inf)
+        return Scores(values, expires_at=exp_t, expires_at_arrival=exp_a)
 
 
 __all__ = ["BeladyOraclePolicy", "BeladyParams", "NEVER", "DEPTH_SLOTS"]

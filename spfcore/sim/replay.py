@@ -1,0 +1,162 @@
+"""Record the event stream a driver feeds a policy, and replay it.
+
+The engine adapter (:mod:`spfcore.engine.vllm_adapter`) and the simulator
+drive a policy through the same :class:`~spfcore.runtime.PolicyRuntime`
+calls: ``set_future``, ``arrived`` (arrivals), ``hit`` (the lookup, when the
+request is first scheduled), ``stored`` (blocks cached), ``finished``,
+``release`` (frees, preemptions included: a preempted request's blocks are
+released without ``finished``), ``evict`` (allocations that need free
+blocks; the answer is the policy's victims) and ``forget``; plus the
+driver's own ``Evictor.remove`` (a free block touched by a hit). Under
+load the engine's order of these events (vLLM's scheduler, its batching,
+its preemptions) differs from the simulator's model; recording it and
+replaying it into a fresh runtime of the same policy reproduces the
+policy's decisions exactly, so a difference between engine and simulator
+under load is the scheduling model's, not the policy's.
+
+:func:`record_runtime_calls` patches the two classes for the duration of a
+``with`` block (every runtime created or used inside is recorded, keyed by
+the runtime); :func:`replay` feeds one runtime's events to a fresh one and
+compares every ``evict`` answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Sequence
+
+import attrs
+
+from spfcore.evictor import Evictor
+from spfcore.runtime import PolicyRuntime
+
+#: PolicyRuntime methods a driver calls, in the order of its contract.
+RECORDED = ("set_future", "arrived", "hit", "stored", "finished", "release", "evict", "forget")
+
+
+@attrs.define
+class EventLog:
+    """Recorded calls, per runtime.
+
+    Attributes:
+        events: ``{id(runtime): [(method, args, result), ...]}`` in call
+            order; ``method`` is a :data:`RECORDED` name or ``"remove"`` (the
+            driver's ``Evictor.remove`` of that runtime's evictor); ``args``
+            are copied (sequences as tuples, ``set_future``'s iterable as a
+            tuple); ``result`` is ``evict``'s victim ids, else None.
+        runtimes: ``{id(runtime): runtime}`` (kept alive, so ids stay unique).
+    """
+
+    events: dict = attrs.field(factory=dict)
+    runtimes: dict = attrs.field(factory=dict)
+
+    def of(self, runtime: PolicyRuntime) -> list[tuple]:
+        """The events of ``runtime``.
+
+        Raises:
+            KeyError: nothing was recorded for it.
+        """
+        return self.events[id(runtime)]
+
+
+def _frozen(x):
+    if isinstance(x, (list, tuple)):
+        return tuple(x)
+    if hasattr(x, "tolist") and not isinstance(x, (int, float)):
+        return tuple(x.tolist())
+    return x
+
+
+@contextlib.contextmanager
+def record_runtime_calls() -> Iterator[EventLog]:
+    """Record every :data:`RECORDED` call on any :class:`PolicyRuntime`, and
+    every ``Evictor.remove`` made from outside a runtime method, while the
+    block runs (class attributes patched, restored on exit; not re-entrant).
+    A call that raised is recorded too (its result is None), since the
+    runtime's state after it is part of the stream."""
+    log = EventLog()
+    local = threading.local()
+    originals = {name: PolicyRuntime.__dict__[name] for name in RECORDED}
+    orig_remove = Evictor.__dict__["remove"]
+    owner: dict[int, int] = {}  # id(evictor) -> id(runtime)
+
+    def wrap(name, fn):
+        def method(self, *args, **kwargs):
+            if name == "set_future":
+                reqs = tuple(kwargs.pop("requests", args[0] if args else ()))
+                args = (reqs,)
+            key = id(self)
+            log.runtimes[key] = self
+            owner[id(self.evictor)] = key
+            rec = [name, tuple(_frozen(a) for a in args) + tuple(_frozen(v) for v in kwargs.values()), None]
+            log.events.setdefault(key, []).append(rec)
+            local.depth = getattr(local, "depth", 0) + 1
+            try:
+                out = fn(self, *args, **kwargs)
+            finally:
+                local.depth -= 1
+            if name == "evict":
+                rec[2] = tuple(out)
+            return out
+
+        method.__wrapped__ = fn
+        return method
+
+    def remove(self, block_id):
+        if not getattr(local, "depth", 0) and id(self) in owner:
+            log.events[owner[id(self)]].append(["remove", (block_id,), None])
+        return orig_remove(self, block_id)
+
+    try:
+        for name, fn in originals.items():
+            setattr(PolicyRuntime, name, wrap(name, fn))
+        Evictor.remove = remove
+        yield log
+    finally:
+        for name, fn in originals.items():
+            setattr(PolicyRuntime, name, fn)
+        Evictor.remove = orig_remove
+
+
+def replay(events: Sequence[tuple], arm: str, *, num_blocks: int, block_size: int,
+           options: dict | None = None) -> dict:
+    """Feed recorded ``events`` (:meth:`EventLog.of`) to a fresh runtime of
+    ``arm`` and compare the victims of every ``evict``.
+
+    Args:
+        events: One runtime's recorded calls, in order.
+        arm: The policy that runtime ran (an installed ``spfcore.policies`` name).
+        num_blocks, block_size: The recorded runtime's cache (null block included).
+        options: The arm's string options.
+
+    Returns:
+        ``{"events": n, "evict_calls": e, "victims": v (blocks), "mismatches":
+        [(event index, recorded ids, replayed ids)]}``: the replay stops at
+        the first differing decision (the recorded events after it assume
+        the recorded victims); an empty ``mismatches`` means every decision
+        was identical.
+
+    Raises:
+        spfcore.registry.PolicyConfigError: unknown arm or bad option.
+        spfcore.runtime.PolicyError: the policy failed during the replay.
+    """
+    rt = PolicyRuntime.for_policy(arm, num_blocks, block_size, options, env={})
+    calls = 0
+    victims = 0
+    bad = []
+    for k, (name, args, result) in enumerate(events):
+        if name == "remove":
+            rt.evictor.remove(*args)
+            continue
+        out = getattr(rt, name)(*args)
+        if name == "evict":
+            calls += 1
+            victims += len(out)
+            if tuple(out) != tuple(result or ()):
+                bad.append((k, tuple(result or ()), tuple(out)))
+                break  # the recorded stream continues from the recorded victims: the rest would not apply
+    return {"events": len(events), "evict_calls": calls, "victims": victims, "mismatches": bad}
+
+
+__all__ = ["EventLog", "RECORDED", "record_runtime_calls", "replay"]
