@@ -50,3 +50,18 @@ def test_gate_engine_cells_on_ray_actors(tmp_path):
     assert res["verdict"]["status"] in ("SURVIVES", "FAILS", "INVALID-HARNESS", "NO-HEADROOM")
     assert sidecar_path(out).read_text().splitlines() == lines  # the second run reused every cell
     assert json.loads(json.dumps(again["verdict"])) == json.loads(json.dumps(res["verdict"]))
+
+
+def test_actor_slots_never_exceed_what_the_cluster_can_place():
+    """More actors than GPUs would stay pending and hang the gate (seen on 2 H200s with 4 seeds)."""
+    from spfcore.engine.ray_cells import actor_slots
+    from spfcore.sweep import SweepError
+
+    assert actor_slots({"GPU": 2.0, "CPU": 32.0}, 1, 1, seeds=4, max_actors=None) == 2
+    assert actor_slots({"GPU": 8.0, "CPU": 32.0}, 1, 1, seeds=3, max_actors=None) == 3
+    assert actor_slots({"GPU": 8.0, "CPU": 32.0}, 2, 1, seeds=6, max_actors=None) == 4
+    assert actor_slots({"GPU": 8.0, "CPU": 32.0}, 1, 1, seeds=6, max_actors=2) == 2
+    assert actor_slots({"CPU": 2.0}, 0, 1, seeds=3, max_actors=None) == 2
+    assert actor_slots({"CPU": 3.0}, 0, 2, seeds=3, max_actors=None) == 1
+    with pytest.raises(SweepError, match="has 0 GPU"):
+        actor_slots({"CPU": 16.0}, 1, 1, seeds=2, max_actors=None)

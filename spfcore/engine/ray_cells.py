@@ -90,6 +90,40 @@ def run_seed(config, workload, seed: int, rotation: int, num_blocks: int, done: 
     return [(kind, arm, s, {**cell, "runner": where}) for kind, arm, s, cell in side.new]
 
 
+def actor_slots(resources: dict, num_gpus: float, num_cpus: float, seeds: int, max_actors: int | None) -> int:
+    """How many engine actors to start at once: one per seed with work, at
+    most ``max_actors``, and no more than the cluster can place at once.
+
+    A Ray actor holds its GPUs (and CPUs) until it is killed, so an actor
+    beyond the cluster's capacity stays pending forever while the actors
+    that were placed wait for more seeds: with 4 seeds on 2 GPUs and one
+    actor per seed, the gate hung on the H200 (results/gpu-h200-x2-*).
+
+    Args:
+        resources: ``ray.cluster_resources()`` (``{"GPU": 2.0, "CPU": 32.0, ...}``).
+        num_gpus: GPUs per actor (0: CPU actors).
+        num_cpus: CPUs per actor (0: no CPU cap).
+        seeds: Seeds that have cells to run (>= 1).
+        max_actors: The user's cap, or None.
+
+    Returns:
+        The number of actors, >= 1.
+
+    Raises:
+        spfcore.sweep.SweepError: the cluster cannot place even one actor.
+    """
+    from spfcore.sweep import SweepError
+
+    n = seeds if max_actors is None else min(max_actors, seeds)
+    for key, per in (("GPU", num_gpus), ("CPU", num_cpus)):
+        if per > 0:
+            fit = int(resources.get(key, 0) // per)
+            if fit < 1:
+                raise SweepError(f"the Ray cluster has {resources.get(key, 0):g} {key}(s); an engine actor needs {per:g}")
+            n = min(n, fit)
+    return max(1, n)
+
+
 class EngineActor:
     """A Ray actor holding one engine slot (one GPU when ``num_gpus=1``):
     :meth:`run_seed` runs one seed's cells on an engine it starts and closes
@@ -152,7 +186,7 @@ class RayEngineCells:
                 work.append((k, seed, done))
         if not work:
             return
-        n = len(work) if self.max_actors is None else max(1, min(self.max_actors, len(work)))
+        n = actor_slots(ray.cluster_resources(), self.num_gpus, self.num_cpus, len(work), self.max_actors)
         actor_cls = ray.remote(num_gpus=self.num_gpus, num_cpus=self.num_cpus, max_restarts=0)(EngineActor)
         actors = [actor_cls.remote(self.engine_factory) for _ in range(n)]
         free, running = list(actors), {}
