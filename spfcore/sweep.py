@@ -663,18 +663,22 @@ def summarize(records: Iterable[Mapping]) -> list[dict]:
 
 def table(rows: Sequence[Mapping], title: str = "spfcore sweep"):
     """The merged table as a rich Table (miss ratio and token hit rate per row)."""
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title=title)
     for col in ("input", "policy", "size", "blocks", "seeds", "miss ratio", "token hit", "evictions", "s/cell"):
-        t.add_column(col, justify="left" if col in ("input", "policy") else "right", no_wrap=True)
+        if col in ("input", "policy"):  # variant labels (``frequency[min_count=2]``) must stay whole
+            t.add_column(col, justify="left", overflow="fold")
+        else:
+            t.add_column(col, justify="right", no_wrap=True)
 
     def f(x, fmt):
         return "-" if x is None else format(x, fmt)
 
     for r in rows:
         miss = f(r["miss_ratio"], ".4f") if r["seeds"] else "[red]error[/red]"
-        t.add_row(r["source"], r["variant"], r["size_label"], f(r["num_blocks"], ",.0f"),
+        t.add_row(escape(r["source"]), escape(r["variant"]), r["size_label"], f(r["num_blocks"], ",.0f"),
                   f"{len(r['seeds'])}" + (f" [red](+{len(r['errors'])} failed)[/red]" if r["errors"] else ""),
                   miss, f(r["token_hit_rate"], ".4f"), f(r["evictions"], ",.0f"), f(r["cell_seconds"], ".2f"))
     return t
