@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create (or reuse) .venv with spfcore, the four policy plugins, vLLM's CPU
+# Create (or reuse) .venv with spfcore, the policy plugins under plugins/, vLLM's CPU
 # build and the test tools. Idempotent: re-runs only when an install input
 # changed. Needs Python >= 3.11 as `python3` (or set PYTHON).
 set -euo pipefail
