@@ -15,10 +15,6 @@ ARMS = ("lru", "session_ttl", "frequency", "belady_oracle")
 
 
 @pytest.mark.engine
-@pytest.mark.skipif(os.environ.get("SPFCORE_TEST_RAY_ENGINE") != "1",
-                    reason="opt-in (SPFCORE_TEST_RAY_ENGINE=1): on main after the merge with the gate's settling "
-                           "passes this test hangs on this machine (the driver waits on run_seed results the idle "
-                           "actors never return); open in issue 19")
 def test_gate_engine_cells_on_ray_actors(tmp_path):
     ray = pytest.importorskip("ray")
     from spfcore import registry

@@ -49,10 +49,11 @@ class _Cells:
         self.done = {k: True for k in done}
         self.new: list[tuple] = []
 
-    def put(self, kind, arm, seed, cell) -> None:
+    def put(self, kind, arm, seed, cell, repeat: int = 0) -> None:
+        """As the gate sidecar's ``put`` (``repeat`` > 0: a further pass; Ray runs only pass 0)."""
         self.new.append((kind, arm, seed, cell))
         if not cell.get("error"):
-            self.done[(kind, arm, seed)] = True
+            self.done[(kind, arm, seed) + ((repeat,) if repeat else ())] = True
 
 
 def run_seed(config, workload, seed: int, rotation: int, num_blocks: int, done: set, broken: Mapping,
