@@ -210,7 +210,11 @@ class RayEngineCells:
 
                     results = [("engine", arm, seed, report.error_cell(arm, seed, exc)) for arm in config.arms
                                if ("engine", arm, seed) not in side.done]
-                    a = actor_cls.remote(self.engine_factory)  # a fresh actor for the next seed
+                    # a fresh actor for the next seed; the failed one is killed first: it holds its
+                    # GPU (CPU) until then, and a replacement beside it could never be placed (a hang)
+                    ray.kill(a)
+                    a = actor_cls.remote(self.engine_factory)
+                    actors.append(a)
                 for kind, arm, s, cell in results:
                     side.put(kind, arm, s, cell)
                     bar.update()
