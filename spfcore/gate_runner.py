@@ -383,13 +383,32 @@ def warmup_slice(workload: Workload) -> Workload:
     return attrs.evolve(workload, requests=workload.requests[:n])
 
 
-def default_sim(workload, arm, *, num_blocks, block_size, options=None, mode="sequential", seed=0):
+def default_sim(workload, arm, *, num_blocks, block_size, options=None, mode="sequential", seed=0, timing=None):
     """:func:`spfcore.sim.simulate`; the engine's ``timed`` mode is the
-    simulator's ``concurrent`` mode (continuous batching on arrival times)."""
+    simulator's ``concurrent`` mode (continuous batching on arrival times),
+    with ``timing`` (a :class:`spfcore.sim.calibrate.Timing`: step costs and
+    vLLM limits fitted on the engine run, recorded in the cell) when given."""
     from spfcore.sim import simulate
 
-    return simulate(workload, arm, num_blocks=num_blocks, block_size=block_size, options=options,
-                    mode="concurrent" if mode == "timed" else mode, seed=seed)
+    kw = timing.simulate_kwargs() if timing is not None else {}
+    cell = simulate(workload, arm, num_blocks=num_blocks, block_size=block_size, options=options,
+                    mode="concurrent" if mode == "timed" else mode, seed=seed, **kw)
+    if timing is not None:
+        cell["timing"] = timing.to_json()
+    return cell
+
+
+def floor_timing(config, workload, cell, num_blocks: int):
+    """The concurrent model's step costs fitted on the floor arm's engine
+    cell (:func:`spfcore.sim.calibrate.fit_timing`), or ``(None, reason)``
+    when the cell cannot give them (no per-request times or engine limits)."""
+    from spfcore.sim.calibrate import fit_timing
+
+    try:
+        return fit_timing([(workload, cell)], num_blocks=num_blocks, block_size=config.block_size,
+                          arm=config.roles.floor, options=config.policy_options.get(config.roles.floor)), None
+    except ValueError as exc:
+        return None, str(exc)
 
 
 def default_ceilings(workload, *, num_blocks, block_size):
@@ -615,10 +634,23 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
         return cells, gate.evaluate(cells, sim=sim, roles=config.roles, thresholds=config.thresholds,
                                     seeds=config.seeds, settle=config.settle), sim
 
-    try:
+    # timed mode: the simulator's step costs are fitted on the floor arm's engine cell of the same
+    # seed (sim.calibrate), so a seed's sim cells wait for it; then they predict the other arms
+    floor_key = (lambda s: ("engine", config.roles.floor, s)) if config.mode == "timed" else None
+    timings: dict = {}
+
+    def run_sims(final: bool = False) -> None:
         for kind, arm, seed in sim_units:
             if (kind, arm, seed) in side.done:
                 continue
+            timing = note = None
+            if kind == "sim" and floor_key is not None:
+                fc = side.done.get(floor_key(seed))
+                if fc is None and not (final and floor_key(seed) in side.failed):
+                    continue  # not yet (or cut by --time-limit: a later call fits it)
+                if fc is not None and seed not in timings:
+                    timings[seed] = floor_timing(config, workloads[seed], fc, num_blocks)
+                timing, note = timings.get(seed, (None, "the floor arm's engine cell failed"))
             bar.set_description(f"sim {arm if kind == 'sim' else 'ceilings'} seed {seed}")
             try:
                 if kind == "ceilings":
@@ -627,17 +659,24 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
                 else:
                     if arm in broken:
                         raise broken[arm]
+                    kw = {"timing": timing} if timing is not None else {}
                     cell = dict(sim_fn(workloads[seed], arm, num_blocks=num_blocks, block_size=config.block_size,
-                                       options=config.policy_options.get(arm), mode=config.mode, seed=seed))
+                                       options=config.policy_options.get(arm), mode=config.mode, seed=seed, **kw))
                     cell.update(arm=arm, seed=seed, status="ok")
+                    if note:
+                        cell["timing_note"] = f"default step costs: {note}"
             except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
                 cell = report.error_cell(arm, seed, exc)
             side.put(kind, arm, seed, cell)
             bar.update()
 
+    try:
+        run_sims()
+
         def again(rep: int) -> bool:
             """Run pass ``rep + 1``? Only while the verdict is INCONCLUSIVE and the budget lasts."""
             nonlocal reused
+            run_sims()  # timed mode: the floor's cells of pass 0 are in; the verdict reads the sim
             if not config.settle or rep + 1 >= config.max_passes:
                 return False
             if config.budget_s is not None and time.monotonic() - t_start >= config.budget_s:
@@ -653,6 +692,7 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
         (engine_cells or _run_engine_cells)(config, workloads, side, bar, engine_factory, num_blocks,
                                             deadline=None if time_limit_s is None else t_start + time_limit_s,
                                             broken=broken, again=again)
+        run_sims(final=True)
     finally:
         bar.close()
 
