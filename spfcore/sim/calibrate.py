@@ -19,7 +19,9 @@ not depend on the fit when it has none), solves the two linear equations
 "mean simulated prefill = mean engine prefill" and "mean simulated decode =
 mean engine decode" for ``(a, b)``, replays again with the new costs (the
 schedule changes with them), and repeats until the costs stop moving: a
-fixed point. The engine's per-request ``ttft_s``, ``e2e_s`` and ``queue_s``
+fixed point. Where none exists (no positive solution, or a step time that
+drifts during the run, as on a loaded CPU) a pattern search finds the costs
+closest to both means, and ``Timing.error`` says how close. The engine's per-request ``ttft_s``, ``e2e_s`` and ``queue_s``
 (vLLM's own request timestamps, :meth:`spfcore.engine.runner.EngineSession.run`)
 are all it needs, so records made before this module also calibrate.
 """
@@ -37,6 +39,11 @@ from spfcore.workloads.model import Workload
 MAX_ITER = 12
 #: Relative change of both costs below which the fit has settled.
 TOL = 1e-3
+#: Summed relative error of the two means above which the fixed point is
+#: abandoned for a pattern search in (log a, log b) (Hooke & Jeeves 1961).
+FIT_ERR = 0.02
+#: Most replays of one fit.
+MAX_REPLAYS = 80
 
 
 @attrs.frozen
@@ -53,6 +60,8 @@ class Timing:
         sim_prefill_s, sim_decode_s: The same means in the replay at the
             fitted costs, s.
         iterations: Replays the fit took.
+        error: ``|sim_prefill / engine_prefill - 1| + |sim_decode /
+            engine_decode - 1|`` at the fitted costs (0: both means met).
         source: What it was fitted on (e.g. ``"engine lru seed 42"``).
     """
 
@@ -65,6 +74,7 @@ class Timing:
     sim_prefill_s: float = float("nan")
     sim_decode_s: float = float("nan")
     iterations: int = 0
+    error: float = float("nan")
     source: str = ""
 
     def simulate_kwargs(self) -> dict:
@@ -146,9 +156,12 @@ def fit_timing(runs: Sequence[tuple[Workload, Mapping]], *, num_blocks: int, blo
         options: Its options.
 
     Returns:
-        A :class:`Timing`; ``iterations`` counts the replays. If the costs
-        do not settle within :data:`MAX_ITER` replays, the iterate whose
-        replay came closest to the engine's means is returned.
+        A :class:`Timing`; ``iterations`` counts the replays. When the fixed
+        point misses the engine's means by more than :data:`FIT_ERR` (no
+        positive solution, or no convergence within :data:`MAX_ITER`), a
+        pattern search over ``(log a, log b)`` minimizes that miss within
+        :data:`MAX_REPLAYS` replays; the costs closest to the engine's means
+        are returned and ``error`` says how close.
 
     Raises:
         ValueError: no runs, a cell without per-request times or limits,
@@ -182,36 +195,46 @@ def fit_timing(runs: Sequence[tuple[Workload, Mapping]], *, num_blocks: int, blo
     n_in = np.concatenate([[r.num_prompt_tokens for r in p.workload.requests] for p in preps])
     a = target[1] / max(float(np.mean(np.maximum(n_out - 1, 1))), 1.0)
     b = max(target[0] - a, 0.1 * target[0]) / float(n_in.mean())
-    best = None
-    for it in range(1, MAX_ITER + 1):
-        spans = np.concatenate([_replay_spans(p, arm, options, num_blocks, mr, tb, a, b) for p in preps])
-        m = spans.mean(axis=0)  # kp, np, kd, nd
-        got = np.array([a * m[0] + b * m[1], a * m[2] + b * m[3]])
-        err = float(np.abs(got / target - 1).sum())
-        if best is None or err < best[0]:
-            best = (err, a, b, got, it)
+    replays = 0
+
+    def evaluate(a: float, b: float):
+        """Replay at ``(a, b)``: (error, a, b, simulated means, span means)."""
+        nonlocal replays
+        replays += 1
+        m = np.concatenate([_replay_spans(p, arm, options, num_blocks, mr, tb, a, b) for p in preps]).mean(axis=0)
+        got = np.array([a * m[0] + b * m[1], a * m[2] + b * m[3]])  # spans: kp, np, kd, nd
+        return float(np.abs(got / target - 1).sum()), a, b, got, m
+
+    best = cur = evaluate(a, b)
+    for _ in range(MAX_ITER):  # the fixed point: solve the schedule's linear equations, replay again
+        m = cur[4]
         A = np.array([[m[0], m[1]], [m[2], m[3]]])
         try:
-            na, nb = np.linalg.solve(A, target)
+            na, nb = (float(x) for x in np.linalg.solve(A, target))
         except np.linalg.LinAlgError:
             break
-        if nb < 0:  # no per-token cost fits: all in the overhead (least squares on a alone)
-            nb = 0.0
-            na = float(A[:, 0] @ target / (A[:, 0] @ A[:, 0]))
-        if na < 0:
-            na = 0.0
-            nb = float(A[:, 1] @ target / (A[:, 1] @ A[:, 1]))
-        if abs(na - a) <= TOL * max(a, 1e-12) and abs(nb - b) <= TOL * max(b, 1e-15):
-            a, b = na, nb
-            spans = np.concatenate([_replay_spans(p, arm, options, num_blocks, mr, tb, a, b) for p in preps])
-            m = spans.mean(axis=0)
-            got = np.array([a * m[0] + b * m[1], a * m[2] + b * m[3]])
-            best = (float(np.abs(got / target - 1).sum()), a, b, got, it + 1)
+        if na <= 0 or nb <= 0:  # no positive solution on this schedule: leave it to the search below
             break
-        a, b = float(na), float(nb)
-    _, a, b, got, it = best
+        settled = abs(na - a) <= TOL * a and abs(nb - b) <= TOL * b
+        a, b = na, nb
+        cur = evaluate(a, b)
+        best = min(best, cur, key=lambda x: x[0])
+        if settled:
+            break
+    if best[0] > FIT_ERR:  # no fixed point (a step time that drifts, as on a loaded CPU): pattern search
+        x, step = np.log([best[1], best[2]]), np.log(2.0)
+        while step > np.log(1.01) and replays < MAX_REPLAYS:
+            for d in ((1, 0), (-1, 0), (0, 1), (0, -1), (1, 1), (-1, -1), (1, -1), (-1, 1)):
+                cand = evaluate(*np.exp(x + step * np.array(d)))
+                if cand[0] < best[0]:
+                    best, x = cand, np.log([cand[1], cand[2]])
+                    break
+            else:
+                step /= 2
+    err, a, b, got, _ = best
+    it = replays
     src = ", ".join(f"{c.get('arm')} seed {c.get('seed')}" for _, c in runs)
     return Timing(step_overhead_s=float(a), per_token_s=float(b), max_running=mr, token_budget=tb,
                   engine_prefill_s=float(target[0]), engine_decode_s=float(target[1]),
-                  sim_prefill_s=float(got[0]), sim_decode_s=float(got[1]), iterations=it,
+                  sim_prefill_s=float(got[0]), sim_decode_s=float(got[1]), iterations=it, error=err,
                   source=f"engine {src}")
