@@ -4,6 +4,8 @@ under load)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from spfcore import registry
@@ -89,8 +91,6 @@ def test_the_calibrated_simulator_predicts_the_cpu_engines_hit_rate_under_load(t
                      roles=gate.Roles(baseline="lru", oracle=None),
                      thresholds=gate.GateThresholds(min_seeds=1), command="test")
     doc = run_load_gate(cfg, tmp_path / "r.json", (0.8,), progress=False, plots=False)
-    import json
-
     res = json.loads((tmp_path / "load-0.8" / "results.json").read_text())
     eng = {c["arm"]: c for c in res["cells"]}
     sim = {c["arm"]: c for c in res["sim"]["cells"]}
