@@ -576,6 +576,11 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
 
     A policy (or engine) error in one cell is recorded as ``{"arm", "seed",
     "error"}`` and the run goes on; the verdict is then ``INCOMPLETE``.
+
+    Timed mode: a seed's simulator cells run once the floor arm's engine cell
+    of that seed is in; the concurrent model's step costs and vLLM limits are
+    fitted on it (:func:`floor_timing`, recorded as the sim cell's ``timing``;
+    ``timing_note`` when the cell cannot give them and defaults were used).
     """
     t_start = time.monotonic()
     engine_factory = engine_factory or default_engine_factory
