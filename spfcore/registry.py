@@ -16,12 +16,19 @@ A policy is a class published under the entry-point group
 (blocklist) hold comma-separated names. A policy that fails to import or
 validate is listed with ``status = "error: <reason>"``; it never breaks
 listing or a run that does not select it.
+
+Discovery runs once per process: the entry points are read once per
+``sys.path`` and each plugin is loaded and validated once (both cached);
+the allow/block lists are applied on every call. :func:`refresh` forgets
+the cache (after installing a plugin in a running process).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
+import sys
 import re
 import typing
 from importlib.metadata import EntryPoint, entry_points
@@ -205,6 +212,30 @@ def _dist_name(ep: EntryPoint) -> str:
     return ep.dist.metadata["Name"] if ep.dist is not None else "?"
 
 
+@functools.lru_cache(maxsize=None)
+def _entry_points(path: tuple) -> tuple:
+    """The group's entry points as ``(ep, distribution name)``, read once per ``sys.path`` (``path``)."""
+    return tuple((ep, _dist_name(ep)) for ep in entry_points(group=GROUP))
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_info(ep: EntryPoint, where: str, refused: str | None) -> PolicyInfo:
+    """:func:`_info_from`, once per entry point (``where``: its distribution's folder, so two
+    distributions of one name in two folders stay apart)."""
+    return _info_from(ep, refused)
+
+
+def refresh() -> None:
+    """Forget the discovery cache: the next :func:`discover` reads the entry points and loads
+    the plugins again (a plugin installed while this process runs)."""
+    _entry_points.cache_clear()
+    _cached_info.cache_clear()
+
+
+def _info(ep: EntryPoint, refused: str | None = None) -> PolicyInfo:
+    return _cached_info(ep, str(getattr(ep.dist, "_path", "")), refused)
+
+
 def discover(env: typing.Mapping[str, str] | None = None) -> list[PolicyInfo]:
     """Every installed policy allowed by the allow/block lists, sorted by name.
 
@@ -221,26 +252,26 @@ def discover(env: typing.Mapping[str, str] | None = None) -> list[PolicyInfo]:
     env = os.environ if env is None else env
     allow, deny = _names("SPFCORE_POLICIES", env), _names("SPFCORE_DISABLE_POLICIES", env) or set()
     claims: dict[str, dict[tuple, EntryPoint]] = {}
-    for ep in entry_points(group=GROUP):
+    for ep, dist in _entry_points(tuple(sys.path)):
         if (allow is not None and ep.name not in allow) or ep.name in deny:
             continue
-        claims.setdefault(ep.name, {}).setdefault((_dist_name(ep), ep.value), ep)  # same dist twice: once
+        claims.setdefault(ep.name, {}).setdefault((dist, ep.value), ep)  # same dist twice: once
     out = []
     for name, eps in claims.items():
         eps = list(eps.values())
         builtin = [ep for ep in eps if _dist_name(ep) == BUILTIN_DIST]
         if len(eps) == 1:
-            out.append(_info_from(eps[0]))
+            out.append(_info(eps[0]))
             continue
         if builtin:
-            out.append(_info_from(builtin[0]))
+            out.append(_info(builtin[0]))
             why = f"name {name!r} belongs to the built-in policy ({BUILTIN_DIST}); this entry point is ignored"
             rivals = [ep for ep in eps if ep is not builtin[0]]
         else:
             dists = ", ".join(sorted(_dist_name(ep) for ep in eps))
             why = f"name {name!r} is claimed by several distributions ({dists}); uninstall all but one"
             rivals = eps
-        out.extend(_info_from(ep, refused=why) for ep in rivals)
+        out.extend(_info(ep, refused=why) for ep in rivals)
     return sorted(out, key=lambda p: (p.name, p.status != "ok", p.distribution))
 
 
