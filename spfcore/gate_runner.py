@@ -9,8 +9,11 @@ Order of work:
    :func:`spfcore.workloads.pressure.num_blocks_for_pressure` on the first
    seed's workload (vLLM ``num_gpu_blocks``, null block included). One size for
    every arm and seed, so all cells are comparable.
-3. Simulator: the Belady and infinite-cache ceilings per seed, then every arm
-   per seed (cheap, and the harness check needs them).
+3. Simulator, on each seed's workload prepared once (keys and views,
+   :func:`spfcore.sim.simulator.prepare`): every arm per seed, then the
+   Belady and infinite-cache ceilings per seed (cheap, and the harness check
+   needs them; the Belady ceiling of a sequential run is the ``belady_oracle``
+   arm's cell, not a second run of it).
 4. Engine: one engine per arm serving all its seeds (each cell starts from an
    empty cache, see ``EngineSession.run``).
 5. Verdict (:func:`spfcore.gate.evaluate`); with ``settle`` and a budget
@@ -56,6 +59,8 @@ from spfcore.workloads.model import Workload
 
 DEFAULT_ARMS = ("lru", "session_ttl", "frequency", "spf_expected_utility", "belady_oracle")
 DEFAULT_SEEDS = (42, 43, 44)
+#: The simulator's Belady ceiling arm (:func:`spfcore.sim.ceilings`).
+BELADY = "belady_oracle"
 
 
 class GateResumeError(RuntimeError):
@@ -392,11 +397,12 @@ def default_sim(workload, arm, *, num_blocks, block_size, options=None, mode="se
                     mode="concurrent" if mode == "timed" else mode, seed=seed)
 
 
-def default_ceilings(workload, *, num_blocks, block_size):
-    """:func:`spfcore.sim.ceilings`."""
+def default_ceilings(workload, *, num_blocks, block_size, belady_record=None):
+    """:func:`spfcore.sim.ceilings` (``belady_record``: the sequential
+    ``belady_oracle`` cell of the same input, reused instead of a new run)."""
     from spfcore.sim import ceilings
 
-    return ceilings(workload, num_blocks=num_blocks, block_size=block_size)
+    return ceilings(workload, num_blocks=num_blocks, block_size=block_size, belady_record=belady_record)
 
 
 # ------------------------------------------------------------------ sidecar
@@ -464,7 +470,8 @@ class _Sidecar:
 
 
 def _preflight(config: GateConfig, workloads: Mapping, num_blocks: int) -> None:
-    """Check, before any engine starts, what would otherwise fail every cell.
+    """Check, before any engine starts, what would otherwise fail every cell
+    (``workloads``: ``{seed: Workload or Prepared}``).
 
     Raises:
         GateConfigError: a role arm missing from ``arms``; a bad policy
@@ -496,7 +503,7 @@ def _preflight(config: GateConfig, workloads: Mapping, num_blocks: int) -> None:
         raise GateConfigError(f"field 'model': {exc}") from None
     for seed, wl in workloads.items():
         try:
-            _check_fits(prepare(wl, config.block_size), num_blocks)
+            _check_fits(prepare(wl, config.block_size), num_blocks)  # no-op for a prepared workload
         except ValueError as exc:
             raise GateConfigError(f"field 'num_blocks' (cache too small, seed {seed}): {exc}") from None
 
@@ -530,9 +537,13 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
             session`` with ``session.run(workload, seed, mode) -> cell`` and
             ``session.close()``; default :func:`default_engine_factory`.
         sim_fn: ``(workload, arm, *, num_blocks, block_size, options, mode,
-            seed) -> cell``; default :func:`default_sim`.
+            seed) -> cell``, ``workload`` the seed's
+            :class:`spfcore.sim.simulator.Prepared` (prepared once per seed);
+            default :func:`default_sim`.
         ceilings_fn: ``(workload, *, num_blocks, block_size) -> {"infinite":
-            {...}, "belady": {...}}``; default :func:`default_ceilings`.
+            {...}, "belady": {...}}``, ``workload`` as for ``sim_fn``; default
+            :func:`default_ceilings`, given the ``belady_oracle`` arm's
+            sequential cell to reuse.
         progress: Show a tqdm progress bar on stderr.
         plots: Write the PNG plots.
         time_limit_s: Start no engine cell after this many seconds (wall clock,
@@ -560,7 +571,9 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
     """
     t_start = time.monotonic()
     engine_factory = engine_factory or default_engine_factory
-    sim_fn, ceilings_fn = sim_fn or default_sim, ceilings_fn or default_ceilings
+    sim_fn = sim_fn or default_sim
+    reuse_belady = ceilings_fn is None and config.mode == "sequential"
+    ceilings_fn = ceilings_fn or default_ceilings
     output = Path(output)
     workloads = {s: load_workload(config, s) for s in config.seeds}
     first = workloads[config.seeds[0]]
@@ -570,7 +583,10 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
         from spfcore.workloads.pressure import num_blocks_for_pressure
 
         num_blocks = num_blocks_for_pressure(first, config.cache_pressure, config.block_size)
-    _preflight(config, workloads, num_blocks)
+    from spfcore.sim.simulator import prepare
+
+    prepared = {s: prepare(w, config.block_size) for s, w in workloads.items()}  # once per seed, for every arm
+    _preflight(config, prepared, num_blocks)
     wparams = {k: v for k, v in first.params.items() if k != "seed"}
     vers = versions(config.arms)
     fingerprint = {"workload": first.name, "workload_params": wparams, "trace": config.trace,
@@ -587,8 +603,9 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
     side = _Sidecar(sidecar_path(output), fingerprint, fresh)
     broken = broken_arms(config)
 
-    sim_units = [("ceilings", "*", s) for s in config.seeds] + \
-                [("sim", a, s) for s in config.seeds for a in config.arms] if config.simulate else []
+    # arms before ceilings: a sequential run's Belady ceiling is the belady_oracle arm's cell
+    sim_units = [("sim", a, s) for s in config.seeds for a in config.arms] + \
+                [("ceilings", "*", s) for s in config.seeds] if config.simulate else []
     eng_units = [("engine", a, s) for a in config.arms for s in config.seeds]
     todo = [u for u in sim_units + eng_units if u not in side.done]
     reused = len(sim_units) + len(eng_units) - len(todo)
@@ -622,12 +639,17 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
             bar.set_description(f"sim {arm if kind == 'sim' else 'ceilings'} seed {seed}")
             try:
                 if kind == "ceilings":
-                    cell = dict(ceilings_fn(workloads[seed], num_blocks=num_blocks, block_size=config.block_size))
+                    bel = side.done.get(("sim", BELADY, seed)) if reuse_belady else None
+                    if bel is not None and not config.policy_options.get(BELADY):
+                        cell = dict(ceilings_fn(prepared[seed], num_blocks=num_blocks, block_size=config.block_size,
+                                                belady_record=bel))
+                    else:
+                        cell = dict(ceilings_fn(prepared[seed], num_blocks=num_blocks, block_size=config.block_size))
                     cell["seed"] = seed
                 else:
                     if arm in broken:
                         raise broken[arm]
-                    cell = dict(sim_fn(workloads[seed], arm, num_blocks=num_blocks, block_size=config.block_size,
+                    cell = dict(sim_fn(prepared[seed], arm, num_blocks=num_blocks, block_size=config.block_size,
                                        options=config.policy_options.get(arm), mode=config.mode, seed=seed))
                     cell.update(arm=arm, seed=seed, status="ok")
             except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
