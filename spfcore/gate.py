@@ -69,6 +69,11 @@ VERDICTS = (SURVIVES, FAILS, INVALID_HARNESS, NO_HEADROOM, INCOMPLETE, INCONCLUS
 #: The criteria of the seed's rule: (ttft OR prefill) AND throughput AND wasted hints.
 RULE_CRITERIA = ("ttft_p95_improvement", "prefill_reduction", "throughput_regression", "wasted_hints")
 
+#: The values each rule criterion can take: the relative drops ``1 - x / y`` of
+#: non-negative figures are at most 1; a wasted share lies in [0, 1]. Intervals are clipped to them.
+CRITERION_RANGE = {"ttft_p95_improvement": (-math.inf, 1.0), "prefill_reduction": (-math.inf, 1.0),
+                   "throughput_regression": (-math.inf, 1.0), "wasted_hints": (0.0, 1.0)}
+
 #: Bootstrap defaults: resamples, confidence level and the fixed RNG seed.
 BOOTSTRAP_RESAMPLES, BOOTSTRAP_LEVEL, BOOTSTRAP_SEED = 2000, 0.95, 20240607
 
@@ -684,6 +689,8 @@ def _with_unit_intervals(crit: list, arm_cells: Callable, roles: Roles) -> list:
     for c in crit:
         if c.name in per_unit and c.ci is not None and c.value is not None:
             lo, hi = units_t_interval(per_unit[c.name])
+            least, most = CRITERION_RANGE[c.name]  # a t-interval knows no bounds: +4.79 for 1 - p95/p95
+            lo, hi = min(max(lo, least), most), max(min(hi, most), least)
             c = attrs.evolve(c, ci=attrs.evolve(c.ci, low=float(min(c.ci.low, lo)), high=float(max(c.ci.high, hi)),
                                                  method=f"{c.ci.method} + units-t"))
         out.append(c)

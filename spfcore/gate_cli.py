@@ -99,11 +99,12 @@ def _threshold_options(f):
                    "e.g. 3, or seconds from the start after which no pass starts, e.g. 900s.")
 @click.option("--load", "loads", callback=_csv(float), default=None, metavar="F,F,...",
               help="Load levels as fractions of the floor arm's capacity (e.g. 0.5,0.8): Poisson arrivals, "
-                   "timed mode, one gate per level under <output folder>/load-<F>/; the verdict is --judge-load's.")
+                   "timed mode, one gate per level under <run folder>/load-<F>/ (the run folder: --output's folder "
+                   "for results.json, else --output without .json); the verdict is --judge-load's.")
 @click.option("--capacity", type=click.FloatRange(min=0, min_open=True), default=None, metavar="RPS",
               help="The floor arm's capacity, requests/s [measured: the workload all at once on the floor arm].")
 @click.option("--capacity-only", is_flag=True,
-              help="With --load: measure the floor arm's capacity (kept in <output folder>/capacity.json), print it "
+              help="With --load: measure the floor arm's capacity (kept in <run folder>/capacity.json), print it "
                    "and stop (to give several runs one --capacity).")
 @click.option("--judge-load", type=float, default=None, metavar="F", help="The level the verdict judges [first of --load].")
 @click.option("--ttft-slo-ms", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MS",
@@ -113,6 +114,9 @@ def _threshold_options(f):
                    "no INCONCLUSIVE, no repeats.")
 @click.option("--hook-budget-ms", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MS",
               help="Most wall time of one hook call (engine and simulator); a call over it fails that arm's cell.")
+@click.option("--merge-from", multiple=True, type=click.Path(exists=True), metavar="RUN",
+              help="Another run of the same configuration (its results file or folder; repeatable), e.g. one seed "
+                   "per GPU: its finished cells join this run's before any cell runs (with --load, level by level).")
 @click.option("--time-limit", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="Start no engine cell after this many seconds; the verdict is then INCOMPLETE and the "
                    "same command later resumes (machines lent by the minute).")
@@ -123,7 +127,7 @@ def _threshold_options(f):
 def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, baseline, floor_, oracle,
                  policy_opt, mode, output, fresh, no_sim, no_progress, check, budget, loads, capacity, judge_load,
                  ttft_slo_ms, capacity_only, point_estimates,
-                 hook_budget_ms, time_limit, workload_spec, cache_spec, **thresholds):
+                 hook_budget_ms, time_limit, merge_from, workload_spec, cache_spec, **thresholds):
     """Run the survival gate: every arm x seed through a real vLLM engine and
     the simulator, then judge the candidate (SURVIVES, FAILS, INVALID-HARNESS,
     NO-HEADROOM, INCOMPLETE or INCONCLUSIVE).
@@ -184,14 +188,15 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
             doc = gate_runner.run_load_gate(cfg, out, loads, capacity=capacity, judge_load=judge_load,
                                             ttft_slo_s=None if ttft_slo_ms is None else ttft_slo_ms / 1e3,
                                             fresh=fresh, progress=not no_progress, time_limit_s=time_limit,
-                                            capacity_only=capacity_only)
+                                            capacity_only=capacity_only, merge_from=merge_from)
             if capacity_only:
                 click.echo(f"capacity {doc['capacity_rps']:.6g} req/s "
-                           f"({'measured' if doc['capacity_measured'] else 'given'}; {out.parent / 'capacity.json'})")
+                           f"({'measured' if doc['capacity_measured'] else 'given'}; "
+                           f"{gate_runner.run_folder(out) / 'capacity.json'})")
                 return
         else:
             results = gate_runner.run_gate(cfg, out, fresh=fresh, progress=not no_progress,
-                                           time_limit_s=time_limit)
+                                           time_limit_s=time_limit, merge_from=merge_from)
     except KeyboardInterrupt:
         click.echo(f"interrupted: finished cells are kept in {gate_runner.sidecar_path(out)}; "
                    "run the same command again to finish the rest", err=True)
@@ -213,7 +218,8 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
         console.print(report.verdict_table(v))
         for r in v.get("reasons", ()):
             console.print(f"  - {r}", markup=False)
-        console.print(f"results: {out} (levels under {out.parent}/load-*/)   plot: {out.parent / 'ttft_p95_vs_load.png'}",
+        console.print(f"results: {out} (levels under {gate_runner.run_folder(out)}/load-*/)   "
+                      f"plot: {out.parent / 'ttft_p95_vs_load.png'}",
                       markup=False)
         if check and v["status"] not in (gate.SURVIVES, gate.INCONCLUSIVE):
             sys.exit(3)

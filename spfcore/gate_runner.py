@@ -414,39 +414,110 @@ def sidecar_path(output: str | os.PathLike) -> Path:
     return output.with_name(output.stem + ".cells.jsonl")
 
 
+def merge_sources(paths: Sequence[str | os.PathLike]) -> list[Path]:
+    """``--merge-from`` values as results files: a folder means its
+    ``results.json``. Only the sidecar beside each is read.
+
+    Raises:
+        GateConfigError: a source without a sidecar.
+    """
+    out = []
+    for p in map(Path, paths):
+        res = p / "results.json" if p.is_dir() else p
+        if not sidecar_path(res).is_file():
+            raise GateConfigError(f"--merge-from {p}: no finished cells there ({sidecar_path(res)} is missing)")
+        out.append(res)
+    return out
+
+
+def run_folder(output: str | os.PathLike) -> Path:
+    """The folder a run's own files go in (a load run's ``load-<F>/`` levels and
+    ``capacity.json``): ``runs/x/results.json`` -> ``runs/x``; any other name,
+    ``out/h200.json`` -> ``out/h200`` (so two runs written beside each other
+    never share a level folder)."""
+    output = Path(output)
+    return output.parent if output.name == "results.json" else output.with_suffix("")
+
+
+def _read_sidecar(path: Path, fingerprint: dict, hint: str) -> list[dict]:
+    """The records after the header of the sidecar at ``path``: cells (``{"kind",
+    "arm", "seed", "cell"[, "repeat"]}``) and the wall seconds of earlier calls
+    (``{"call_wall_s"}``); a last line cut by a crash mid-write is dropped.
+
+    Raises:
+        GateResumeError: the header's fingerprint is not ``fingerprint`` (the
+            message names the fields that differ, then ``hint``), or a line
+            before the last is not JSON.
+    """
+    lines = path.read_text(encoding="utf-8").splitlines()
+    head = json.loads(lines[0]) if lines else {}
+    if head.get("fingerprint") != json.loads(json.dumps(fingerprint, default=report._default)):
+        old = head.get("fingerprint") or {}
+        diff = sorted(k for k in set(old) | set(fingerprint)
+                      if json.dumps(old.get(k), default=str) != json.dumps(fingerprint.get(k), default=str))
+        raise GateResumeError(f"{path}: finished cells of a run with another configuration (differs in: "
+                              f"{', '.join(diff) or 'header'}); {hint}")
+    out = []
+    for n, line in enumerate(lines[1:], start=2):
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            if n == len(lines):  # a line cut by a crash mid-write
+                break
+            raise GateResumeError(f"{path}:{n}: not valid JSON; use --fresh") from None
+    return out
+
+
+def _key(rec: Mapping) -> tuple:
+    return (rec["kind"], rec["arm"], rec["seed"]) + ((rec["repeat"],) if rec.get("repeat") else ())
+
+
 class _Sidecar:
     def __init__(self, path: Path, fingerprint: dict, fresh: bool):
-        self.path = path
+        self.path, self.fingerprint = path, fingerprint
         self.done: dict[tuple, dict] = {}
         self.failed: dict[tuple, dict] = {}
+        self.wall_s = 0.0  # wall seconds of the earlier calls on this sidecar
         if fresh and path.exists():
             path.unlink()
         if path.exists():
-            lines = path.read_text(encoding="utf-8").splitlines()
-            head = json.loads(lines[0]) if lines else {}
-            if head.get("fingerprint") != json.loads(json.dumps(fingerprint, default=report._default)):
-                old = head.get("fingerprint") or {}
-                diff = sorted(k for k in set(old) | set(fingerprint)
-                              if json.dumps(old.get(k), default=str) != json.dumps(fingerprint.get(k), default=str))
-                raise GateResumeError(
-                    f"{path}: finished cells of a run with another configuration (differs in: "
-                    f"{', '.join(diff) or 'header'}); use a new --output or --fresh")
-            for n, line in enumerate(lines[1:], start=2):
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    if n == len(lines):  # a line cut by a crash mid-write
-                        break
-                    raise GateResumeError(f"{path}:{n}: not valid JSON; use --fresh") from None
-                key = (rec["kind"], rec["arm"], rec["seed"]) + ((rec["repeat"],) if rec.get("repeat") else ())
-                if rec["cell"].get("error"):
-                    self.failed[key] = rec["cell"]
-                else:
-                    self.done[key] = rec["cell"]
-                    self.failed.pop(key, None)
+            for rec in _read_sidecar(path, fingerprint, "use a new --output or --fresh"):
+                if "call_wall_s" in rec:
+                    self.wall_s += float(rec["call_wall_s"])
+                    continue
+                self._note(_key(rec), rec["cell"])
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._append({"sidecar": 1, "fingerprint": fingerprint})
+
+    def _note(self, key: tuple, cell: dict) -> None:
+        if cell.get("error"):
+            self.failed[key] = cell
+        else:
+            self.done[key] = cell
+            self.failed.pop(key, None)
+
+    def merge(self, path: Path) -> int:
+        """Append the cells of another run's sidecar at ``path`` (same
+        fingerprint) that this one has not finished; returns how many.
+
+        Raises:
+            GateResumeError: ``path`` holds a run with another configuration.
+            OSError: ``path`` cannot be read.
+        """
+        n = 0
+        for rec in _read_sidecar(path, self.fingerprint, "--merge-from takes runs of the same configuration only"):
+            if "call_wall_s" in rec or _key(rec) in self.done:
+                continue
+            self.put(rec["kind"], rec["arm"], rec["seed"], rec["cell"], rec.get("repeat") or 0)
+            n += 1
+        return n
+
+    def add_wall(self, seconds: float) -> float:
+        """Record this call's wall seconds; returns the total over every call on this sidecar."""
+        self._append({"call_wall_s": round(seconds, 3)})
+        self.wall_s += seconds
+        return self.wall_s
 
     def _append(self, obj) -> None:
         with open(self.path, "a", encoding="utf-8") as f:
@@ -458,12 +529,7 @@ class _Sidecar:
         """Record a finished (or failed) cell; ``repeat`` > 0: a further pass over the seed,
         keyed ``(kind, arm, seed, repeat)`` (the first pass keeps the 3-tuple key)."""
         self._append({"kind": kind, "arm": arm, "seed": seed, "cell": cell, **({"repeat": repeat} if repeat else {})})
-        key = (kind, arm, seed) + ((repeat,) if repeat else ())
-        if cell.get("error"):
-            self.failed[key] = cell
-        else:
-            self.done[key] = cell
-            self.failed.pop(key, None)
+        self._note((kind, arm, seed) + ((repeat,) if repeat else ()), cell)
 
 
 # ------------------------------------------------------------------ run
@@ -474,7 +540,8 @@ def _preflight(config: GateConfig, workloads: Mapping, num_blocks: int) -> None:
     (``workloads``: ``{seed: Workload or Prepared}``).
 
     Raises:
-        GateConfigError: a role arm missing from ``arms``; a bad policy
+        GateConfigError: a role arm missing from ``arms`` or not installed
+            (a misspelt name); a bad policy
             option of an installed arm; a model that
             is neither a preset nor a checkpoint folder; a request that does
             not fit in the cache.
@@ -497,6 +564,18 @@ def _preflight(config: GateConfig, workloads: Mapping, num_blocks: int) -> None:
     if missing:
         raise GateConfigError("field 'arms': the gate's roles need these arms too: "
                               + ", ".join(f"{r}={a}" for r, a in missing.items()))
+    installed = registry.by_name()
+    unknown = {r: a for r, a in roles.items() if a is not None and a not in installed}
+    if unknown:  # a misspelt role arm would fail only after every other arm ran
+        import difflib
+
+        def near(a):
+            m = difflib.get_close_matches(a, installed, n=1)
+            return f" (did you mean {m[0]}?)" if m else ""
+
+        raise GateConfigError("field 'arms': a role arm is not installed or not allowed: "
+                              + ", ".join(f"{r}={a}{near(a)}" for r, a in unknown.items())
+                              + f"; installed: {', '.join(sorted(installed))}")
     try:
         resolve_model(dict(config.engine).get("model"))
     except ValueError as exc:
@@ -526,7 +605,8 @@ def broken_arms(config: GateConfig) -> dict:
 def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = False,
              engine_factory: Callable | None = None, sim_fn: Callable | None = None,
              ceilings_fn: Callable | None = None, progress: bool = True, plots: bool = True,
-             time_limit_s: float | None = None, engine_cells: Callable | None = None) -> dict:
+             time_limit_s: float | None = None, engine_cells: Callable | None = None,
+             merge_from: Sequence[str | os.PathLike] = ()) -> dict:
     """Run the gate and write ``output`` (results JSON), its sidecar and plots.
 
     Args:
@@ -554,10 +634,14 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
             signature (default: that function, one engine in this process);
             e.g. :class:`spfcore.engine.ray_cells.RayEngineCells` (one engine
             per Ray actor).
+        merge_from: Results files (or their folders, holding ``results.json``)
+            of other runs of the same configuration, e.g. one seed per GPU:
+            their sidecars' finished cells are added to this run's sidecar
+            first (:func:`merge_sources`), so only what none of them finished runs.
 
     Returns:
         The results document (:func:`spfcore.report.build_results`) plus
-        ``run``: ``{"cells", "reused_cells", "passes", "wall_s"}`` (cells of
+        ``run``: ``{"cells", "reused_cells", "passes", "wall_s", "call_wall_s"}`` (cells of
         this run, those taken from the sidecar instead of run, passes per
         seed judged, seconds of this call).
 
@@ -601,6 +685,8 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
                    "workload_label": workload_label(config, first, num_blocks), "versions": vers,
                    "sidecar": str(sidecar_path(output))}
     side = _Sidecar(sidecar_path(output), fingerprint, fresh)
+    for src in merge_sources(merge_from):
+        side.merge(sidecar_path(src))
     broken = broken_arms(config)
 
     # arms before ceilings: a sequential run's Belady ceiling is the belady_oracle arm's cell
@@ -677,12 +763,14 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
                                             broken=broken, again=again)
     finally:
         bar.close()
+        call_s = time.monotonic() - t_start
+        wall_s = side.add_wall(call_s)  # kept across calls: a resumed run adds its time
 
     passes = 1 + max((k[3] for k in side.done if k[0] == "engine" and len(k) == 4), default=0)
     cells, verdict, sim = judge(passes)
     results = report.build_results(full_config, cells, sim, verdict.to_json())
     results["run"] = {"cells": len(sim_units) + len(eng_units) * passes, "reused_cells": reused,
-                      "passes": passes, "wall_s": round(time.monotonic() - t_start, 1)}
+                      "passes": passes, "wall_s": round(wall_s, 1), "call_wall_s": round(call_s, 1)}
     report.write_results(output, results)
     if plots:
         report.plot_results(results, output.parent)
@@ -749,13 +837,19 @@ def level_summary(results: Mapping, ttft_slo_s: float | None = None) -> dict:
     return out
 
 
+def level_path(output: str | os.PathLike, load: float) -> Path:
+    """Results file of one load level of the run at ``output``: ``<run folder>/load-<F>/results.json``
+    (:func:`run_folder`)."""
+    return run_folder(output) / f"load-{load:g}" / "results.json"
+
+
 def run_load_gate(config: GateConfig, output: str | os.PathLike, loads: Sequence[float], *,
                   capacity: float | None = None, judge_load: float | None = None, ttft_slo_s: float | None = None,
                   engine_factory: Callable | None = None, plots: bool = True, capacity_only: bool = False,
                   **kw) -> dict:
     """The gate at load levels: Poisson arrivals at ``load x capacity``
     requests/s, one :func:`run_gate` per level (timed mode; its own results,
-    sidecar and plots in ``<output folder>/load-<load>/``), and one summary.
+    sidecar and plots in ``<run folder>/load-<load>/``, :func:`level_path`), and one summary.
 
     Args:
         config: The run; its workload flags get ``arrival=poisson`` and
@@ -764,8 +858,8 @@ def run_load_gate(config: GateConfig, output: str | os.PathLike, loads: Sequence
             (``ttft_p95_vs_load.png``) beside it.
         loads: Fractions of the floor arm's capacity (> 0), e.g. (0.5, 0.8).
         capacity: The floor arm's capacity, requests/s; None: measured
-            (:func:`measure_capacity`, once, kept in ``capacity.json`` beside
-            the output for later calls).
+            (:func:`measure_capacity`, once, kept in ``capacity.json`` in
+            the run folder (:func:`run_folder`) for later calls).
         judge_load: The level whose verdict is the run's (default: the first
             of ``loads``).
         ttft_slo_s: TTFT SLO for the goodput column, seconds (None: no goodput).
@@ -774,7 +868,10 @@ def run_load_gate(config: GateConfig, output: str | os.PathLike, loads: Sequence
             over several machines or GPUs that must share one capacity.
         engine_factory, plots, **kw: As :func:`run_gate` (``sim_fn``,
             ``ceilings_fn``, ``fresh``, ``progress``); ``time_limit_s`` counts
-            from this call's start, over the capacity run and every level.
+            from this call's start, over the capacity run and every level;
+            ``merge_from``: load runs (results files or folders) whose levels'
+            cells are merged into the same levels here (a source may hold
+            some levels only).
 
     Returns:
         ``{"capacity_rps", "capacity_measured", "loads", "judged_load",
@@ -787,6 +884,7 @@ def run_load_gate(config: GateConfig, output: str | os.PathLike, loads: Sequence
     """
     t_start = time.monotonic()
     time_limit_s = kw.pop("time_limit_s", None)  # one limit for the whole call, capacity and levels
+    merge_from = [p / "results.json" if p.is_dir() else p for p in map(Path, kw.pop("merge_from", ()))]
     loads = tuple(float(x) for x in loads)
     if not loads or any(not x > 0 for x in loads) or len(set(loads)) != len(loads):
         raise GateConfigError(f"field 'load': need distinct fractions > 0, got {list(loads)}")
@@ -799,7 +897,7 @@ def run_load_gate(config: GateConfig, output: str | os.PathLike, loads: Sequence
     output = Path(output)
     measured = capacity is None
     if measured:
-        cap_file = output.parent / "capacity.json"
+        cap_file = run_folder(output) / "capacity.json"
         wl = load_workload(config, config.seeds[0])
         from spfcore.workloads.pressure import num_blocks_for_pressure
 
@@ -819,13 +917,19 @@ def run_load_gate(config: GateConfig, output: str | os.PathLike, loads: Sequence
         raise GateConfigError(f"field 'capacity': must be > 0 requests/s, got {capacity}")
     if capacity_only:
         return {"capacity_rps": capacity, "capacity_measured": measured}
+    for p in merge_from:  # a load run's sources hold some of the levels each (one job per level and seed)
+        if not any(sidecar_path(level_path(p, x)).is_file() for x in loads):
+            raise GateConfigError(f"--merge-from {p}: no finished cells of any level "
+                                  f"({', '.join(str(sidecar_path(level_path(p, x))) for x in loads)} are missing)")
     levels = []
     for load in loads:
         flags = {**config.workload_flags, "arrival": "poisson", "rate": round(load * capacity, 6)}
         cfg = attrs.evolve(config, mode="timed", workload_flags=flags)
-        res_path = output.parent / f"load-{load:g}" / "results.json"
+        res_path = level_path(output, load)
         left = None if time_limit_s is None else max(0.0, time_limit_s - (time.monotonic() - t_start))
-        res = run_gate(cfg, res_path, engine_factory=engine_factory, plots=plots, time_limit_s=left, **kw)
+        srcs = [level_path(p, load) for p in merge_from if sidecar_path(level_path(p, load)).is_file()]
+        res = run_gate(cfg, res_path, engine_factory=engine_factory, plots=plots, time_limit_s=left,
+                       merge_from=srcs, **kw)
         levels.append({"load": load, "rate_rps": flags["rate"], "results": str(res_path),
                        "status": res["verdict"]["status"], "summary": level_summary(res, ttft_slo_s),
                        "run": res.get("run"), "_verdict": res["verdict"]})

@@ -20,7 +20,8 @@ Results JSON, ``schema_version`` 1::
               "summary": {arm: means}, "ceilings_summary": {"infinite": means, "belady": means}},
       "summary": {arm: means},                # engine, means over seeds (see summarize)
       "verdict": {...},                       # spfcore.gate.Verdict.to_json()
-      "run": {"cells", "reused_cells", "passes", "wall_s"}   # this call (gate runs)
+      "run": {"cells", "reused_cells", "passes",           # this call (gate runs)
+              "wall_s", "call_wall_s"}                      # seconds: every call on the sidecar, this one
     }
 
 Cell field names are those of ``spfcore simulate``: ``token_hit_rate``,

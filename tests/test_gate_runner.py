@@ -125,11 +125,17 @@ def test_resume_after_interrupt_gives_the_same_cells(tmp_path):
         run(config(), out, log, engine_factory=factory(log, fail={("session_ttl", 3): KeyboardInterrupt()}))
     assert not out.exists()
     lines = gate_runner.sidecar_path(out).read_text().splitlines()
-    assert len(lines) == 1 + 3 + 12 + 11  # header, ceilings, sim cells, 11 engine cells
+    # header, ceilings, sim cells, 11 engine cells, the interrupted call's wall seconds
+    assert len(lines) == 1 + 3 + 12 + 11 + 1 and "call_wall_s" in json.loads(lines[-1])
 
     log2 = []
     res = run(config(), out, log2)
     assert log2 == [("session_ttl", 3)] * 2  # warm-up + the only cell left
+    # wall_s counts both calls (the interrupted one included), call_wall_s this one
+    walls = [json.loads(x)["call_wall_s"] for x in gate_runner.sidecar_path(out).read_text().splitlines()
+             if "call_wall_s" in x]
+    assert len(walls) == 2 and res["run"]["wall_s"] == pytest.approx(sum(walls), abs=0.06)
+    assert res["run"]["call_wall_s"] == pytest.approx(walls[1], abs=0.06)
     strip = lambda r: json.loads(json.dumps({k: r[k] for k in ("cells", "sim", "summary", "verdict")}))  # noqa: E731
     assert strip(res) == strip(ref)
     # a third run has nothing left to do
