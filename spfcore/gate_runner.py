@@ -188,7 +188,9 @@ def load_workload(config: GateConfig, seed: int) -> Workload:
 def device_name() -> str:
     """The accelerator the engine runs on, in words: the GPU names from
     ``nvidia-smi`` (without initialising CUDA in this process, which would force
-    vLLM's workers to spawn), else the CPU model and its core count."""
+    vLLM's workers to spawn), those of ``CUDA_VISIBLE_DEVICES`` when it lists
+    indices (so one-GPU jobs of a multi-GPU host and their merge agree), else
+    the CPU model and its core count."""
     import shutil
     import subprocess
 
@@ -197,6 +199,9 @@ def device_name() -> str:
             names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
                                    capture_output=True, text=True, timeout=20, check=True).stdout.split("\n")
             names = [n.strip() for n in names if n.strip()]
+            vis = os.environ.get("CUDA_VISIBLE_DEVICES", "").replace(" ", "")
+            if names and vis and all(x.isdigit() and int(x) < len(names) for x in vis.split(",")):
+                names = [names[int(x)] for x in vis.split(",")]  # the GPUs this process may use
             if names:
                 return f"{len(names)}x {names[0]}" if len(names) > 1 else names[0]
         except (OSError, subprocess.SubprocessError):

@@ -158,3 +158,19 @@ def test_gate_cli_merge_from_option(tmp_path, monkeypatch):
                                     "--output", str(tmp_path / "o" / "results.json")])
     assert res.exit_code == 1 and "stop here" in res.output
     assert [str(p) for p in seen["merge_from"]] == [str(tmp_path / "a")]
+
+
+def test_device_name_follows_cuda_visible_devices(tmp_path, monkeypatch):
+    """One-GPU jobs of a 2-GPU host and their merge (CUDA_VISIBLE_DEVICES=0) name one device, so their
+    fingerprints agree (an nvidia-smi on PATH that lists two GPUs)."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA H200'\necho 'NVIDIA H200'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert gate_runner.device_name() == "2x NVIDIA H200"
+    for vis in ("0", "1"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", vis)
+        assert gate_runner.device_name() == "NVIDIA H200"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert gate_runner.device_name() == "2x NVIDIA H200"
