@@ -456,7 +456,7 @@ def _read_sidecar(path: Path, fingerprint: dict, hint: str) -> list[dict]:
     """
     lines = path.read_text(encoding="utf-8").splitlines()
     head = json.loads(lines[0]) if lines else {}
-    if head.get("fingerprint") != json.loads(json.dumps(fingerprint, default=report._default)):
+    if head.get("fingerprint") != json.loads(json.dumps(fingerprint, default=report.json_default)):
         old = head.get("fingerprint") or {}
         diff = sorted(k for k in set(old) | set(fingerprint)
                       if json.dumps(old.get(k), default=str) != json.dumps(fingerprint.get(k), default=str))
@@ -526,7 +526,7 @@ class _Sidecar:
 
     def _append(self, obj) -> None:
         with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(obj, default=report._default) + "\n")
+            f.write(json.dumps(obj, default=report.json_default) + "\n")
             f.flush()
             os.fsync(f.fileno())
 

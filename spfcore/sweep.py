@@ -698,7 +698,7 @@ def plot_mrc(rows: Sequence[Mapping], path: str | os.PathLike) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from spfcore.report import _savefig_atomic
+    from spfcore.report import savefig_atomic as _savefig_atomic
 
     sources = list(dict.fromkeys(r["source"] for r in rows))
     fig, axes = plt.subplots(1, len(sources), figsize=(6.4 * len(sources), 4.6), squeeze=False)
