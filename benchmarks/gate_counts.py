@@ -60,7 +60,7 @@ def main() -> None:
         return orig_simulate(workload, arm, **kw)
 
     registry._info_from, registry.discover = info_from, discover
-    simulator.prepare, simulator.simulate, sim_pkg.simulate = prepare, simulate, simulate
+    simulator.prepare, simulator.simulate, sim_pkg.simulate, sim_pkg.prepare = prepare, simulate, simulate, prepare
 
     try:
         from spfcore.run.spec import GateConfig  # after issue 12

@@ -3,9 +3,16 @@
 
     PYTHONPATH=<tree>:<its plugins> python benchmarks/gate_sim_digest.py out-<tree>.json; cmp out-a.json out-b.json
 """
-import json, sys, tempfile
+import json
+import sys
+import tempfile
 from pathlib import Path
-from spfcore.gate_runner import GateConfig, run_gate
+
+try:
+    from spfcore.run.pipeline import run_gate
+    from spfcore.run.spec import GateConfig
+except ImportError:  # a tree before issue 12
+    from spfcore.gate_runner import GateConfig, run_gate
 flags = {"personas": 16, "prefix_tokens": 512, "sessions": 32, "turns": 4, "query_tokens": 32, "output_tokens": 4, "order": "round_robin"}
 arms = ("lru", "session_ttl", "frequency", "spf_expected_utility", "belady_oracle")
 out = {}

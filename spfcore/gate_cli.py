@@ -11,42 +11,13 @@ from pathlib import Path
 import attrs
 import click
 
-from spfcore import gate, gate_runner, registry, report
+from spfcore import gate, registry, report
+from spfcore.run import pipeline
+from spfcore import presets
+from spfcore.run import spec
+from spfcore.run import store
 from spfcore.fileio import hold_output_lock
 from spfcore.workloads.options import RecordingCommand, cache_options, command_line, workload_options
-
-#: Presets: the workload, cache and engine of a run. ``seed`` is the SPF
-#: seed's published workload (DESIGN.md §1) on the embedded tiny model; its
-#: block size is 16 on a GPU (as the seed) and 32 on CPU (vLLM's CPU attention
-#: needs a multiple of 32). Add ``--model llama-3.2-3b`` for the seed's
-#: architecture. ``quick`` is the same shape (16 personas, 32 sessions x 4
-#: turns, round robin, pressure 2.3) with 16x shorter prompts, for a 2-core CPU.
-PRESETS = {
-    "seed": {
-        "workload": "personas",
-        "workload_flags": {"personas": 16, "prefix_tokens": 8192, "sessions": 32, "turns": 4,
-                           "query_tokens": 128, "output_tokens": 32, "order": "round_robin"},
-        "block_size": "auto", "cache_pressure": 2.3, "engine": {"model": "tiny", "max_model_len": 12288},
-    },
-    "quick": {
-        "workload": "personas",
-        "workload_flags": {"personas": 16, "prefix_tokens": 512, "sessions": 32, "turns": 4,
-                           "query_tokens": 32, "output_tokens": 4, "order": "round_robin"},
-        "block_size": 32, "cache_pressure": 2.3, "engine": {"model": "tiny"},
-    },
-}
-
-
-def _block_size(preset: dict) -> int:
-    """The preset's block size, tokens; ``auto``: 16 with a CUDA GPU, else 32."""
-    if preset["block_size"] != "auto":
-        return preset["block_size"]
-    try:
-        import torch
-    except ImportError:
-        return 32
-    return 16 if torch.cuda.is_available() else 32
-
 
 def _csv(kind):
     def conv(ctx, param, value):
@@ -72,18 +43,18 @@ def _threshold_options(f):
 
 
 @click.command("gate", cls=RecordingCommand)
-@click.option("--preset", type=click.Choice(sorted(PRESETS)), default="seed", show_default=True,
+@click.option("--preset", type=click.Choice(sorted(presets.PRESETS)), default="seed", show_default=True,
               help="seed: the SPF seed's configuration (GPU scale); quick: the same shape for a 2-core CPU.")
 @click.option("--model", default=None, help="Model preset (tiny, llama-3.2-3b) or checkpoint folder.")
 @click.option("--max-model-len", type=click.IntRange(min=1), default=None, help="Engine max_model_len, tokens.")
 @click.option("--seeds", callback=_csv(int), default=None, help="Comma-separated seeds [42,43,44].")
 @click.option("--arms", callback=_csv(str), default=None,
-              help=f"Comma-separated arms [{','.join(gate_runner.DEFAULT_ARMS)}].")
-@click.option("--candidate", default=gate.Roles().candidate, show_default=True, help="The arm on trial.")
-@click.option("--baseline", default=gate.Roles().baseline, show_default=True, help="The arm to beat by a margin.")
-@click.option("--floor", "floor_", default=gate.Roles().floor, show_default=True,
+              help=f"Comma-separated arms [{','.join(presets.DEFAULT_ARMS)}].")
+@click.option("--candidate", default=presets.SEED_ROLES.candidate, show_default=True, help="The arm on trial.")
+@click.option("--baseline", default=presets.SEED_ROLES.baseline, show_default=True, help="The arm to beat by a margin.")
+@click.option("--floor", "floor_", default=presets.SEED_ROLES.floor, show_default=True,
               help="The arm throughput must not fall below.")
-@click.option("--oracle", default=gate.Roles().oracle, show_default=True,
+@click.option("--oracle", default=presets.SEED_ROLES.oracle, show_default=True,
               help="The ceiling arm (harness check); 'none' (or an oracle not in --arms) skips the harness check.")
 @click.option("--policy-opt", multiple=True, metavar="NAME.KEY=VALUE", help="A policy option (repeatable).")
 @click.option("--mode", type=click.Choice(["sequential", "timed"]), default="sequential", show_default=True)
@@ -144,7 +115,7 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
     else 4 when a cell failed (a policy fault: its arm's cells say status "error"
     with the policy, hook and message; the other arms ran); 1: bad input;
     130: interrupted."""
-    p = PRESETS[preset]
+    p = presets.PRESETS[preset]
     # vLLM logs at INFO by default (and a harmless tokenizer warning per engine); keep the
     # verdict readable unless the user asked otherwise.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
@@ -175,37 +146,37 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
         if max_model_len is not None:
             engine["max_model_len"] = max_model_len
         thr = {k: v for k, v in thresholds.items() if v is not None}
-        cfg = gate_runner.GateConfig(
+        cfg = spec.GateConfig(
             workload=ws.name, workload_flags=flags, trace=ws.trace, limit=ws.limit,
-            tokens_per_block=ws.tokens_per_block, arms=arms or gate_runner.DEFAULT_ARMS,
-            seeds=seeds or gate_runner.DEFAULT_SEEDS, block_size=cache_spec.block_size or _block_size(p),
+            tokens_per_block=ws.tokens_per_block, arms=arms or presets.DEFAULT_ARMS,
+            seeds=seeds or presets.DEFAULT_SEEDS, block_size=cache_spec.block_size or presets.block_size(p),
             cache_pressure=cache_spec.pressure, num_blocks=cache_spec.num_blocks, mode=mode, engine=engine,
             policy_options=options,
             roles=gate.Roles(candidate, baseline, floor_, oracle), thresholds=gate.GateThresholds(**thr),
             preset=preset, command=command_line(ctx),
             simulate=not no_sim, settle=not point_estimates, max_passes=passes, budget_s=budget_s)
         if loads:
-            doc = gate_runner.run_load_gate(cfg, out, loads, capacity=capacity, judge_load=judge_load,
+            doc = pipeline.run_load_gate(cfg, out, loads, capacity=capacity, judge_load=judge_load,
                                             ttft_slo_s=None if ttft_slo_ms is None else ttft_slo_ms / 1e3,
                                             fresh=fresh, progress=not no_progress, time_limit_s=time_limit,
                                             capacity_only=capacity_only, merge_from=merge_from)
             if capacity_only:
                 click.echo(f"capacity {doc['capacity_rps']:.6g} req/s "
                            f"({'measured' if doc['capacity_measured'] else 'given'}; "
-                           f"{gate_runner.run_folder(out) / 'capacity.json'})")
+                           f"{store.run_folder(out) / 'capacity.json'})")
                 return
         else:
-            results = gate_runner.run_gate(cfg, out, fresh=fresh, progress=not no_progress,
+            results = pipeline.run_gate(cfg, out, fresh=fresh, progress=not no_progress,
                                            time_limit_s=time_limit, merge_from=merge_from)
     except KeyboardInterrupt:
-        click.echo(f"interrupted: finished cells are kept in {gate_runner.sidecar_path(out)}; "
+        click.echo(f"interrupted: finished cells are kept in {store.sidecar_path(out)}; "
                    "run the same command again to finish the rest", err=True)
         sys.exit(130)
     except OSError as exc:  # the results folder (or a trace) cannot be written or read
         where = f" ({exc.filename})" if exc.filename else ""
         ours = bool(exc.filename) and str(out).startswith(str(exc.filename))
         raise click.ClickException(f"{f'--output {out}: ' if ours else ''}{exc.strerror or exc}{where}") from None
-    except (gate_runner.GateConfigError, gate_runner.GateResumeError, registry.PolicyConfigError,
+    except (spec.GateConfigError, store.GateResumeError, registry.PolicyConfigError,
             ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     console = report.make_console()
@@ -218,7 +189,7 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
         console.print(report.verdict_table(v))
         for r in v.get("reasons", ()):
             console.print(f"  - {r}", markup=False)
-        console.print(f"results: {out} (levels under {gate_runner.run_folder(out)}/load-*/)   "
+        console.print(f"results: {out} (levels under {store.run_folder(out)}/load-*/)   "
                       f"plot: {out.parent / 'ttft_p95_vs_load.png'}",
                       markup=False)
         if check and v["status"] not in (gate.SURVIVES, gate.INCONCLUSIVE):
@@ -228,10 +199,10 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
         return
     run = results.get("run") or {}
     if run.get("reused_cells"):
-        console.print(f"reused {run['reused_cells']} of {run['cells']} cells from {gate_runner.sidecar_path(out)} "
+        console.print(f"reused {run['reused_cells']} of {run['cells']} cells from {store.sidecar_path(out)} "
                       "(finished earlier; --fresh starts over)", markup=False)
     report.print_report(results, console)
-    console.print(f"results: {out}   cells: {gate_runner.sidecar_path(out)}   "
+    console.print(f"results: {out}   cells: {store.sidecar_path(out)}   "
                   f"plots: {out.parent / 'cache.png'}, {out.parent / 'ttft_cdf.png'}", markup=False)
     failed = [c for c in results["cells"] if c.get("error")]
     failed += [c for c in (results.get("sim") or {}).get("cells", []) if c.get("error")]

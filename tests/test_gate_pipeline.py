@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import pytest
 from click.testing import CliRunner
 
-from spfcore import gate, gate_runner, registry
-from spfcore.gate import evaluate
-from spfcore.gate_runner import GateConfigError, run_gate, run_load_gate
+from spfcore import gate, registry
+from spfcore.presets import SEED_ROLES
+from spfcore.run import pipeline, provenance, spec, store
+from spfcore.run.pipeline import run_gate, run_load_gate
+from spfcore.run.spec import GateConfigError
 from spfcore.sim import simulator
-from tests.test_gate import ORACLE_OK, SEEDS, grid, sim
+from tests.test_gate import ORACLE_OK, SEEDS, evaluate, grid, sim
 from tests.test_gate_runner import ceilings_fn, config, factory, sim_fn
 
 
@@ -46,7 +49,7 @@ def test_each_seed_is_prepared_once_and_belady_runs_once_per_seed(tmp_path, monk
     assert sorted(raw) == [1, 2, 3]
     assert runs.count("belady_oracle") == 3 and runs.count("lru") == 6  # lru: arm + infinite cache
     for c in res["sim"]["ceilings"]:
-        wl = gate_runner.load_workload(config(), c["seed"])
+        wl = spec.load_workload(config(), c["seed"])
         ref = simulate(wl, "belady_oracle", num_blocks=res["config"]["num_blocks"], block_size=16, env={})
         assert c["belady"] == {k: ref[k] for k in c["belady"]}
 
@@ -76,7 +79,7 @@ def test_load_levels_go_inside_the_run_folder_of_a_named_output(tmp_path):
     assert doc["levels"][0]["results"] == str(tmp_path / "out" / "h200" / "load-0.5" / "results.json")
     assert (tmp_path / "out" / "h200" / "load-0.5" / "results.cells.jsonl").exists()
     assert not (tmp_path / "out" / "load-0.5").exists() and out.exists()
-    assert gate_runner.run_folder(tmp_path / "x" / "results.json") == tmp_path / "x"
+    assert store.run_folder(tmp_path / "x" / "results.json") == tmp_path / "x"
 
 
 def test_merge_from_joins_other_runs_cells_and_runs_only_the_rest(tmp_path):
@@ -95,7 +98,7 @@ def test_merge_from_joins_other_runs_cells_and_runs_only_the_rest(tmp_path):
     strip = lambda r: json.loads(json.dumps({k: r[k] for k in ("cells", "sim", "summary", "verdict")}))  # noqa: E731
     assert strip(res) == strip(ref)
     # another configuration cannot be merged; a folder without cells is refused
-    with pytest.raises(gate_runner.GateResumeError, match="differs in: num_blocks"):
+    with pytest.raises(store.GateResumeError, match="differs in: num_blocks"):
         run_gate(config(num_blocks=12), tmp_path / "c" / "results.json", engine_factory=factory([]),
                  sim_fn=sim_fn([]), ceilings_fn=ceilings_fn, progress=False, plots=False, merge_from=[a])
     with pytest.raises(GateConfigError, match="no finished cells"):
@@ -122,7 +125,7 @@ def test_merge_from_a_load_run_merges_level_by_level(tmp_path):
 def test_a_misspelt_role_arm_fails_before_any_cell_runs(tmp_path):
     log = []
     arms = ("lru", "session_ttl", "spf_expected_utilty", "belady_oracle")
-    cfg = config(arms=arms, roles=gate.Roles(candidate="spf_expected_utilty"))
+    cfg = config(arms=arms, roles=attrs.evolve(SEED_ROLES, candidate="spf_expected_utilty"))
     with pytest.raises(GateConfigError, match=r"candidate=spf_expected_utilty \(did you mean spf_expected_utility\?\)"):
         run_gate(cfg, tmp_path / "r.json", engine_factory=factory(log), sim_fn=sim_fn(log), ceilings_fn=ceilings_fn,
                  progress=False, plots=False)
@@ -152,7 +155,7 @@ def test_gate_cli_merge_from_option(tmp_path, monkeypatch):
         seen.update(kw)
         raise GateConfigError("stop here")
 
-    monkeypatch.setattr(gate_runner, "run_gate", fake_run_gate)
+    monkeypatch.setattr(pipeline, "run_gate", fake_run_gate)
     (tmp_path / "a").mkdir()
     res = CliRunner().invoke(main, ["gate", "--preset", "quick", "--no-progress", "--merge-from", str(tmp_path / "a"),
                                     "--output", str(tmp_path / "o" / "results.json")])
@@ -168,9 +171,9 @@ def test_device_name_follows_cuda_visible_devices(tmp_path, monkeypatch):
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert gate_runner.device_name() == "2x NVIDIA H200"
+    assert provenance.device_name() == "2x NVIDIA H200"
     for vis in ("0", "1"):
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", vis)
-        assert gate_runner.device_name() == "NVIDIA H200"
+        assert provenance.device_name() == "NVIDIA H200"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    assert gate_runner.device_name() == "2x NVIDIA H200"
+    assert provenance.device_name() == "2x NVIDIA H200"

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from spfcore import report
-from spfcore.gate import evaluate
+from tests.test_gate import evaluate
 
 
 def _cell(arm, seed, hits):

