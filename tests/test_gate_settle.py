@@ -12,7 +12,7 @@ import pytest
 from spfcore import gate
 from spfcore.gate import CI, Criterion, repeats_to_settle
 from spfcore.presets import SEED_ROLES
-from spfcore.gate_cli import _budget
+from spfcore.cli.gate import _budget
 from tests.test_gate import ORACLE_OK, SEEDS, evaluate, grid, sim
 from spfcore.run.spec import GateConfigError
 from tests.test_gate_runner import config, run

@@ -15,8 +15,9 @@ from spfcore.fileio import hold_output_lock, write_atomic
 from spfcore.report import error_cell, error_text, make_console
 from spfcore.runtime import PolicyError
 from spfcore.sim.cell import open_input
-from spfcore.workloads.options import (CacheSpec, RecordingCommand, WorkloadSpec, cache_options, command_line,
-                                       workload_options)
+from spfcore.cli.options import (CacheSpec, RecordingCommand, WorkloadSpec, cache_options, command_line, seed_list,
+                                 workload_options)
+from spfcore.workloads.options import WorkloadOptionError
 from spfcore.workloads.traces import TraceError
 
 METRICS = ("token_hit_rate", "block_hit_rate", "prefill_tokens_recomputed", "evictions")
@@ -24,17 +25,6 @@ BELADY = "belady_oracle"
 #: Exit status when an arm failed (its cell says why; the other arms ran and the JSON is written).
 EXIT_ARM_FAILED = 4
 
-
-def _ints(ctx, param, value: str) -> list[int]:
-    try:
-        out = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{value!r}: expected comma-separated ints, e.g. 42,43,44") from None
-    if not out or any(s < 0 for s in out):
-        raise click.BadParameter(f"{value!r}: need at least one seed >= 0")
-    if len(set(out)) != len(out):
-        raise click.BadParameter(f"{value!r}: a seed given twice would count twice in the means")
-    return out
 
 
 def _check_size(nb: int, most: int, seed, cache_spec: CacheSpec) -> None:
@@ -48,7 +38,7 @@ def _check_size(nb: int, most: int, seed, cache_spec: CacheSpec) -> None:
 @workload_options
 @cache_options(default_block_size=None)
 @click.option("--arms", default=None, help="Comma-separated policies (default: every installed ok policy).")
-@click.option("--seeds", default="42", show_default=True, callback=_ints, help="Comma-separated workload seeds.")
+@click.option("--seeds", default="42", show_default=True, callback=seed_list, help="Comma-separated workload seeds.")
 @click.option("--policy-opt", multiple=True, metavar="NAME.KEY=VALUE", help="A policy parameter (repeatable).")
 @click.option("--mode", type=click.Choice(["sequential", "concurrent"]), default="sequential", show_default=True,
               help="sequential streams a --trace (bounded memory); concurrent holds the whole workload in memory.")
@@ -126,6 +116,8 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
     for seed in seeds:
         try:
             inp = open_input(workload_spec, seed, cache_spec.block_size, mode)
+        except WorkloadOptionError as exc:
+            raise click.BadParameter(str(exc), param_hint=exc.param_hint) from None
         except TraceError as exc:
             raise click.BadParameter(str(exc), param_hint="--trace") from None
         except ValueError as exc:

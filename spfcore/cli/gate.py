@@ -11,27 +11,10 @@ from pathlib import Path
 import attrs
 import click
 
-from spfcore import gate, registry, report
-from spfcore.run import pipeline
-from spfcore import presets
-from spfcore.run import spec
-from spfcore.run import store
+from spfcore import gate, presets, registry, report
+from spfcore.cli.options import RecordingCommand, cache_options, command_line, csv, seed_list, workload_options
 from spfcore.fileio import hold_output_lock
-from spfcore.workloads.options import RecordingCommand, cache_options, command_line, workload_options
-
-def _csv(kind):
-    def conv(ctx, param, value):
-        if value is None:
-            return None
-        items = [v.strip() for v in value.split(",") if v.strip()]
-        try:
-            out = tuple(kind(v) for v in items)
-        except ValueError:
-            raise click.BadParameter(f"expected comma-separated {kind.__name__}s, got {value!r}") from None
-        if len(set(out)) != len(out):
-            raise click.BadParameter(f"{value!r}: a value is given twice")
-        return out
-    return conv
+from spfcore.run import pipeline, spec, store
 
 
 def _threshold_options(f):
@@ -47,8 +30,8 @@ def _threshold_options(f):
               help="seed: the SPF seed's configuration (GPU scale); quick: the same shape for a 2-core CPU.")
 @click.option("--model", default=None, help="Model preset (tiny, llama-3.2-3b) or checkpoint folder.")
 @click.option("--max-model-len", type=click.IntRange(min=1), default=None, help="Engine max_model_len, tokens.")
-@click.option("--seeds", callback=_csv(int), default=None, help="Comma-separated seeds [42,43,44].")
-@click.option("--arms", callback=_csv(str), default=None,
+@click.option("--seeds", callback=seed_list, default=None, help="Comma-separated seeds [42,43,44].")
+@click.option("--arms", callback=csv(str), default=None,
               help=f"Comma-separated arms [{','.join(presets.DEFAULT_ARMS)}].")
 @click.option("--candidate", default=presets.SEED_ROLES.candidate, show_default=True, help="The arm on trial.")
 @click.option("--baseline", default=presets.SEED_ROLES.baseline, show_default=True, help="The arm to beat by a margin.")
@@ -68,7 +51,7 @@ def _threshold_options(f):
 @click.option("--budget", default="1", show_default=True, metavar="PASSES|SECONDSs",
               help="Repeats while the verdict is INCONCLUSIVE: most passes over the seeds (first included), "
                    "e.g. 3, or seconds from the start after which no pass starts, e.g. 900s.")
-@click.option("--load", "loads", callback=_csv(float), default=None, metavar="F,F,...",
+@click.option("--load", "loads", callback=csv(float), default=None, metavar="F,F,...",
               help="Load levels as fractions of the floor arm's capacity (e.g. 0.5,0.8): Poisson arrivals, "
                    "timed mode, one gate per level under <run folder>/load-<F>/ (the run folder: --output's folder "
                    "for results.json, else --output without .json); the verdict is --judge-load's.")
