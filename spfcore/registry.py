@@ -389,4 +389,57 @@ def plugin_manager(info: PolicyInfo, options: typing.Mapping[str, str] | None = 
                           policy=info.name, hook="__init__")
     pm = new_plugin_manager()
     pm.register(instance, name=info.name)
+    where = os.environ.get(TRACE_ENV, "").strip()
+    if where and where != "0":
+        trace_hooks(pm, info.name, None if where in ("1", "-", "stderr") else where)
     return pm, instance
+
+
+#: ``SPFCORE_TRACE_HOOKS=1`` (or ``-``/``stderr``): every hook call of every policy built by
+#: :func:`plugin_manager` is written to stderr, one line each; ``=PATH``: appended to that file.
+TRACE_ENV = "SPFCORE_TRACE_HOOKS"
+
+
+def _brief(v) -> str:
+    """A short text of a hook argument or result: sizes of batches and sequences, not their contents."""
+    if v is None or isinstance(v, (bool, int, float)):
+        return repr(v)
+    n = getattr(v, "ids", None)
+    if n is not None:
+        return f"<{len(n)} blocks>"
+    if isinstance(v, (list, tuple, set, frozenset, dict)):
+        return f"<{type(v).__name__} of {len(v)}>"
+    rid = getattr(v, "request_id", None)
+    return f"<request {rid}>" if rid is not None else f"<{type(v).__name__}>"
+
+
+def trace_hooks(pm: pluggy.PluginManager, policy: str, path: str | None = None):
+    """Write one line per hook call of ``pm`` (pluggy's hook-call monitoring):
+    ``spfcore-hook POLICY HOOK arg=... -> result (µs)``, arguments and result
+    abbreviated (:func:`_brief`), to stderr or appended to ``path``.
+
+    Returns:
+        The function that stops the tracing.
+    """
+    import time
+
+    started: list[float] = []
+
+    def before(hook_name, hook_impls, kwargs):
+        started.append(time.perf_counter())
+
+    def after(outcome, hook_name, hook_impls, kwargs):
+        us = 1e6 * (time.perf_counter() - started.pop()) if started else float("nan")
+        try:
+            res = _brief(outcome.get_result())
+        except BaseException as exc:  # noqa: BLE001 - the hook raised: the runtime reports it
+            res = f"raised {type(exc).__name__}"
+        args = " ".join(f"{k}={_brief(v)}" for k, v in kwargs.items())
+        line = f"spfcore-hook {policy} {hook_name} {args} -> {res} ({us:.0f} us)\n"
+        if path is None:
+            sys.stderr.write(line)
+        else:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(line)
+
+    return pm.add_hookcall_monitoring(before, after)
