@@ -13,12 +13,12 @@ from spfcore.gate.rule import Roles
 DEFAULT_ARMS = ("lru", "session_ttl", "frequency", "spf_expected_utility", "belady_oracle")
 #: The seed's three deterministic seeds.
 DEFAULT_SEEDS = (42, 43, 44)
-#: The seed's roles (docs/design-notes.md §1): spf on trial, session_ttl to beat, lru the
+#: The seed's roles (docs/design.md §1): spf on trial, session_ttl to beat, lru the
 #: throughput floor, the simulator's Belady as the ceiling.
 SEED_ROLES = Roles(candidate="spf_expected_utility", baseline="session_ttl", floor="lru", oracle="belady_oracle")
 
 #: Presets: the workload, cache and engine of a run. ``seed`` is the SPF
-#: seed's published workload (docs/design-notes.md §1) on the embedded tiny model; its
+#: seed's published workload (docs/design.md §1) on the embedded tiny model; its
 #: block size is vLLM's default for the platform (16 on a GPU, as the seed; 32 on CPU,
 #: whose attention needs a multiple of 32: :func:`spfcore.engine.runner.default_block_size`).
 #: Add ``--model llama-3.2-3b`` for the seed's architecture. ``quick`` is the same shape

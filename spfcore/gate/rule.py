@@ -1,7 +1,7 @@
 """The survival gate: the seed's rule, a harness check against the
 simulator's Belady, a no-headroom check, and bootstrap confidence intervals.
 
-The rule (DESIGN.md §1, the SPF experiment's own gate), across at least
+The rule (docs/design.md §1, the SPF experiment's own gate), across at least
 ``min_seeds`` deterministic seeds with seed values averaged: the candidate
 survives iff
 
