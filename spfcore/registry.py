@@ -344,6 +344,26 @@ def parse_options(items: typing.Iterable[str]) -> dict[str, dict[str, str]]:
     return out
 
 
+def check_options(arms: typing.Iterable[str], options: typing.Mapping[str, typing.Mapping[str, str]]) -> None:
+    """Check a run's ``--policy-opt`` values before any cell runs: every
+    option names an arm of the run and builds that arm's ``Params``. An arm
+    that is not installed (or broken) is skipped: its cells say why.
+
+    Raises:
+        PolicyConfigError: options for an arm not in ``arms``, an unknown key
+            or a bad value (the message names the policy and the field).
+    """
+    unknown = set(options) - set(arms)
+    if unknown:
+        raise PolicyConfigError(f"options for arms not run: {sorted(unknown)}")
+    for arm, opts in options.items():
+        try:
+            info = get(arm)
+        except PolicyConfigError:
+            continue
+        make_params(info, opts)
+
+
 def make_params(info: PolicyInfo, options: typing.Mapping[str, str] | None = None):
     """Build ``info.cls.Params`` from string options.
 

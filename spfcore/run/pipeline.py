@@ -201,15 +201,10 @@ def preflight(config: GateConfig, workloads: Mapping, num_blocks: int) -> None:
     from spfcore.engine.presets import resolve_model
     from spfcore.sim import check_fits, prepare
 
-    for arm in config.arms:
-        try:
-            info = registry.get(arm)
-        except registry.PolicyConfigError:
-            continue  # not installed or broken: that arm's cells fail (broken_arms), the run goes on
-        try:
-            registry.make_params(info, config.policy_options.get(arm))
-        except registry.PolicyConfigError as exc:
-            raise GateConfigError(f"--policy-opt: {exc}") from None
+    try:  # an arm not installed or broken is skipped: its cells fail (broken_arms), the run goes on
+        registry.check_options(config.arms, config.policy_options)
+    except registry.PolicyConfigError as exc:
+        raise GateConfigError(f"--policy-opt: {exc}") from None
     roles = attrs.asdict(config.roles)
     missing = {r: a for r, a in roles.items() if a is not None and a not in config.arms}
     if missing:

@@ -99,18 +99,10 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
         for p in found:
             if p.status != "ok" and p.name not in arm_list:
                 click.echo(f"warning: policy {p.name!r} ({p.distribution}) skipped: {p.status}", err=True)
-    unknown_opts = set(options) - set(arm_list)
-    if unknown_opts:
-        raise click.BadParameter(f"options for arms not run: {sorted(unknown_opts)}", param_hint="--policy-opt")
-    for arm, opts in options.items():  # bad values fail now, not after the other arms ran
-        try:
-            info = registry.get(arm)
-        except registry.PolicyConfigError:
-            continue  # that arm's cells say why
-        try:
-            registry.make_params(info, opts)
-        except registry.PolicyConfigError as exc:
-            raise click.BadParameter(str(exc), param_hint="--policy-opt") from None
+    try:  # bad values fail now, not after the other arms ran
+        registry.check_options(arm_list, options)
+    except registry.PolicyConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--policy-opt") from None
 
     cells, ceils, sizes, params = [], {}, {}, {}
     for seed in seeds:
