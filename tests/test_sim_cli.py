@@ -49,6 +49,7 @@ def test_results_page_from_simulate_json(tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert data["kind"] == "spfcore-simulate" and data["command"].startswith("spfcore ")
+    assert data["schema_version"] == 1
     f = tmp_path / "sim-tiny.json"
     f.write_text(res.output)
     out = tmp_path / "page.md"

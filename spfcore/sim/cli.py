@@ -22,6 +22,8 @@ from spfcore.workloads.traces import TraceError
 
 METRICS = ("token_hit_rate", "block_hit_rate", "prefill_tokens_recomputed", "evictions")
 BELADY = "belady_oracle"
+#: Version of the ``--json`` document (``schema_version``): fields are only added within a version.
+SCHEMA_VERSION = 1
 #: Exit status when an arm failed (its cell says why; the other arms ran and the JSON is written).
 EXIT_ARM_FAILED = 4
 
@@ -146,8 +148,8 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
             raise click.ClickException(str(exc)) from None
 
     summary = _summary(arm_list, cells, None if no_ceilings else ceils)
-    result = {"kind": "spfcore-simulate", "command": command_line(click.get_current_context()),
-              "workload": workload_spec.describe(), "workload_params": params,
+    result = {"kind": "spfcore-simulate", "schema_version": SCHEMA_VERSION,
+              "command": command_line(click.get_current_context()), "workload": workload_spec.describe(), "workload_params": params,
               "cache": {"block_size": spec.block_size, "num_blocks": sizes, "cache_pressure": cache_spec.pressure},
               "mode": mode, "seeds": seeds, "policy_options": options, "cells": cells}
     if not no_ceilings:
