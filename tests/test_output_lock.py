@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from spfcore.cli import main
 from spfcore.fileio import OutputInUseError, lock_path, output_lock, write_atomic
-from spfcore.gate_runner import sidecar_path
+from spfcore.run.store import sidecar_path
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
 SMALL = ["--workload", "multiturn", "--set", "sessions=2", "--set", "turns=2", "--set", "prefix_tokens=64",
