@@ -3,7 +3,6 @@ written atomically."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import textwrap
 from collections.abc import Mapping
@@ -11,21 +10,14 @@ from pathlib import Path
 
 import numpy as np
 
-def savefig_atomic(fig, path: Path) -> None:
-    """Save a matplotlib figure as PNG to ``path`` through a temporary file in
-    the same folder and ``os.replace``: a killed run leaves the old picture or
-    none, never half of one."""
-    import tempfile
+from spfcore.fileio import open_atomic
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, dpi=110, format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+def savefig_atomic(fig, path: Path) -> None:
+    """Save a matplotlib figure as PNG (110 dpi) to ``path`` through
+    :func:`spfcore.fileio.open_atomic`: a killed run leaves the old picture or
+    none, never half of one; the usual permissions, not 0600."""
+    with open_atomic(path, "wb") as f:
+        fig.savefig(f, dpi=110, format="png")
 
 
 def ttft_title(results: Mapping) -> str:
