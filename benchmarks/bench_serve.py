@@ -354,6 +354,8 @@ def main(argv=None) -> int:
     ap.add_argument("--serve-arg", action="append", default=[], help="extra `spfcore serve` option (repeatable)")
     ap.add_argument("--output", type=Path, default=Path("serve_bench.json"))
     a = ap.parse_args(argv)
+    # SIGTERM (e.g. `timeout`): unwind, so that the running server is stopped (it has its own session)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     arms = [x.strip() for x in a.arms.split(",") if x.strip()]
     resolve_model(a.model)  # a bad preset fails here
     work = Path(tempfile.mkdtemp(prefix="spfcore-serve-bench-"))
