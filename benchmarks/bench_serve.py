@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import socket
 import statistics
@@ -271,11 +272,13 @@ def run_one(a, model_dir: Path, arm: str, rep: int, logs: Path) -> dict:
         print(f"!! {res.get('failed')} of {a.num_prompts} requests failed; the first got HTTP "
               f"{caught.seen['status']} {caught.seen['reason']}: {caught.seen['body']}\n"
               f"!! its request: {json.dumps(caught.seen['request'])}", flush=True)
+    started = re.search(r"spfcore policy \S+ .* orders evictions: (\w+)", srv.log.read_text(errors="replace"))
     d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     q = d.get("vllm:prefix_cache_queries_total", 0.0)
     steps = d.get("spfcore_policy_seconds_count[hooks]", 0.0)
     pol_s = d.get("spfcore_policy_seconds_sum[hooks]", 0.0) + d.get("spfcore_policy_seconds_sum[evictor]", 0.0)
     row = {"arm": arm, "rep": rep, "seed": a.seed + rep, "start_s": srv.start_s, "exit_status": rc,
+           "scheduler": started.group(1) if started else None,  # PolicyAsyncScheduler: vLLM's overlapped loop
            **{k: res.get(k) for k in KEYS},
            "prefix_hit_rate": d.get("vllm:prefix_cache_hits_total", 0.0) / q if q else 0.0,
            "evictions": d.get("spfcore_evictions_total", 0.0),
@@ -286,7 +289,7 @@ def run_one(a, model_dir: Path, arm: str, rep: int, logs: Path) -> dict:
 
 
 def _fmt(rows: list[dict]) -> str:
-    cols = [("arm", "{}"), ("rep", "{}"), ("prefix_hit_rate", "{:.1%}"), ("mean_ttft_ms", "{:.1f}"),
+    cols = [("arm", "{}"), ("rep", "{}"), ("scheduler", "{}"), ("prefix_hit_rate", "{:.1%}"), ("mean_ttft_ms", "{:.1f}"),
             ("median_ttft_ms", "{:.1f}"), ("p95_ttft_ms", "{:.1f}"), ("request_throughput", "{:.3f}"),
             ("output_throughput", "{:.1f}"), ("evictions", "{:.0f}"), ("policy_ms_per_request", "{:.2f}"),
             ("policy_faults", "{:.0f}")]

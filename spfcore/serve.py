@@ -340,7 +340,8 @@ def serve(policy: str, policy_opts: tuple[str, ...], vllm_args: tuple[str, ...])
 def supervise(cmd: list[str]) -> int:
     """Run vLLM's server (``cmd``) as a child process until it exits.
 
-    SIGTERM and SIGINT sent to this process are passed on to the child.
+    SIGTERM and SIGINT sent to this process are passed on to the child; on
+    Linux the child also gets SIGTERM if this process dies.
 
     Returns:
         The exit status for ``spfcore serve``: the child's when non-zero
@@ -349,7 +350,7 @@ def supervise(cmd: list[str]) -> int:
         when its engine dies), with a line on stderr saying so.
     """
     asked: list[int] = []
-    child = subprocess.Popen(cmd)
+    child = subprocess.Popen(cmd, preexec_fn=_stop_with_parent)
 
     def forward(signum, _frame) -> None:
         asked.append(signum)
@@ -369,6 +370,18 @@ def supervise(cmd: list[str]) -> int:
                    "log above); exit status 1", err=True)
         return 1
     return rc
+
+
+def _stop_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent dies (Linux
+    ``prctl(PR_SET_PDEATHSIG)``), so that a SIGKILLed ``spfcore serve`` does
+    not leave its server running; elsewhere nothing."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
 
 
 def _server() -> int:

@@ -159,6 +159,36 @@ def test_supervise_exit_status():
     assert signal.getsignal(signal.SIGTERM) is before  # restored
 
 
+def test_supervised_server_stops_with_a_killed_parent(tmp_path):
+    """A SIGKILLed spfcore serve does not leave its server running (Linux)."""
+    import psutil
+
+    pidfile = tmp_path / "child.pid"
+    child = f"import os, time, pathlib; pathlib.Path({str(pidfile)!r}).write_text(str(os.getpid())); time.sleep(60)"
+    parent = subprocess.Popen([sys.executable, "-c", "import sys; from spfcore.serve import supervise; "
+                               f"sys.exit(supervise([sys.executable, '-c', {child!r}]))"], cwd=ROOT)
+    try:
+        for _ in range(600):
+            if pidfile.exists() and pidfile.read_text():
+                break
+            time.sleep(0.05)
+        pid = int(pidfile.read_text())
+        assert psutil.Process(pid).ppid() == parent.pid
+    finally:
+        parent.kill()
+        parent.wait()
+    for _ in range(100):
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)  # the child this test started
+        pytest.fail("the server outlived spfcore serve")
+
+
 def test_build_args_refuses_scheduler_cls_and_late_model():
     pytest.importorskip("vllm")
     import click
