@@ -10,8 +10,9 @@ installed for the test whose victim choice raises (every request answered,
 the fault counted and logged once, SIGTERM). The healthy server also gets
 out-of-vocabulary token ids (HTTP 400 from :class:`spfcore.serve.TokenIdGuard`,
 the server stays up). One more server loses its EngineCore (killed) and
-``spfcore serve`` must exit 1. One more engine test runs the async
-scheduler variant in-process.
+``spfcore serve`` must exit 1 (the supervisor's exit statuses, signal
+forwarding and a killed parent are tested fast, with plain child processes).
+One more engine test runs the async scheduler variant in-process.
 
 ``benchmarks/bench_serve.py``'s tokenizer and first-failure catcher are
 tested here too (fast: a tokenizer, a local HTTP server answering 400).
