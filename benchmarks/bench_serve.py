@@ -67,9 +67,8 @@ def make_model_dir(preset: str, out: Path) -> Path:
     tokenizing it (``TokenizeParams._text_len_check``: input-token limit x
     ``max_chars_per_token``); encoding that text gives back the ids exactly.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
     import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     cfg = model_config(preset)
     out.mkdir(parents=True, exist_ok=True)
