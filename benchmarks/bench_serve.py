@@ -130,18 +130,21 @@ class Served:
         with open(log, "wb") as f:
             self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
         t0 = time.monotonic()
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"spfcore serve exited {self.proc.returncode}; see {log}")
-            try:
-                if httpx.get(f"{self.base}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() - t0 > a.start_timeout:
-                self.stop()
-                raise RuntimeError(f"spfcore serve not up after {a.start_timeout} s; see {log}")
-            time.sleep(1)
+        try:
+            while True:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"spfcore serve exited {self.proc.returncode}; see {log}")
+                try:
+                    if httpx.get(f"{self.base}/health", timeout=5).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() - t0 > a.start_timeout:
+                    raise RuntimeError(f"spfcore serve not up after {a.start_timeout} s; see {log}")
+                time.sleep(1)
+        except BaseException:  # not up, or SIGTERM / Ctrl-C while starting: no server left behind
+            self.stop()
+            raise
         self.start_s = time.monotonic() - t0
 
     def stop(self) -> int:
