@@ -32,6 +32,7 @@ import math
 from bisect import bisect_left
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import islice
 from numbers import Integral
 from types import MappingProxyType
 
@@ -175,8 +176,7 @@ class Evictor:
         """Add cached blocks whose ref count reached 0, in release order
         (vLLM ``append_n``: a finished request's deepest block first)."""
         if self._flat:
-            for i in ids:
-                self._lru[i] = None
+            self._lru.update(dict.fromkeys(ids))  # released blocks are not in it: appended in order
             return
         if not ids:
             return
@@ -185,7 +185,41 @@ class Evictor:
         o = self._order
         self._order = o + len(ids)
         tiers = [1] * len(ids) if admitted is None else [1 if a else 0 for a in admitted]
-        self._place(ids, tiers, cols, range(o + 1, o + 1 + len(ids)))
+        if (cols is None or cols[1] is None and cols[2] is None and cols[3] is None) \
+                and self._entry.keys().isdisjoint(ids):
+            self._append(ids, tiers, None if cols is None else cols[0], o)
+        else:
+            self._place(ids, tiers, cols, range(o + 1, o + 1 + len(ids)))
+
+    def _append(self, ids: Sequence[int], tiers: Sequence[int], values, o: int) -> None:
+        """:meth:`_place` for blocks not in the order yet, with values only
+        (no expiry, no pin) and release orders ``o + 1 ...``, the latest so
+        far: each run of equal ``(tier, value)`` extends its group at once
+        (same order as one :meth:`_link` per block)."""
+        n = len(ids)
+        if values is None:
+            values = [0.0] * n
+        v = self._version
+        self._entry.update(zip(ids, map(list, zip(tiers, values, range(o + 1, o + 1 + n), range(v + 1, v + 1 + n)))))
+        self._version = v + n
+        start = 0
+        while start < n:
+            tier, value = tiers[start], values[start]
+            end = start + 1
+            while end < n and values[end] == value and tiers[end] == tier:
+                end += 1
+            groups = self._groups[tier]
+            g = groups.get(value)
+            if g is None:
+                groups[value] = (list(range(o + 1 + start, o + 1 + end)), list(ids[start:end]))
+                heapq.heappush(self._vheap[tier], value)
+            else:
+                g[0].extend(range(o + 1 + start, o + 1 + end))
+                g[1].extend(ids[start:end])
+            start = end
+        m = len(self._entry)
+        if self._exp_n > 2 * m + 1024 or any(len(h) > 2 * m + 1024 for h in self._vheap):
+            self._compact()
 
     def pin(self, ids: Iterable[int], expires_at_arrival: int) -> int:
         """Pin free cached blocks until an arrival index (prefetch hints).
@@ -466,8 +500,11 @@ class Evictor:
             self._popped = (out, nh, None)
             return out
         if self.fifo:
-            pop = self._lru.popitem
-            out.extend(pop(last=False)[0] for _ in range(need))
+            lru = self._lru
+            got = list(islice(lru, need))  # the least recently released, in order
+            for i in got:
+                del lru[i]
+            out += got
             self._popped = (out, nh, None)
             return out
         if self.ordered:
