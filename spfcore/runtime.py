@@ -425,7 +425,7 @@ class PolicyRuntime:
         hook = self._direct.get(name)
         if hook is None or self.pm._inner_hookexec is not _PLAIN_EXEC:  # e.g. hook-call monitoring added
             hook = getattr(self.hook, name)
-        t = time.perf_counter()
+        t = _perf()
         try:
             if budget is None:
                 res = hook(**kw)
@@ -438,7 +438,7 @@ class PolicyRuntime:
         except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is its fault, not the run's end
             raise PolicyError(f"policy {pol!r} failed in hook {name}: {exc!r}", policy=pol, hook=name) from exc
         finally:
-            dt = time.perf_counter() - t
+            dt = _perf() - t
             self.hook_seconds += dt
             self.hook_calls += 1
         if budget is not None and dt > budget:
