@@ -254,11 +254,12 @@ class Evictor:
         """
         values, exp_t, exp_a, pins = cols if cols is not None else (None, None, None, None)
         entry, pinned_set, cap = self._entry, self._pinned, self.pin_cap
-        link, unlink = self._link, self._unlink
+        groups_t, vheap = self._groups, self._vheap
         exp_t_heap, exp_t_at, exp_a_heap, exp_a_at = self._exp_t, self._exp_t_at, self._exp_a, self._exp_a_at
         heappush, inf = heapq.heappush, math.inf
         v = self._version
         ne = npinned = 0
+        xt_last = xa_last = lt = la = None  # the last expiry met and its list (a batch often shares one)
         for k, i in enumerate(ids):
             tier = tiers[k]
             value = values[k] if values is not None else 0.0
@@ -267,24 +268,26 @@ class Evictor:
                 x = exp_t[k]
                 if x != inf:
                     ne += 1
-                    lst = exp_t_at.get(x)
-                    if lst is None:
-                        exp_t_at[x] = [v, i]
-                        heappush(exp_t_heap, x)
-                    else:
-                        lst.append(v)
-                        lst.append(i)
+                    if x != xt_last:
+                        lt = exp_t_at.get(x)
+                        if lt is None:
+                            lt = exp_t_at[x] = []
+                            heappush(exp_t_heap, x)
+                        xt_last = x
+                    lt.append(v)
+                    lt.append(i)
             if exp_a is not None:
                 x = exp_a[k]
                 if x < NEVER_ARRIVAL:
                     ne += 1
-                    lst = exp_a_at.get(x)
-                    if lst is None:
-                        exp_a_at[x] = [v, i]
-                        heappush(exp_a_heap, x)
-                    else:
-                        lst.append(v)
-                        lst.append(i)
+                    if x != xa_last:
+                        la = exp_a_at.get(x)
+                        if la is None:
+                            la = exp_a_at[x] = []
+                            heappush(exp_a_heap, x)
+                        xa_last = x
+                    la.append(v)
+                    la.append(i)
             pin = False
             if pins is not None and pins[k]:
                 if len(pinned_set) < cap or i in pinned_set:
@@ -297,16 +300,37 @@ class Evictor:
                 if not pin and not was_pinned and old[0] == tier and old[1] == value:
                     old[3] = v  # same rank: stays where it is
                     continue
-                unlink(i, old)
+                order = old[2]
+                go, gi = groups_t[2 if was_pinned else old[0]][old[1]]  # _unlink, inlined
+                j = bisect_left(go, order)
+                del go[j]
+                del gi[j]
                 old[0], old[1], old[3] = tier, value, v
             else:
-                entry[i] = [tier, value, orders[k], v]
+                order = orders[k]
+                entry[i] = [tier, value, order, v]
             if pin:
                 pinned_set.add(i)
                 npinned += 1
-            elif pinned_set:
-                pinned_set.discard(i)
-            link(i, 2 if pin else tier, value, orders[k])
+                ht = 2
+            else:
+                if pinned_set:
+                    pinned_set.discard(i)
+                ht = tier
+            groups = groups_t[ht]  # _link, inlined
+            g = groups.get(value)
+            if g is None:
+                groups[value] = ([order], [i])
+                heappush(vheap[ht], value)
+            else:
+                go, gi = g
+                if not go or order > go[-1]:
+                    go.append(order)
+                    gi.append(i)
+                else:
+                    j = bisect_left(go, order)
+                    go.insert(j, order)
+                    gi.insert(j, i)
         self._version = v
         self._exp_n += ne
         n = len(entry)
