@@ -309,6 +309,9 @@ class PolicyRuntime:
         #: Whether the table keeps every column (else keys only: no hook of the policy reads a block).
         self.track = any(self._has[n] for n in _READS_BLOCKS)
         self._evicted_hook = self._has["spfcore_blocks_evicted"]
+        self._quiet_arrival = not any(self._has[n] for n in ("spfcore_request_arrived", "spfcore_rescore_keys",
+                                                              "spfcore_prefetch_hints", "spfcore_score_blocks",
+                                                              "spfcore_admit_blocks", "spfcore_choose_victims"))
         self._direct = {n: d for n in HOOK_NAMES if (d := _direct_call(pm, n)) is not None}
         table = self.table
         score = admit = choose = None
@@ -480,6 +483,9 @@ class PolicyRuntime:
                                   "(capability needs-future) but the runner supplied none",
                                   policy=self.policy_name, hook="spfcore_future_requests")
             arrival = request.arrival_index
+            if self._quiet_arrival:  # no arrival hook, no score to expire (lru, policy-ordered mode)
+                self.arrival = arrival
+                return
             if self._has["spfcore_request_arrived"]:
                 self._call("spfcore_request_arrived", None, request=request, now=now)
             # Re-score expired scores now (the policy has seen this arrival), not
