@@ -349,7 +349,10 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
     that call: the driver changes its own maps (``cache``, a fresh
     :class:`_Cache` if not given) and ref counts only after the call returns,
     and the runtime undoes its own changes (see :class:`PolicyRuntime`). Every
-    block stays either free in the evictor or referenced."""
+    block stays either free in the evictor or referenced. One request runs at
+    a time, so between requests every block is free: a hit block has ref
+    count 0 before its lookup, and each block a request holds has ref count 1
+    when it is released (``cache`` must start with every ref count 0)."""
     c = _Cache(num_blocks) if cache is None else cache
     first, dups, key_of, ref = c.first, c.dups, c.key_of, c.ref
     first_get, first_set, slow_drop = first.get, first.setdefault, c.drop
