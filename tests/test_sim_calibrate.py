@@ -82,13 +82,14 @@ def test_the_calibrated_simulator_predicts_the_cpu_engines_hit_rate_under_load(t
     three requests in four get the engine's own cached-token count."""
     pytest.importorskip("vllm")
     from spfcore import gate
-    from spfcore.gate_runner import GateConfig, run_load_gate
+    from spfcore.run.pipeline import run_load_gate
+    from spfcore.run.spec import GateConfig
 
     flags = {"personas": 4, "prefix_tokens": 256, "sessions": 8, "turns": 3, "query_tokens": 32, "output_tokens": 8}
     cfg = GateConfig(workload="personas", workload_flags=flags, arms=("lru", "spf_expected_utility"), seeds=(5,),
                      block_size=32, num_blocks=30, cache_pressure=None,
                      engine={"model": "tiny", "max_num_seqs": 4, "dtype": "float32"},
-                     roles=gate.Roles(baseline="lru", oracle=None),
+                     roles=gate.Roles(candidate="spf_expected_utility", baseline="lru", floor="lru", oracle=None),
                      thresholds=gate.GateThresholds(min_seeds=1), command="test")
     doc = run_load_gate(cfg, tmp_path / "r.json", (0.8,), progress=False, plots=False)
     res = json.loads((tmp_path / "load-0.8" / "results.json").read_text())
