@@ -382,19 +382,21 @@ def run_cell(config: Mapping) -> dict:
     Returns:
         ``{"key", "config", "status": "ok" | "error", "cell", "num_blocks",
         "unique_blocks", "infinite_blocks", "block_size", "host", "pid",
-        "seconds"}``: ``cell`` is the simulator's record
+        "seconds", "cpu_seconds"}``: ``cell`` is the simulator's record
         (:func:`spfcore.sim.simulator.simulate`'s fields, no per-request rows)
         or ``{"error": {"policy", "hook", "message"}}``; ``num_blocks`` the
         resolved cache size (fraction ``f``: ``ceil(f * unique_blocks) + 1``,
         the null block included; infinite: the input's never-evicting size);
-        ``seconds`` the cell's wall time including opening the input.
+        ``seconds`` the cell's wall time including opening the input,
+        ``cpu_seconds`` its CPU time (this process's, :func:`time.process_time`:
+        what a shared machine's other work does not inflate).
 
     Never raises for a cell's own failure (bad input, too small a cache, a
     policy fault, code that differs from the key's): that is an error record.
     """
     from spfcore.report import error_of
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     cell = Cell(**{k: v for k, v in config.items() if k not in ("kind", "mode")})
     out: dict = {"key": cell.key, "config": cell.config(), "status": "ok", "num_blocks": None,
                  "unique_blocks": None, "infinite_blocks": None, "block_size": None,
@@ -422,6 +424,7 @@ def run_cell(config: Mapping) -> dict:
     except Exception as exc:  # noqa: BLE001 - recorded; the sweep goes on
         out.update(status="error", cell={"error": error_of(exc, cell.policy)})
     out["seconds"] = time.perf_counter() - t0
+    out["cpu_seconds"] = time.process_time() - c0
     return out
 
 

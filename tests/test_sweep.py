@@ -27,7 +27,7 @@ def _records(folder) -> dict:
     out = {}
     for p in (Path(folder) / "cells").glob("*.json"):
         rec = json.loads(p.read_text())
-        for k in ("host", "pid", "seconds"):
+        for k in ("host", "pid", "seconds", "cpu_seconds"):
             rec.pop(k)
         for k in sweep.TIMING_FIELDS:
             rec["cell"].pop(k, None)
