@@ -30,7 +30,7 @@ ray)
   timeout "${RAY_LIMIT_S:-330}" python3 scripts/gate_ray.py --gpus 2 --model llama-3.2-3b \
     --seeds "${SEEDS:-42,43,44,45}" --out "$W/gate-ray" > "$O/gate_ray.txt" 2>&1 || echo "gate_ray exit $?" >> "$O/gate_ray.txt"
   tar czf "$O/gate-ray.tgz" -C "$W" gate-ray 2>/dev/null || true
-  grep -v -e "WARNING" -e "^(EngineActor" "$O/gate_ray.txt" | tail -n 40
+  grep -v -e "WARNING" -e "^(EngineActor" "$O/gate_ray.txt" | tail -n 40 || true
   ;;
 a)
   ( CUDA_VISIBLE_DEVICES=0 $GATE "${ARGS[@]}" --load 0.5 --capacity-only --output "$W/seed/results.json" > "$W/capacity.log" 2>&1
