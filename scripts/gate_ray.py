@@ -10,9 +10,18 @@ runs ``--preset`` (default ``quick``: the seed's shape with 16x shorter
 prompts) with ``--seeds`` (default 42,43,44,45: two per GPU, and enough for a verdict) twice into fresh folders, the Ray
 run first then the serial one (``--order serial,ray`` swaps them), and prints
 the engine part's wall time of each and the speed-up. A local Ray of G GPUs is
-started here (``--address`` to join a cluster instead). Each run resumes from
+started here (``--address`` to join a cluster instead) and shut down after
+the Ray run, so the serial engine finds its GPU free. Each run resumes from
 its folder when started again (``--time-limit`` for machines lent by the
-minute).
+minute). The speed-up is printed only when both runs finished the same
+engine cells without an error (an error cell is quick and would flatter
+either side: the first H200 tries counted them).
+
+CPU dry run of this script (CPU actors, the embedded tiny model, a small
+workload)::
+
+    python scripts/gate_ray.py --gpus 0 --seeds 1,2 --set personas=4 --set prefix_tokens=256 --set sessions=4 \
+        --set turns=2 --out /tmp/gate-ray-cpu
 """
 
 from __future__ import annotations
@@ -34,6 +43,8 @@ def main(argv=None) -> int:
     ap.add_argument("--order", default="ray,serial")
     ap.add_argument("--out", default="runs/gate-ray")
     ap.add_argument("--time-limit", type=float, default=None)
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a workload flag of the preset (e.g. for a CPU dry run)")
     a = ap.parse_args(argv)
 
     from spfcore import presets
@@ -41,15 +52,18 @@ def main(argv=None) -> int:
     from spfcore.run import pipeline, spec
     from spfcore.sweep import ray_connect
 
+    from spfcore.workloads.options import parse_sets
+
     p = presets.PRESETS[a.preset]
     engine = dict(p["engine"], **({"model": a.model} if a.model else {}))
-    cfg = spec.GateConfig(workload=p["workload"], workload_flags=p["workload_flags"],
+    flags = {**p["workload_flags"], **parse_sets(p["workload"], a.sets)}
+    cfg = spec.GateConfig(workload=p["workload"], workload_flags=flags,
                                  seeds=tuple(int(s) for s in a.seeds.split(",")), block_size=presets.block_size(p),
                                  cache_pressure=p["cache_pressure"], engine=engine, roles=presets.SEED_ROLES,
                                  preset=a.preset, command=" ".join(sys.argv))
     if "ray" in a.order:
         print(ray_connect(a.address, None) if a.address != "local" else _local(a.gpus))
-    walls = {}
+    walls, done = {}, {}
     for kind in a.order.split(","):
         t = {}
 
@@ -65,12 +79,31 @@ def main(argv=None) -> int:
         t0 = time.monotonic()
         res = pipeline.run_gate(cfg, out, engine_cells=timed, time_limit_s=a.time_limit)
         walls[kind] = t.get("engine_s")
-        where = sorted({json.dumps(c.get("runner")) for c in res["cells"]})
-        print(f"{kind}: verdict {res['verdict']['status']}, engine part {walls[kind]:.1f} s, whole gate "
-              f"{time.monotonic() - t0:.1f} s, {len(res['cells'])} engine cells, runners {where}")
+        ok = {(c["arm"], c["seed"]) for c in res["cells"] if not c.get("error")}
+        errors = [f"{c['arm']}/{c['seed']}: {str(c['error'])[:200]}" for c in res["cells"] if c.get("error")]
+        done[kind] = (ok, errors)
+        where = sorted({json.dumps(c.get("runner")) for c in res["cells"] if c.get("runner")})
+        engine_s = "-" if walls[kind] is None else f"{walls[kind]:.1f} s"  # None: every cell reused
+        cells_s = sum(c.get("wall_s") or 0 for c in res["cells"] if not c.get("error"))
+        print(f"{kind}: verdict {res['verdict']['status']}, engine part {engine_s}, whole gate "
+              f"{time.monotonic() - t0:.1f} s, engine cells {len(ok)} ok / {len(errors)} failed of "
+              f"{len(cfg.arms) * len(cfg.seeds)} (their own wall time summed: {cells_s:.1f} s; the rest of the "
+              f"engine part is engine starts and warm-ups), runners {where}", flush=True)
+        for e in errors:
+            print(f"  error cell {e}")
+        if kind == "ray" and a.address == "local":
+            import ray
+
+            ray.shutdown()  # the actors' GPUs are free for the serial engine
     if {"ray", "serial"} <= set(walls):
-        print(f"engine part: serial {walls['serial']:.1f} s, Ray ({a.gpus} GPUs) {walls['ray']:.1f} s, "
-              f"speed-up x{walls['serial'] / walls['ray']:.2f}")
+        full = {(arm, s) for arm in cfg.arms for s in cfg.seeds}
+        if all(done[k] == (full, []) for k in ("ray", "serial")) and None not in walls.values():
+            one, many = ("1 GPU", f"{a.gpus} GPUs") if a.gpus else ("one CPU engine", "CPU actors")
+            print(f"engine part, the same {len(full)} cells without error: serial ({one}) {walls['serial']:.1f} s, "
+                  f"Ray ({many}) {walls['ray']:.1f} s, speed-up x{walls['serial'] / walls['ray']:.2f}")
+        else:
+            print("no figure: the two runs did not both finish every engine cell without error (see above)")
+            return 1
     return 0
 
 

@@ -4,6 +4,8 @@
 #   bash scripts/gpu_h200_x2.sh a   # GPU0: lru's capacity, then seed 42 at 0.5 and 0.8 of it
 #                                   # GPU1: `spfcore serve` bench (lru vs spf, vLLM's client), then seeds 43, 44 at 0.8
 #   bash scripts/gpu_h200_x2.sh b   # GPU0: seed 43 at 0.5; GPU1: seed 44 at 0.5; then the merged gate at 0.5,0.8
+#   bash scripts/gpu_h200_x2.sh ray # the gate's engine cells (quick preset, 4 seeds x 5 arms) on 2 GPU Ray actors,
+#                                   # then on one engine (1 GPU): engine wall time of each, same cells (~5 min)
 # The seed's workload (16 personas x 8192 tokens, 32 sessions x 4 turns, Llama-3.2-3B architecture,
 # random weights, block size 16, 3,561 blocks = pressure 2.3), Poisson arrivals at fractions of lru's
 # measured capacity, all five shipped arms. The gate's per-(seed, level) jobs share one fingerprint;
@@ -23,7 +25,13 @@ level() {  # GPU SEED LOAD
     --time-limit 500 --output "$W/seed-$2-$3/results.json" > "$W/seed-$2-$3.log" 2>&1 || true
 }
 pack() { tar czf "$O/h200.tgz" -C "$(dirname "$W")" "$(basename "$W")" $( [ -d /tmp/serve ] && echo -C /tmp serve ) 2>/dev/null || true; }
-case "${1:?a|b}" in
+case "${1:?a|b|ray}" in
+ray)
+  timeout "${RAY_LIMIT_S:-330}" python3 scripts/gate_ray.py --gpus 2 --model llama-3.2-3b \
+    --seeds "${SEEDS:-42,43,44,45}" --out "$W/gate-ray" > "$O/gate_ray.txt" 2>&1 || echo "gate_ray exit $?" >> "$O/gate_ray.txt"
+  tar czf "$O/gate-ray.tgz" -C "$W" gate-ray 2>/dev/null || true
+  grep -v -e "WARNING" -e "^(EngineActor" "$O/gate_ray.txt" | tail -n 40 || true
+  ;;
 a)
   ( CUDA_VISIBLE_DEVICES=0 $GATE "${ARGS[@]}" --load 0.5 --capacity-only --output "$W/seed/results.json" > "$W/capacity.log" 2>&1
     level 0 42 0.5; level 0 42 0.8 ) &

@@ -59,6 +59,21 @@ class SweepError(ValueError):
     names the field (or file) at fault."""
 
 
+class InputError(SweepError):
+    """An input of the grid that no cell could replay (a malformed trace
+    line, an empty trace, a block size its requests cannot be keyed at),
+    found by :func:`check_inputs` before any cell runs.
+
+    Attributes:
+        param: The command-line option at fault (``--trace``,
+            ``--block-size``, ``--workload``), for the CLI's usage error.
+    """
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 # ------------------------------------------------------------------ the grid
 
 
@@ -331,6 +346,11 @@ class Grid:
 # ------------------------------------------------------------------ one cell (runs in a worker)
 
 
+def _ident_json(ident: Mapping) -> str:
+    """An input's identity (:meth:`Source.identity`, a cell's ``source`` less its label) as canonical JSON."""
+    return json.dumps({k: v for k, v in ident.items() if k != "label"}, sort_keys=True)
+
+
 @functools.lru_cache(maxsize=2)
 def _open(source_json: str, seed: int, block_size: int | None):
     from spfcore.sim.cell import open_input
@@ -362,19 +382,21 @@ def run_cell(config: Mapping) -> dict:
     Returns:
         ``{"key", "config", "status": "ok" | "error", "cell", "num_blocks",
         "unique_blocks", "infinite_blocks", "block_size", "host", "pid",
-        "seconds"}``: ``cell`` is the simulator's record
+        "seconds", "cpu_seconds"}``: ``cell`` is the simulator's record
         (:func:`spfcore.sim.simulator.simulate`'s fields, no per-request rows)
         or ``{"error": {"policy", "hook", "message"}}``; ``num_blocks`` the
         resolved cache size (fraction ``f``: ``ceil(f * unique_blocks) + 1``,
         the null block included; infinite: the input's never-evicting size);
-        ``seconds`` the cell's wall time including opening the input.
+        ``seconds`` the cell's wall time including opening the input,
+        ``cpu_seconds`` its CPU time (this process's, :func:`time.process_time`:
+        what a shared machine's other work does not inflate).
 
     Never raises for a cell's own failure (bad input, too small a cache, a
     policy fault, code that differs from the key's): that is an error record.
     """
     from spfcore.report import error_of
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     cell = Cell(**{k: v for k, v in config.items() if k not in ("kind", "mode")})
     out: dict = {"key": cell.key, "config": cell.config(), "status": "ok", "num_blocks": None,
                  "unique_blocks": None, "infinite_blocks": None, "block_size": None,
@@ -383,8 +405,7 @@ def run_cell(config: Mapping) -> dict:
         if _code(cell.policy) != json.dumps(cell.code, sort_keys=True):
             raise SweepError(f"field 'code': the code on {socket.gethostname()} ({_code(cell.policy)}) is not the "
                              f"code the sweep was keyed on ({json.dumps(cell.code, sort_keys=True)})")
-        inp = _open(json.dumps({k: v for k, v in cell.source.items() if k != "label"}, sort_keys=True),
-                    cell.seed, cell.block_size)
+        inp = _open(_ident_json(cell.source), cell.seed, cell.block_size)
         out.update(block_size=inp.block_size, infinite_blocks=inp.infinite_blocks)
         if "infinite" in cell.size:
             nb, arm, env = inp.infinite_blocks, "lru", {}  # a measurement, not an arm: no allow/block lists
@@ -403,7 +424,52 @@ def run_cell(config: Mapping) -> dict:
     except Exception as exc:  # noqa: BLE001 - recorded; the sweep goes on
         out.update(status="error", cell={"error": error_of(exc, cell.policy)})
     out["seconds"] = time.perf_counter() - t0
+    out["cpu_seconds"] = time.process_time() - c0
     return out
+
+
+def check_inputs(grid: Grid, sources: Iterable[Source] | None = None) -> None:
+    """Open and scan each input once, before any cell runs, so that an input
+    no cell could replay is one clear error instead of a failed record per
+    cell: a trace is streamed once at the grid's block size (every line
+    parsed and checked: :func:`spfcore.sim.simulator.scan`; memory: one
+    request at a time; time: one pass, e.g. about that of one LRU cell
+    without the cache); a generated workload is built and keyed for the first
+    seed. Seeds change neither a trace's lines nor its keys' computability,
+    so one seed is checked. What depends on the cell (a cache too small for
+    the largest request, a policy fault) stays a per-cell error.
+
+    Args:
+        grid: The :class:`Grid` (its first seed and block size are used).
+        sources: The inputs to check (default: all of ``grid.sources``).
+
+    Raises:
+        InputError: the first input at fault; the message names the file,
+            line and field for a malformed trace line
+            (``FILE:LINE: field 'NAME': problem``), the file for an empty or
+            unknown trace, the file and block size for requests that cannot
+            be keyed at the block size.
+        SweepError: a trace that cannot be read or changed since the grid was made.
+    """
+    import click
+
+    for src in grid.sources if sources is None else sources:
+        param = "--trace" if src.trace is not None else "--workload"
+        try:
+            _open(_ident_json(src.identity()), grid.seeds[0], grid.block_size)
+        except click.ClickException as exc:  # empty or unknown trace, bad generator flag
+            raise InputError(exc.message, param) from None
+        except SweepError:
+            raise
+        except ValueError as exc:  # TraceError (FILE:LINE: field ...) or keys not computable at this block size
+            from spfcore.workloads.traces import TraceError
+
+            if isinstance(exc, TraceError):
+                raise InputError(str(exc), param) from None
+            where = src.trace if src.trace is not None else src.label
+            bs = grid.block_size
+            raise InputError(f"{where}: {exc}" + (" (set by --block-size)" if bs is not None else ""),
+                             "--block-size" if bs is not None else param) from None
 
 
 # ------------------------------------------------------------------ executors
@@ -556,6 +622,8 @@ def run_sweep(grid: Grid, folder: str | os.PathLike, *, workers: int = 1, ray_ad
 
     Raises:
         spfcore.fileio.OutputInUseError: another live run holds the folder.
+        InputError: an input no cell could replay (:func:`check_inputs`);
+            nothing is written.
         SweepError: a trace cannot be read, or the folder holds a bad cell file.
         OSError: the folder cannot be written.
     """
@@ -564,6 +632,12 @@ def run_sweep(grid: Grid, folder: str | os.PathLike, *, workers: int = 1, ray_ad
     t0 = time.perf_counter()
     folder = Path(folder)
     cells = grid.cells()
+    # inputs of the cells still to run are checked before anything is written (a finished grid reads no trace)
+    todo_inputs = {_ident_json(c.source) for c in cells
+                   if (r := read_cell(folder, c.key)) is None or r["status"] != "ok"}
+    check_inputs(grid, [s for s in grid.sources if _ident_json(s.identity()) in todo_inputs])
+    if workers > 1 or ray_address is not None:
+        _open.cache_clear()  # the check's opened inputs are this process's; the workers open their own
     with output_lock(folder / "sweep"):
         for stale in (folder / "cells").glob(".*.tmp"):  # write_atomic's, of a killed run
             stale.unlink(missing_ok=True)
@@ -625,7 +699,16 @@ def summarize(records: Iterable[Mapping]) -> list[dict]:
         "miss_ratio", "evictions", "cell_seconds"}``: ``miss_ratio = 1 -
         block_hit_rate`` (prompt block references that missed), means over the
         seeds that ran (None when none did); ``errors``: one line per failed
-        seed. Ordered by input, variant (first seen), size in blocks.
+        seed; ``num_blocks``: the resolved cache size, mean over the seeds
+        that ran, or when every seed failed over the failed seeds that got as
+        far as sizing (a cache too small, a policy fault), else None.
+
+        Order: by input; then the policy variants in first-seen order, Belady
+        next to last and the infinite cache last; within a variant by cache
+        size in blocks, failed rows in their size's place. A row whose size
+        was never resolved (every seed failed before sizing: a fraction of an
+        input that could not be opened) comes after the variant's sized rows,
+        by its fraction.
     """
     from spfcore.report import error_text
 
@@ -649,15 +732,20 @@ def summarize(records: Iterable[Mapping]) -> list[dict]:
                      "size_label": size_label(sz), "seeds": sorted(r["config"]["seed"] for r in ok),
                      "errors": [f"seed {r['config']['seed']}: {error_text(r['cell']['error'])}"
                                 for r in rs if r["status"] != "ok"],
-                     "num_blocks": mean([r["num_blocks"] for r in ok]),
+                     "num_blocks": mean([r["num_blocks"] for r in (ok or rs)]),
                      "token_hit_rate": mean([c["token_hit_rate"] for c in cs]),
                      "block_hit_rate": mean([c["block_hit_rate"] for c in cs]),
                      "miss_ratio": mean([1 - c["block_hit_rate"] for c in cs]),
                      "evictions": mean([c["evictions"] for c in cs]),
                      "cell_seconds": mean([r["seconds"] for r in ok])})
     order = {v: i for i, v in enumerate(dict.fromkeys(r["variant"] for r in rows))}
+    def size_key(r):
+        if r["num_blocks"] is not None:
+            return (0, r["num_blocks"])
+        return (0, r["size"]["blocks"]) if "blocks" in r["size"] else (1, r["size"].get("fraction", math.inf))
+
     rows.sort(key=lambda r: (r["source"], r["policy"] == INFINITE, r["policy"] == BELADY, order[r["variant"]],
-                             r["num_blocks"] if r["num_blocks"] is not None else math.inf))
+                             size_key(r)))
     return rows
 
 

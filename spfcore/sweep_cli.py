@@ -159,6 +159,8 @@ def sweep_command(folder, policies, blocks, fractions, traces, limit, tokens_per
                    disable=None)
         out = sweep.run_sweep(grid, folder, workers=workers, ray_address=ray_address,
                               command=command_line(click.get_current_context()), on_cell=progress)
+    except sweep.InputError as exc:  # found before any cell ran; nothing written
+        raise click.BadParameter(str(exc), param_hint=exc.param) from None
     except sweep.SweepError as exc:
         raise click.ClickException(str(exc)) from None
     except OSError as exc:  # OutputInUseError is a RuntimeError: below

@@ -52,7 +52,10 @@ def test_gate_engine_cells_on_ray_actors(tmp_path):
         s = sim[c["arm"], c["seed"]]
         assert [q["cached_tokens"] for q in c["requests"]] == [q["cached_tokens"] for q in s["requests"]], c["arm"]
     assert res["verdict"]["status"] in ("SURVIVES", "FAILS", "INVALID-HARNESS", "NO-HEADROOM")
-    assert sidecar_path(out).read_text().splitlines() == lines  # the second run reused every cell
+    # the second run reused every cell: it appended only its own call record ({"call_wall_s"}), no cell
+    after = sidecar_path(out).read_text().splitlines()
+    assert after[:len(lines)] == lines and len(after) == len(lines) + 1 and "call_wall_s" in json.loads(after[-1])
+    assert again["run"]["reused_cells"] == again["run"]["cells"] == res["run"]["cells"]
     assert json.loads(json.dumps(again["verdict"])) == json.loads(json.dumps(res["verdict"]))
 
 

@@ -27,7 +27,7 @@ def _records(folder) -> dict:
     out = {}
     for p in (Path(folder) / "cells").glob("*.json"):
         rec = json.loads(p.read_text())
-        for k in ("host", "pid", "seconds"):
+        for k in ("host", "pid", "seconds", "cpu_seconds"):
             rec.pop(k)
         for k in sweep.TIMING_FIELDS:
             rec["cell"].pop(k, None)
@@ -216,6 +216,92 @@ def test_failed_cells_and_bad_folder(tmp_path, monkeypatch):
                                            "60", "--ray-address", "auto", *WL])
     assert no_cluster.exit_code == 2 and "--ray-address" in no_cluster.output
     assert "Could not find any running Ray instance" in no_cluster.output
+
+
+def _bad_line(src: Path, dst: Path, lineno: int, field: str, value) -> Path:
+    lines = src.read_text().splitlines()
+    obj = json.loads(lines[lineno - 1])
+    obj[field] = value
+    lines[lineno - 1] = json.dumps(obj)
+    dst.write_text("\n".join(lines) + "\n")
+    return dst
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_bad_trace_is_refused_before_any_cell(tmp_path, trace, workers):
+    bad = _bad_line(trace, tmp_path / "bad.jsonl", 7, "input_length", "abc")
+    out = tmp_path / "sw"
+    args = ["sweep", "-o", str(out), "--policies", "lru,frequency", "--num-blocks", "100,200", "--seeds", "1,2",
+            "--workers", str(workers)]
+    res = CliRunner().invoke(main, [*args, "--trace", str(trace), "--trace", str(bad)])
+    assert res.exit_code == 2, res.output
+    assert f"Invalid value for --trace: {bad}:7: field 'input_length': expected an int >= 1, got 'abc'" in res.output
+    assert "failed" not in res.output and not out.exists()  # one error, no cell run, nothing written
+    # the check reads what the cells read: the first 6 requests are good
+    ok = CliRunner().invoke(main, [*args, "--trace", str(bad), "--limit", "6", "--no-ceilings"])
+    assert ok.exit_code == 0 and "8 cells: 0 reused" in ok.stderr and "(0 failed)" in ok.stderr
+
+
+def test_bad_inputs_refused_up_front(tmp_path, trace):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    base = ["sweep", "-o", str(tmp_path / "sw"), "--policies", "lru", "--num-blocks", "100"]
+    res = CliRunner().invoke(main, [*base, "--trace", str(empty)])
+    assert res.exit_code == 2 and "Invalid value for --trace: " in res.output and "empty trace" in res.output
+    # hash-id trace lines cannot be keyed at another block size than the trace's
+    mooncake = tmp_path / "mc.jsonl"
+    assert CliRunner().invoke(main, ["make-trace", str(mooncake), "--requests", "20"]).exit_code == 0
+    res = CliRunner().invoke(main, [*base, "--trace", str(mooncake), "--block-size", "16"])
+    assert res.exit_code == 2 and "Invalid value for --block-size: " in res.output
+    assert f"{mooncake}: request" in res.output and "block size 16 differs" in res.output
+    assert not (tmp_path / "sw").exists()
+    # the library raises InputError, and writes nothing either
+    grid = sweep.Grid((sweep.Source(trace=str(_bad_line(trace, tmp_path / "b.jsonl", 2, "output_length", -1))),),
+                      (0,), (sweep.Variant("lru"),), ({"blocks": 100},))
+    with pytest.raises(sweep.InputError, match=r"b\.jsonl:2: field 'output_length'") as info:
+        sweep.run_sweep(grid, tmp_path / "lib")
+    assert info.value.param == "--trace" and not (tmp_path / "lib").exists()
+
+
+def test_each_input_is_scanned_once_inline(tmp_path, trace, monkeypatch):
+    import spfcore.sim.cell as cell_mod
+
+    calls = []
+    real = cell_mod.scan
+    monkeypatch.setattr(cell_mod, "scan", lambda *a, **k: calls.append(1) or real(*a, **k))
+    sweep._open.cache_clear()
+    grid = sweep.Grid((sweep.Source(trace=str(trace)),), (0,), (sweep.Variant("lru"), sweep.Variant("frequency")),
+                      ({"blocks": 100}, {"blocks": 200}))
+    out = sweep.run_sweep(grid, tmp_path / "sw")
+    assert (out.total, out.ran, out.failed) == (7, 7, 0) and len(calls) == 1  # the check's scan serves every cell
+    sweep._open.cache_clear()
+    again = sweep.run_sweep(grid, tmp_path / "sw")
+    assert again.ran == 0 and len(calls) == 1  # a finished grid reads no trace
+
+
+def test_failed_rows_sort_in_their_size_place(tmp_path):
+    out = tmp_path / "sw"
+    # 0.01 of the distinct blocks and 8 blocks are too small for these requests: both fail, 60 runs
+    res = CliRunner().invoke(main, ["sweep", "-o", str(out), "--policies", "lru,frequency", "--num-blocks", "60,8",
+                                    "--fractions", "0.01", "--seeds", "1", *WL])
+    assert res.exit_code == 4, res.output
+    rows = json.loads((out / "summary.json").read_text())["rows"]
+    got = [(r["variant"], r["size_label"], bool(r["seeds"])) for r in rows]
+    assert got == [("lru", "1%", False), ("lru", "8", False), ("lru", "60", True),
+                   ("frequency", "1%", False), ("frequency", "8", False), ("frequency", "60", True),
+                   ("belady_oracle", "1%", False), ("belady_oracle", "8", False), ("belady_oracle", "60", True),
+                   ("infinite", "inf", True)]
+    small = rows[0]
+    assert small["errors"] and 2 <= small["num_blocks"] < 8  # the failed fraction's resolved size, shown and sorted
+    assert rows[1]["num_blocks"] == 8 and rows[1]["miss_ratio"] is None
+    # a size never resolved (every seed failed before sizing) goes after the variant's sized rows
+    recs = [{"config": {**sweep.Cell(source={"label": "x"}, seed=0, policy="lru", options={}, size=s).config()},
+             "status": st, "num_blocks": nb, "seconds": 1.0, "key": "k",
+             "cell": ({"error": {"policy": "lru", "hook": None, "message": "m"}} if st == "error" else
+                      {"token_hit_rate": 0.5, "block_hit_rate": 0.5, "evictions": 1})}
+            for s, st, nb in [({"fraction": 0.5}, "error", None), ({"blocks": 40}, "ok", 40),
+                              ({"fraction": 0.1}, "error", None), ({"blocks": 20}, "error", None)]]
+    assert [r["size_label"] for r in sweep.summarize(recs)] == ["20", "40", "10%", "50%"]
 
 
 def test_second_live_run_is_refused(tmp_path):
