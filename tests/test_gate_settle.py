@@ -258,3 +258,28 @@ def test_a_time_limit_covers_every_level(tmp_path):
                         sim_fn=sim_fn(log), ceilings_fn=ceilings_fn, progress=False, plots=False, time_limit_s=0)
     assert [lv["status"] for lv in doc["levels"]] == ["INCOMPLETE", "INCOMPLETE"]
     assert [x for x in log if x[0] != "sim"] == []  # no engine cell at either level
+
+
+def test_settled_mode_judges_throughput_by_the_policys_own_cost():
+    # the engine's throughput swings by tens of percent per seed (a shared machine): its interval
+    # straddles 1% and would need many passes; the policy's own seconds per request decide instead
+    def cells(spf_policy_s):
+        out = grid(**{**ORACLE_OK, "spf_expected_utility": {"prefill": 500, "thr": (1.3, 0.7, 1.05)}})
+        for c in out:  # 24 requests per run; lru spends 0.24 ms per run in spfcore
+            c.update(num_requests=24, policy_seconds=spf_policy_s if c["arm"] == "spf_expected_utility" else 0.00024)
+        return out
+
+    point = evaluate(cells(0.0024), sim=sim(), seeds=SEEDS, resamples=400)
+    assert point.criterion("throughput_regression").ci.low < 0.01 < point.criterion("throughput_regression").ci.high
+    v = evaluate(cells(0.0024), sim=sim(), seeds=SEEDS, resamples=400, settle=True)
+    (pc,) = v.info
+    # (0.1 - 0.01) ms per request over lru's 1 s per request: 0.009%, its interval well below 1%
+    assert pc.value == pytest.approx(0.00009) and pc.passed is True and pc.ci.high < 0.01
+    assert "decides throughput" in pc.note
+    assert v.status == gate.SURVIVES
+    # 12 ms per request of its own: 1.2% of lru's wall time per request -> FAILS, named as policy_cost
+    v = evaluate(cells(0.288), sim=sim(), seeds=SEEDS, resamples=400, settle=True)
+    assert v.status == gate.FAILS and v.info[0].value == pytest.approx(0.01199)
+    assert any(r.startswith("policy_cost +0.0120 is not < 0.01") for r in v.reasons)
+    # without policy seconds in the cells the engine's throughput is judged, as before
+    assert settled(spf_expected_utility={"prefill": 500, "thr": (1.3, 0.7, 1.05)}).status == gate.INCONCLUSIVE

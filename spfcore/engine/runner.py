@@ -290,8 +290,8 @@ class EngineSession:
             "evict_calls", "hints_issued", "hints_used", "pins_refused",
             "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "ttft_mean_s",
             "e2e_p50_s", "e2e_p95_s", "throughput_rps", "wall_s", "block_size",
-            "num_blocks", "policy_faults", "policy_fault", "fail_open_allocations",
-            "fail_open_blocks", "requests": [{"request_id", "session_id",
+            "num_blocks", "max_num_seqs", "max_num_batched_tokens", "policy_faults",
+            "policy_fault", "fail_open_allocations", "fail_open_blocks", "requests": [{"request_id", "session_id",
             "prefix_group", "arrival_s", "prompt_tokens", "cached_tokens",
             "ttft_s", "e2e_s", "queue_s" (scheduled - queued, vLLM engine-core
             timestamps), "preemptions"}], "queue_p50_s", "queue_p95_s",
@@ -416,6 +416,8 @@ class EngineSession:
             "evict_calls": 0, "hints_issued": 0, "hints_used": 0, "pins_refused": 0}
         cell = {"arm": self.arm, "seed": seed, "mode": mode, "workload": workload.name,
                 "block_size": self.block_size, "num_blocks": self.num_blocks,
+                "max_num_seqs": int(self.scheduler.max_num_running_reqs),  # the simulator's limits
+                "max_num_batched_tokens": int(self.scheduler.max_num_scheduled_tokens),
                 "num_requests": len(rows), "prompt_tokens": prompt, "cached_tokens": cached,
                 "token_hit_rate": cached / prompt if prompt else 0.0,
                 "prefill_tokens_recomputed": prompt - cached}

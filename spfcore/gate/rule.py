@@ -512,6 +512,17 @@ def evaluate(cells: Iterable[Mapping], *, roles: Roles, sim: Mapping | None = No
     if settle and have:
         crit = _with_unit_intervals(crit, arm_cells, roles)
     by = {c.name: c for c in crit}
+    if settle and have and info[0].value is not None:
+        # Settled mode judges throughput by the candidate's own cost per request: the engine's throughput
+        # (still listed) needed 24 to ~100,000 more passes to settle < 1% on a shared machine
+        # (results/cpu-quick-gate-x5), while the policy's seconds barely move with machine noise.
+        pc = info[0]
+        lo, hi = units_t_interval([(c["policy_seconds"] / c["num_requests"] - f["policy_seconds"] / f["num_requests"])
+                                   * f["throughput_rps"] for c, f in zip(arm_cells(roles.candidate),
+                                                                         arm_cells(roles.floor))])
+        info = (attrs.evolve(pc, passed=_passes(pc.value, "<", pc.threshold), ci=CI(lo, hi, 0.95, 0, "units-t"),
+                             note=pc.note.replace("informative, not in the rule", "decides throughput (settled)")),)
+        by["throughput_regression"] = info[0]
     rule = bool((by["ttft_p95_improvement"].passed or by["prefill_reduction"].passed)
                 and by["throughput_regression"].passed and by["wasted_hints"].passed)
     tri = {n: _settled(by[n]) if settle else by[n].passed for n in RULE_CRITERIA}
@@ -530,7 +541,7 @@ def evaluate(cells: Iterable[Mapping], *, roles: Roles, sim: Mapping | None = No
             c = by[n]
             more = repeats_to_settle(c, units)
             ci_s = f"[{c.ci.low:+.4f}, {c.ci.high:+.4f}]" if c.ci else "(no interval)"
-            reasons.append(f"{n} {_f4(c.value)}: its {BOOTSTRAP_LEVEL:.0%} CI {ci_s} contains the threshold "
+            reasons.append(f"{c.name} {_f4(c.value)}: its {BOOTSTRAP_LEVEL:.0%} CI {ci_s} contains the threshold "
                            f"{c.op} {c.threshold:g}; "
                            + (f"about {more} more pass(es) over the {len(common)} seed(s) would likely settle it"
                               if more is not None else "more repeats are unlikely to settle it (the estimate "
@@ -543,7 +554,7 @@ def evaluate(cells: Iterable[Mapping], *, roles: Roles, sim: Mapping | None = No
                                f"{roles.baseline} reaches its threshold")
             for n in ("throughput_regression", "wasted_hints"):
                 if tri[n] is False:
-                    reasons.append(f"{n} {_f4(by[n].value)} is not {by[n].op} {by[n].threshold}")
+                    reasons.append(f"{by[n].name} {_f4(by[n].value)} is not {by[n].op} {by[n].threshold}")
     if not incomplete and not settle:
         for c in crit:  # a verdict resting on a point estimate whose interval straddles the line
             if c.ci is not None and c.value is not None and c.ci.low < c.threshold < c.ci.high:

@@ -47,20 +47,33 @@ pass without keeping keys. Concurrent mode holds the prepared workload.
 Time: sequential mode uses a virtual clock of one second per request
 (``now = arrival index``); policies should decide by arrival index anyway.
 
-Concurrent mode (continuous batching, a deliberately simple model of vLLM's
-``Scheduler.schedule``): steps on a virtual clock. A step of ``n`` scheduled
-tokens lasts ``step_overhead_s + n * per_token_s`` seconds. Requests enter the
-waiting queue at ``arrival_s`` (``runtime.arrived`` then). In each step the
-running requests are served first, in admission order (a decode needs 1
-token; a prefill takes a chunk of at most the remaining token budget), then
-waiting requests are admitted FIFO while fewer than ``max_running`` run and
-budget is left; a request whose first chunk does not fit in the free blocks
-waits. A running request that needs a block when none is free preempts the
-most recently admitted running request (itself if it is the last): its blocks
-are released tail first (no ``finished`` event), it goes back to the front of
-the waiting queue and recomputes from its prefix-cache hit. A request's cached
-tokens are those of its first lookup (vLLM ``num_cached_tokens``). TTFT = end
-of the step that computed its last prompt token - ``arrival_s``.
+Concurrent mode (continuous batching, a model of vLLM's ``Scheduler.schedule``
+with the FCFS policy, vLLM 0.24 and 0.32 alike): steps on a virtual clock. A
+step that schedules ``n`` tokens lasts ``step_overhead_s + n * per_token_s``
+seconds (:func:`spfcore.sim.calibrate.fit_timing` fits both on an engine
+run). Requests enter the waiting queue at ``arrival_s`` (``runtime.arrived``
+then). In each step the running requests are served first, in admission
+order: each gets ``min(num_tokens - computed, budget)`` tokens (a prefill
+chunk, or 1 decode token), with ``num_tokens`` = prompt + outputs so far.
+Then, unless a request was preempted in this step (vLLM admits none then),
+waiting requests are admitted FIFO while fewer than ``max_running``
+(``max_num_seqs``) run and budget (``max_num_batched_tokens``) is left; a
+request is admitted only if its *whole* sequence fits in the free blocks
+(vLLM's ``scheduler_reserve_full_isl``, on by default), counting its free
+hit blocks; else it and those behind it wait. A running request that needs
+a block when none is free preempts the most recently admitted running
+request (``running.pop()``); if that is itself, no further running request
+is scheduled in this step. A preempted request's blocks are released tail
+first (no ``finished`` event); it goes back to the front of the waiting
+queue, keeps its outputs so far and recomputes prompt + outputs from its
+prefix-cache hit (vLLM's recompute preemption). A step ending a request's
+prefill (``computed == num_tokens``) samples one output token. A request's
+cached tokens are those of its first admission (vLLM ``num_cached_tokens``).
+Blocks are hashed when scheduled, as vLLM's ``allocate_slots`` ->
+``cache_blocks`` does: the full blocks of ``computed + new`` tokens. Per
+request: TTFT = end of the step that samples its first token - ``arrival_s``;
+queue = first admission - ``arrival_s``; e2e = end of its last step -
+``arrival_s``.
 """
 
 from __future__ import annotations
@@ -428,18 +441,26 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
 
 
 class _Req:
-    __slots__ = ("j", "blocks", "computed", "outputs", "done_hash", "first_lookup", "first_token")
+    __slots__ = ("j", "blocks", "computed", "outputs", "done_hash", "first_lookup", "first_token", "mark")
 
     def __init__(self, j):
         self.j, self.blocks, self.computed, self.outputs, self.done_hash = j, [], 0, 0, 0
-        self.first_lookup = self.first_token = None
+        self.first_lookup = self.first_token = self.mark = None
 
 
 def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, max_running: int,
                     token_budget: int, step_overhead_s: float, per_token_s: float,
                     cache: _Cache | None = None):
-    """The concurrent replay; returns per-request hit blocks and TTFTs. A
-    runtime call that raises leaves the pool (``cache``, ref counts, the
+    """The concurrent replay (vLLM's ``Scheduler.schedule``, see the module
+    doc); returns per-request lists ``(hit blocks, TTFT s, e2e s, queue s,
+    spans)``: queue = first admission - arrival (vLLM's ``scheduled_ts -
+    queued_ts``); ``spans[j] = (kp, np, kd, nd)``: the steps and the tokens
+    those steps scheduled (all requests) from the request's first admission to
+    its first token (``kp``, ``np``) and from then to its end (``kd``, ``nd``),
+    so its prefill time (TTFT - queue) is ``kp * step_overhead_s + np *
+    per_token_s`` and its decode time ``kd * step_overhead_s + nd * per_token_s``
+    (:mod:`spfcore.sim.calibrate` fits the two costs on them).
+    A runtime call that raises leaves the pool (``cache``, ref counts, the
     runtime) as before that call, as in :func:`_run_sequential`."""
     bs = prep.block_size
     c = _Cache(num_blocks) if cache is None else cache
@@ -450,7 +471,9 @@ def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, m
     arr = [r.arrival_s for r in prep.workload.requests]
     n = len(views)
     hits = [0] * n
-    ttft = [0.0] * n
+    ttft, e2e, queue = [0.0] * n, [0.0] * n, [0.0] * n
+    spans: list = [None] * n
+    steps = step_tokens = 0  # steps done and tokens they scheduled, for the spans
     waiting: deque[_Req] = deque()
     running: list[_Req] = []
     nxt, finished_n, t = 0, 0, 0.0
@@ -494,12 +517,14 @@ def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, m
         rt.release(cached_ids, hashless, now)
         for b in r.blocks:
             ref[b] -= 1
-        r.blocks, r.computed, r.outputs, r.done_hash = [], 0, 0, 0
+        r.blocks, r.computed, r.done_hash = [], 0, 0
 
-    def preempt(r: _Req, now: float):
+    def preempt(r: _Req, now: float):  # vLLM _preempt_request: recompute, the outputs so far are kept
+        nonlocal preempted
         free(r, now)
         running.remove(r)
         waiting.appendleft(r)
+        preempted = True
 
     while finished_n < n:
         while nxt < n and arr[nxt] <= t:
@@ -510,40 +535,34 @@ def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, m
             t = arr[nxt]
             continue
         budget = token_budget
+        preempted = False
         sched: list[tuple[_Req, int]] = []
         for r in list(running):
             if budget <= 0:
                 break
             if r not in running:  # preempted by an earlier request this step
                 continue
-            j = r.j
-            if r.computed < P[j]:
-                ntok = min(P[j] - r.computed, budget)
-                total = r.computed + ntok
-                cache_to = total
-            else:
-                ntok = 1
-                total = r.computed + 1
-                cache_to = P[j] + r.outputs
-            if not grab(r, total, t):
-                continue
-            cache_upto(r, min(total, cache_to), t)
+            num_tokens = P[r.j] + r.outputs
+            ntok = min(num_tokens - r.computed, budget)  # a prefill chunk, or 1 decode token
+            if not grab(r, r.computed + ntok, t):
+                break  # vLLM: the request preempted itself, scheduling of running requests stops
+            cache_upto(r, r.computed + ntok, t)
             sched.append((r, ntok))
             budget -= ntok
-        while waiting and len(running) < max_running and budget > 0:
+        while not preempted and waiting and len(running) < max_running and budget > 0:
             r = waiting[0]
             j = r.j
-            fk = FK[j]
-            maxhit = min(len(fk), (P[j] - 1) // bs)
+            num_tokens = P[j] + r.outputs  # a preempted request recomputes its outputs too
             hb = []
-            for k in fk[:maxhit]:
-                b = first.get(k)
+            for d in range((num_tokens - 1) // bs):  # the last token is always computed
+                b = first.get(key_at(j, d))
                 if b is None:
                     break
                 hb.append(b)
             h = len(hb)
-            ntok = min(P[j] - h * bs, budget)
-            need = -(-(h * bs + ntok) // bs) - h + sum(1 for b in hb if not ref[b])
+            ntok = min(num_tokens - h * bs, budget)
+            # vLLM scheduler_reserve_full_isl: the whole sequence must fit, not just the first chunk
+            need = -(-num_tokens // bs) - h + sum(1 for b in hb if not ref[b])
             if need > len(ev):
                 break
             rt.hit(views[j], hb, t)
@@ -555,6 +574,8 @@ def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, m
             if r.first_lookup is None:
                 r.first_lookup = h
                 hits[j] = h
+                r.mark = (steps, step_tokens)
+                queue[j] = t - arr[j]
             r.blocks = hb
             r.computed, r.done_hash = h * bs, h
             running.append(r)
@@ -564,25 +585,30 @@ def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, m
             budget -= ntok
         ntoks = token_budget - budget
         t_end = t + step_overhead_s + ntoks * per_token_s
+        steps += 1
+        step_tokens += ntoks
         for r, ntok in sched:
             if r not in running:
                 continue
             j = r.j
-            was_prefill = r.computed < P[j]
             r.computed += ntok
-            if was_prefill and r.computed < P[j]:
+            if r.computed < P[j] + r.outputs:  # a prefill chunk short of the end samples nothing
                 continue
             r.outputs += 1
-            if was_prefill and r.outputs == 1 and r.first_token is None:
+            if r.first_token is None:
                 r.first_token = t_end
                 ttft[j] = t_end - arr[j]
+                k0, n0 = r.mark
+                r.mark = (steps, step_tokens, steps - k0, step_tokens - n0)
             if r.outputs >= O[j]:
                 rt.finished(views[j], t_end)
                 free(r, t_end)
                 running.remove(r)
                 finished_n += 1
+                e2e[j] = t_end - arr[j]
+                spans[j] = r.mark[2:] + (steps - r.mark[0], step_tokens - r.mark[1])
         t = t_end
-    return hits, ttft
+    return hits, ttft, e2e, queue, spans
 
 
 @contextlib.contextmanager
@@ -617,7 +643,12 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
         max_running: Concurrent mode: most requests running at once.
         token_budget: Concurrent mode: tokens scheduled per step (chunked prefill).
         seed: Recorded in the result (the workload's own seed decides its content).
-        step_overhead_s, per_token_s: Concurrent mode cost model, seconds.
+        step_overhead_s, per_token_s: Concurrent mode cost model: a step that
+            schedules ``n`` tokens lasts ``step_overhead_s + n * per_token_s``
+            seconds; :func:`spfcore.sim.calibrate.fit_timing` fits both (and
+            ``max_running``, ``token_budget``) on an engine run. The defaults
+            are no engine's: on the H200 (Llama-3.2-3B, vLLM 0.24, eager) the
+            fit gives 12-19 ms + 12-14 us/token.
         env: Environment for the allow/block lists and ``SPFCORE_HOOK_BUDGET_MS``.
         hook_budget_ms: Most wall time of one hook call, ms (a call over it
             fails the arm with a PolicyError), or None: see
@@ -633,7 +664,8 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
         ``wall_seconds`` (the replay loop alone, s: no preparation, no
         future hand-over), and ``requests``: per request ``request_id,
         session_id, prefix_group, arrival_s, prompt_tokens, cached_tokens``
-        (+ ``ttft_s`` in concurrent mode).
+        (+ ``ttft_s``, ``e2e_s``, ``queue_s`` in concurrent mode, whose cell
+        also records ``max_running, token_budget, step_overhead_s, per_token_s``).
 
     Raises:
         spfcore.registry.PolicyConfigError: unknown/broken arm or bad option.
@@ -666,14 +698,16 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
         rt.set_future(views)
     with _no_gc():
         t = time.perf_counter()
-        hits, ttft = _run_concurrent(prep, rt, num_blocks, views, max_running, token_budget,
-                                     step_overhead_s, per_token_s)
+        hits, ttft, e2e, queue, _ = _run_concurrent(prep, rt, num_blocks, views, max_running, token_budget,
+                                                    step_overhead_s, per_token_s)
         wall = time.perf_counter() - t
     rows = [(v.request_id, v.session_id, v.prefix_group, a, v.num_prompt_tokens, h)
             for v, a, h in zip(prep.views, arr, hits)]
     totals = (len(rows), sum(prep.prompt_tokens), sum(len(v.block_keys) for v in prep.views), sum(hits))
-    rec = _cell(arm, seed, mode, num_blocks, block_size, totals, rt, wall, rows, {"ttft_s": ttft})
-    rec.update(max_running=max_running, token_budget=token_budget)
+    rec = _cell(arm, seed, mode, num_blocks, block_size, totals, rt, wall, rows,
+                {"ttft_s": ttft, "e2e_s": e2e, "queue_s": queue})
+    rec.update(max_running=max_running, token_budget=token_budget, step_overhead_s=step_overhead_s,
+               per_token_s=per_token_s)
     return rec
 
 
