@@ -40,9 +40,10 @@ Generators (flags and defaults in :data:`GENERATORS`; common flags in
   (popularity Zipf ``alpha``), then a fresh question. ``doc_order``:
   ``ranked`` (documents sorted by corpus rank, so requests sharing their
   most popular documents share a prefix) or ``retrieved`` (in draw order:
-  only the first document's prefix is shared). A request is followed by
-  ``followups`` follow-up questions on the same documents with probability
-  ``followup_p`` each, later in the stream.
+  only the first document's prefix is shared). A retrieval is followed by
+  up to ``followups`` follow-up questions on the same documents (each next
+  one with probability ``followup_p``), later in the stream; conversations
+  are interleaved at random.
 * ``scan`` - a hot working set under scans: ``hot`` prefixes of
   ``prefix_tokens`` (popularity Zipf ``alpha``) + fresh query, and every
   ``scan_every`` such requests a scan of ``scan_length`` one-off prompts of
@@ -277,10 +278,7 @@ def _rag(rng, *, docs, doc_tokens, system_tokens, k, alpha, requests, query_toke
             conv.append(Request(f"{tag}q{i}-f{f}", 0.0, ctx + _tokens(rng, query_tokens, vocab), output_tokens,
                                 session_id=f"{tag}u{i}", prefix_group=f"{tag}d{pick[0]}"))
         streams.append(conv)
-    # a conversation's follow-ups come later in the stream: interleave, keeping request order i
-    firsts = [c[0] for c in streams]
-    rest = [c[1:] for c in streams if len(c) > 1]
-    return _interleave(rng, [firsts, *rest]) if rest else firsts
+    return _interleave(rng, streams)  # a conversation's follow-ups come after its first question
 
 
 def _scan(rng, *, hot, prefix_tokens, alpha, requests, query_tokens, scan_every, scan_length, scan_tokens,
