@@ -41,19 +41,15 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from arms_table import CLASSIC, ORACLE, SHAPES, SHIPPED, TRACE, gap  # noqa: E402
+from arms_table import CLASSIC, HELD_OUT, ORACLE, SHAPES, SHIPPED, TRACE, gap  # noqa: E402
 
 SPF = "spf_expected_utility"
-HELD_OUT = {"agents": {}, "rag": {}, "scan": {}, "mix": {}}
 #: parameter -> values tried by the coordinate descent (the default included)
 GRID = {
-    "count_weight": [0.0, 0.5],
+    "count_weight": [0.0, 0.5, 1.0],
     "prior_weight": [0.1, 0.3, 1.0],
-    "max_count": [4, 8, 12],
     "depth_classes": [1, 4, 6],
-    "ghost_factor": [2.0, 4.0, 8.0],
-    "gap_octaves": [1, 2],
-    "decay": [0.99, 0.999],
+    "max_count": [4, 8, 12],
 }
 REFERENCE = [a for a in SHIPPED if a != SPF] + CLASSIC
 
@@ -104,6 +100,18 @@ def _run(job) -> tuple:
     return cell, arm, options, r["block_hit_rate"]
 
 
+def _source_digest() -> str:
+    """First 12 hex digits of the SHA-256 of spf's source files: a cached
+    spf result counts only for the code that made it."""
+    import hashlib
+
+    import spfcore_spf_expected_utility as m
+    h = hashlib.sha256()
+    for f in sorted(Path(m.__file__).parent.glob("*.py")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def _cid(cell) -> str:
     return f"{cell[0]}|{cell[3]}"
 
@@ -148,7 +156,7 @@ class Tuner:
     def spf(self, cells, options: dict) -> dict:
         """spf's block hit per cell id under ``options`` (string dict); runs
         kept for the report (same cell, same options: same result)."""
-        key = f"{SPF} {json.dumps(options, sort_keys=True)}"
+        key = f"{SPF} {_source_digest()} {json.dumps(options, sort_keys=True)}"
         todo = [c for c in cells if key not in self.ref.get(_cid(c), {})]
         for c, _, _, v in self._map([(c, SPF, options, self.trace) for c in todo]):
             self.ref.setdefault(_cid(c), {})[key] = v
