@@ -152,7 +152,8 @@ def render(rows: dict, arms: list[str], seeds: list[int]) -> str:
     for name, r in rows.items():
         ps = r["per_seed"]
         mean = {k: sum(c[k] for c in ps) / len(ps) for k in ps[0]}
-        t1 += f"| {name} | " + " | ".join(f"{mean[k]:.4f}" for k in arms + [ORACLE]) + " |\n"
+        label = f"{name} (held out)" if name in HELD_OUT else name
+        t1 += f"| {label} | " + " | ".join(f"{mean[k]:.4f}" for k in arms + [ORACLE]) + " |\n"
         cols = []
         for k in arms:
             g = gap(mean[k], mean["lru"], mean[ORACLE])
@@ -166,9 +167,10 @@ def render(rows: dict, arms: list[str], seeds: list[int]) -> str:
                 s += f" [{min(per):+.0%}..{max(per):+.0%}]"
             best = max(gap(mean[x], mean["lru"], mean[ORACLE]) for x in arms)
             cols.append(f"**{s}**" if g == best and g > 0 else s)
-        t2 += f"| {name}{' (held out)' if name in HELD_OUT else ''} | " + " | ".join(cols) + " |\n"
+        t2 += f"| {label} | " + " | ".join(cols) + " |\n"
     note = (f"Generators: seeds {seeds[0]}..{seeds[-1]} ({len(seeds)} seeds), means; block size 16, cache "
-            "pressure 2.3. Trace: Mooncake conversation, 512 tokens per block; halves from an empty cache.\n")
+            "pressure 2.3; *held out*: shapes no spf parameter was chosen on (benchmarks/tune_spf.py). "
+            "Trace: Mooncake conversation, 512 tokens per block; halves from an empty cache.\n")
     return ("## Every online arm vs Belady (benchmarks/arms_table.py)\n\n### Block hit rate\n\n" + note + "\n" + t1 + "\n### Share of the LRU→Belady gap closed\n\n"
             "(arm − lru) / (belady − lru) on block hit rate; generator rows give the range over seeds; "
             "bold: the best arm of the row.\n\n" + t2)

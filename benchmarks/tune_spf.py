@@ -240,13 +240,16 @@ def main(argv=None) -> int:
     best = objective(summarize(train, tu.ref, tu.spf(train, cur)))
     log = [f"start {cur or 'defaults'}: train {best:+.2%}"]
     print(log[-1], file=sys.stderr)
+    from spfcore_spf_expected_utility import ExpectedUtilityParams
+    defaults = ExpectedUtilityParams()
     if not a.no_tune:
         for _ in range(a.passes):
             for k in filter(None, a.params.split(",")):
+                now = cur.get(k, getattr(defaults, k))
                 for v in GRID[k]:
-                    trial = {**cur, k: str(v)}
-                    if trial == cur:
+                    if str(v) == str(now):  # the incumbent's own value
                         continue
+                    trial = {**cur, k: str(v)}
                     score = objective(summarize(train, tu.ref, tu.spf(train, trial)))
                     log.append(f"{k}={v}: train {score:+.2%}")
                     print(log[-1], f"({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
