@@ -7,6 +7,7 @@ trace: block hit rate and the share of the LRU->Belady gap each arm closes.
     python benchmarks/arms_table.py --no-trace --json shapes.json &      # two processes, merged after
     python benchmarks/arms_table.py --shapes '' --json trace.json
     python benchmarks/arms_table.py --merge shapes.json trace.json --output docs/results/arms-table.md
+    python benchmarks/arms_table.py --arms spf_expected_utility --update old.json --json new.json  # one arm anew
 
 ``scripts/results.sh`` runs it and includes the markdown in docs/results.md.
 
@@ -44,6 +45,8 @@ CLASSIC = ["arc", "s3fifo", "sieve", "lirs", "gdsf", "twoq"]
 ORACLE = "belady_oracle"
 SHAPES = {"personas": {}, "personas-shuffled": {"order": "shuffled"}, "zipf": {}, "bursty": {},
           "revisit": {}, "multiturn": {}}
+#: shapes spf was never tuned on (benchmarks/tune_spf.py reports them apart)
+HELD_OUT = {"agents": {}, "rag": {}, "scan": {}, "mix": {}}
 
 
 def _seeds(s: str) -> list[int]:
@@ -68,7 +71,10 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="42-44", help="generator seeds, e.g. 42-44 or 0-9 or 1,2")
     ap.add_argument("--trace", default=str(TRACE.resolve()))
     ap.add_argument("--no-trace", action="store_true")
-    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--shapes", default=",".join([*SHAPES, *HELD_OUT]))
+    ap.add_argument("--arms", help="recompute only these arms (comma list); the others come from --update")
+    ap.add_argument("--update", metavar="JSON",
+                    help="an earlier --json output: its rows are kept, the recomputed arms replace theirs")
     ap.add_argument("--output", help="write the markdown table here (else stdout)")
     ap.add_argument("--json", help="write the raw numbers here")
     ap.add_argument("--merge", nargs="+", metavar="JSON",
@@ -82,6 +88,20 @@ def main(argv=None) -> int:
         return 2
     seeds = _seeds(a.seeds)
     rows: dict[str, dict] = {}
+    old = json.loads(Path(a.update).read_text()) if a.update else {}
+    run_arms = [x for x in a.arms.split(",") if x] if a.arms else arms + [ORACLE]
+
+    def run_cells(name, idx, wl, nb, bs):
+        """Recomputed arms of one cell, the others from ``--update``."""
+        got = cells(wl, [x for x in arms + [ORACLE] if x in run_arms], nb, bs)
+        prev = old.get(name, {}).get("per_seed", [])
+        if idx < len(prev):
+            got = {**prev[idx], **got}
+        missing = [x for x in arms + [ORACLE] if x not in got]
+        if missing:
+            raise SystemExit(f"{name}: no value for {missing} (not recomputed and not in --update)")
+        return got
+
     if a.merge:
         for f in a.merge:
             rows.update(json.loads(Path(f).read_text()))
@@ -91,13 +111,15 @@ def main(argv=None) -> int:
         seeds = next((r["seeds"] for r in rows.values() if r["seeds"]), seeds)
     t0 = time.perf_counter()
     for shape in filter(None, a.shapes.split(",")):
-        name, flags = shape, SHAPES[shape]
+        name, flags = shape, {**SHAPES, **HELD_OUT}[shape]
         gen = "personas" if shape.startswith("personas") else shape
         per_seed = []
-        for s in seeds:
+        if old.get(name) and old[name]["seeds"] != seeds:
+            raise SystemExit(f"{name}: --update has seeds {old[name]['seeds']}, not {seeds}")
+        for j, s in enumerate(seeds):
             wl = make(gen, seed=s, **flags)
             nb = num_blocks_for_pressure(wl, 2.3, 16)
-            per_seed.append(cells(wl, arms + [ORACLE], nb, 16))
+            per_seed.append(run_cells(name, j, wl, nb, 16))
             print(f"{name} seed {s}: {time.perf_counter() - t0:.0f}s", file=sys.stderr)
         rows[name] = {"per_seed": per_seed, "seeds": seeds}
     if not a.no_trace and Path(a.trace).exists():
@@ -108,8 +130,8 @@ def main(argv=None) -> int:
         for nb in (1828, 9140):
             for part, rs in parts.items():
                 w = Workload(f"{wl.name}-{part}", {**wl.params, "part": part}, rs)
-                rows[f"mooncake {nb} blocks, {part}"] = {"per_seed": [cells(w, arms + [ORACLE], nb, 512)],
-                                                         "seeds": None}
+                name = f"mooncake {nb} blocks, {part}"
+                rows[name] = {"per_seed": [run_cells(name, 0, w, nb, 512)], "seeds": None}
                 print(f"mooncake {nb} {part}: {time.perf_counter() - t0:.0f}s", file=sys.stderr)
     md = render(rows, arms, seeds)
     if missing:
@@ -130,7 +152,8 @@ def render(rows: dict, arms: list[str], seeds: list[int]) -> str:
     for name, r in rows.items():
         ps = r["per_seed"]
         mean = {k: sum(c[k] for c in ps) / len(ps) for k in ps[0]}
-        t1 += f"| {name} | " + " | ".join(f"{mean[k]:.4f}" for k in arms + [ORACLE]) + " |\n"
+        label = f"{name} (held out)" if name in HELD_OUT else name
+        t1 += f"| {label} | " + " | ".join(f"{mean[k]:.4f}" for k in arms + [ORACLE]) + " |\n"
         cols = []
         for k in arms:
             g = gap(mean[k], mean["lru"], mean[ORACLE])
@@ -144,9 +167,10 @@ def render(rows: dict, arms: list[str], seeds: list[int]) -> str:
                 s += f" [{min(per):+.0%}..{max(per):+.0%}]"
             best = max(gap(mean[x], mean["lru"], mean[ORACLE]) for x in arms)
             cols.append(f"**{s}**" if g == best and g > 0 else s)
-        t2 += f"| {name} | " + " | ".join(cols) + " |\n"
+        t2 += f"| {label} | " + " | ".join(cols) + " |\n"
     note = (f"Generators: seeds {seeds[0]}..{seeds[-1]} ({len(seeds)} seeds), means; block size 16, cache "
-            "pressure 2.3. Trace: Mooncake conversation, 512 tokens per block; halves from an empty cache.\n")
+            "pressure 2.3; *held out*: shapes no spf parameter was chosen on (benchmarks/tune_spf.py). "
+            "Trace: Mooncake conversation, 512 tokens per block; halves from an empty cache.\n")
     return ("## Every online arm vs Belady (benchmarks/arms_table.py)\n\n### Block hit rate\n\n" + note + "\n" + t1 + "\n### Share of the LRU→Belady gap closed\n\n"
             "(arm − lru) / (belady − lru) on block hit rate; generator rows give the range over seeds; "
             "bold: the best arm of the row.\n\n" + t2)

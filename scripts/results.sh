@@ -48,14 +48,20 @@ if [ "${1:-}" != "--sim-only" ]; then
   fi
 fi
 
-# Every online arm, the classic plugins included, vs Belady: generators (seeds 42-44) and both halves
-# of the trace, with the share of the LRU->Belady gap closed (a markdown section of the page).
+# Every online arm, the classic plugins included, vs Belady: generators (seeds 42-44; the held-out
+# shapes agents, rag, scan, mix included) and both halves of the trace, with the share of the LRU->Belady gap closed (a markdown section of the page).
 .venv/bin/python benchmarks/arms_table.py --seeds 42-44 --trace "$TRACE" --output "$D/arms-table.md.tmp" \
   --json "$D/arms-table.json" && mv "$D/arms-table.md.tmp" "$D/arms-table.md"
+
+# spf's defaults on its train part (generator seeds 0-9, trace 1st half), report part (seeds 42-44, 2nd half)
+# and held-out shapes (the search that chose them: benchmarks/tune_spf.py, log in $D/tune-spf-search.md).
+.venv/bin/python benchmarks/tune_spf.py --no-tune --trace "$TRACE" --output "$D/tune-spf.md.tmp" \
+  && mv "$D/tune-spf.md.tmp" "$D/tune-spf.md"
 
 gates=$(ls "$D"/gate-*/results.json 2>/dev/null || true)
 inc=()
 [ -f "$D/arms-table.md" ] && inc+=(--include "$D/arms-table.md")
+[ -f "$D/tune-spf.md" ] && inc+=(--include "$D/tune-spf.md")
 [ -f "$D/overhead-cpu.txt" ] && inc+=(--include "$D/overhead-cpu.txt")
 "$S" results-page "$D"/sim-*.json $gates "${inc[@]}" --title "spfcore results" --output docs/results.md
 echo "wrote docs/results.md"

@@ -142,3 +142,75 @@ def test_pressure_counts_keys_shared_by_two_requests_only():
         num_blocks_for_pressure(lonely, 2.0, 16)
     with pytest.raises(ValueError, match="must be > 0"):
         num_blocks_for_pressure(wl, 0, 16)
+
+
+def test_agents_steps_grow_by_call_and_result_and_share_the_manifest():
+    wl = make("agents", seed=4, agent_types=2, system_tokens=32, manifest_tokens=48, sessions=5, steps=3,
+              task_tokens=8, result_tokens=16, output_tokens=4)
+    by_session: dict[str, list] = {}
+    for r in wl.requests:
+        by_session.setdefault(r.session_id, []).append(r)
+    assert len(by_session) == 5
+    for rs in by_session.values():
+        assert [int(r.request_id.split("-t")[1]) for r in rs] == list(range(len(rs)))  # steps in order
+        assert 2 <= len(rs) <= 5
+        for a, b in zip(rs, rs[1:]):
+            assert b.prompt_token_ids[: a.num_prompt_tokens + 4] == a.prompt_token_ids + a.output_token_ids
+            assert b.num_prompt_tokens == a.num_prompt_tokens + 4 + 16
+    first = [rs[0] for rs in by_session.values()]
+    assert len({r.prompt_token_ids[:32] for r in first}) == 1  # one system prompt
+    by_type: dict[str, set] = {}
+    for r in first:
+        by_type.setdefault(r.prefix_group, set()).add(r.prompt_token_ids[:80])
+    assert all(len(v) == 1 for v in by_type.values())  # system + the type's manifest
+    assert len({r.prompt_token_ids[:80] for r in first}) == len(by_type)
+
+
+def test_rag_documents_ranked_and_followups_reuse_them():
+    kw = dict(docs=6, doc_tokens=16, system_tokens=8, k=3, requests=20, query_tokens=4, followups=2,
+              followup_p=1.0)
+    wl = make("rag", seed=2, **kw)
+    assert len(wl.requests) == 60  # every follow-up taken at p = 1
+    by_q: dict[str, list] = {}
+    for r in wl.requests:
+        by_q.setdefault(r.request_id.split("-f")[0], []).append(r)
+    for rs in by_q.values():
+        assert [r.request_id.split("-f")[1] for r in rs] == ["0", "1", "2"]  # follow-ups come later
+        assert len({r.prompt_token_ids[:8 + 48] for r in rs}) == 1  # same documents
+        assert len({r.prompt_token_ids[8 + 48:] for r in rs}) == 3  # new questions
+    ranked = make("rag", seed=2, **kw).requests
+    drawn = make("rag", seed=2, doc_order="retrieved", **kw).requests
+    assert [r.prompt_token_ids[8:] for r in ranked] != [r.prompt_token_ids[8:] for r in drawn]
+    # same draws, other order: the same multiset of documents per request
+    assert [sorted(r.prompt_token_ids[8:56]) for r in ranked] == [sorted(r.prompt_token_ids[8:56]) for r in drawn]
+    assert len(make("rag", seed=2, **{**kw, "followup_p": 0.0}).requests) == 20
+    with pytest.raises(ValueError, match="flag 'k'"):
+        make("rag", seed=0, docs=2, k=3)
+
+
+def test_scan_one_offs_between_hot_requests():
+    wl = make("scan", seed=1, hot=3, prefix_tokens=32, requests=8, query_tokens=4, scan_every=4, scan_length=2,
+              scan_tokens=16)
+    ids = [r.request_id for r in wl.requests]
+    assert ids == ["h0", "h1", "h2", "h3", "scan-0", "scan-1", "h4", "h5", "h6", "h7", "scan-2", "scan-3"]
+    hot = [r for r in wl.requests if r.request_id.startswith("h")]
+    assert {r.prompt_token_ids[:32] for r in hot} <= {r.prompt_token_ids[:32] for r in hot[:8]}
+    assert len({r.prompt_token_ids[:32] for r in hot}) <= 3
+    scans = [r.prompt_token_ids for r in wl.requests if r.request_id.startswith("scan")]
+    assert len(set(scans)) == 4 and all(r.session_id.startswith("scan") for r in wl.requests[4:6])
+    with pytest.raises(ValueError, match="flag 'hot'"):
+        make("scan", seed=0, hot=0)
+
+
+def test_mix_interleaves_streams_keeping_their_order():
+    wl = make("mix", seed=3, chat_sessions=3, agent_sessions=2, rag_requests=5, oneoff_requests=4)
+    kinds = {r.request_id.split("-")[0] for r in wl.requests}
+    assert kinds == {"chat", "agent", "rag", "once"}
+    assert sum(r.request_id.startswith("once") for r in wl.requests) == 4
+    assert sum(r.request_id.startswith("chat") for r in wl.requests) == 3 * 4
+    chat = [r for r in wl.requests if r.request_id.startswith("chat")]
+    for s in {r.session_id for r in chat}:
+        turns = [int(r.request_id.split("-t")[1]) for r in chat if r.session_id == s]
+        assert turns == sorted(turns)
+    other = make("mix", seed=4, chat_sessions=3, agent_sessions=2, rag_requests=5, oneoff_requests=4)
+    assert [r.request_id for r in other.requests] != [r.request_id for r in wl.requests]

@@ -27,6 +27,33 @@ Generators (flags and defaults in :data:`GENERATORS`; common flags in
   ``t`` is the previous prompt + the previous output + a new query. Output
   tokens are drawn by the workload (``Request.output_token_ids``).
 
+* ``agents`` - multi-turn tool-using agents: every prompt starts with one
+  ``system_tokens`` system prompt (shared by all) and the tool manifest of the
+  agent's type (``agent_types`` manifests of ``manifest_tokens``, type drawn
+  by a Zipf law of exponent ``alpha``), then the agent's task; step ``t`` is
+  the previous prompt + the previous tool call (``output_tokens``, drawn by
+  the workload) + the tool's result (``result_tokens`` fresh tokens).
+  ``sessions`` agents of 2..2*``steps``-1 steps run interleaved (random order
+  that keeps each agent's steps in order).
+* ``rag`` - retrieval-augmented prompts: a ``system_tokens`` system prompt,
+  then ``k`` distinct documents of ``doc_tokens`` from a corpus of ``docs``
+  (popularity Zipf ``alpha``), then a fresh question. ``doc_order``:
+  ``ranked`` (documents sorted by corpus rank, so requests sharing their
+  most popular documents share a prefix) or ``retrieved`` (in draw order:
+  only the first document's prefix is shared). A retrieval is followed by
+  up to ``followups`` follow-up questions on the same documents (each next
+  one with probability ``followup_p``), later in the stream; conversations
+  are interleaved at random.
+* ``scan`` - a hot working set under scans: ``hot`` prefixes of
+  ``prefix_tokens`` (popularity Zipf ``alpha``) + fresh query, and every
+  ``scan_every`` such requests a scan of ``scan_length`` one-off prompts of
+  ``scan_tokens`` fresh tokens (a batch job: never reused).
+* ``mix`` - production-like mixture of the shapes above: chat (``multiturn``
+  sessions, shuffled), ``agents``, ``rag`` and one-off prompts, sized by
+  ``chat_sessions``, ``agent_sessions``, ``rag_requests``, ``oneoff_requests``,
+  interleaved at random (each stream keeps its own order; request ids are
+  prefixed by the stream).
+
 Arrival processes (flag ``arrival``): ``sequential`` (every ``arrival_s`` is
 0; sequential runners ignore it), ``rate`` (request ``i`` at ``i / rate``
 seconds), ``poisson`` (exponential gaps of mean ``1 / rate`` seconds).
@@ -184,6 +211,108 @@ def _multiturn(rng, *, personas, prefix_tokens, sessions, turns, query_tokens, o
     return out
 
 
+def _at_least(lo: int, **flags) -> None:
+    """Raise ValueError naming the first flag below ``lo``."""
+    for k, v in flags.items():
+        if v < lo:
+            raise ValueError(f"flag {k!r}: must be >= {lo}, got {v}")
+
+
+def _zipf_weights(n: int, alpha: float) -> np.ndarray:
+    """Probability of rank ``r`` (1-based) proportional to ``r**-alpha``."""
+    w = np.arange(1, n + 1, dtype=float) ** -alpha
+    return w / w.sum()
+
+
+def _interleave(rng, streams: list[list]) -> list:
+    """Random interleaving of ``streams`` that keeps each stream's order
+    (every remaining element equally likely next)."""
+    slots = np.repeat(np.arange(len(streams)), [len(x) for x in streams])
+    rng.shuffle(slots)
+    pos = [0] * len(streams)
+    out = []
+    for k in slots.tolist():
+        out.append(streams[k][pos[k]])
+        pos[k] += 1
+    return out
+
+
+def _agents(rng, *, agent_types, system_tokens, manifest_tokens, alpha, sessions, steps, task_tokens,
+            result_tokens, output_tokens, vocab, tag=""):
+    _at_least(1, agent_types=agent_types, steps=steps)
+    system = _tokens(rng, system_tokens, vocab)
+    manifests = [_tokens(rng, manifest_tokens, vocab) for _ in range(agent_types)]
+    type_of = rng.choice(agent_types, size=sessions, p=_zipf_weights(agent_types, alpha)).tolist()
+    runs = []
+    for s in range(sessions):
+        n = int(rng.integers(2, max(3, 2 * steps)))
+        prompt = system + manifests[type_of[s]] + _tokens(rng, task_tokens, vocab)
+        run = []
+        for t in range(n):
+            call = _tokens(rng, output_tokens, vocab)
+            run.append(Request(f"{tag}a{s}-t{t}", 0.0, prompt, output_tokens, session_id=f"{tag}a{s}",
+                               prefix_group=f"{tag}tools{type_of[s]}", output_token_ids=call))
+            prompt = prompt + call + _tokens(rng, result_tokens, vocab)
+        runs.append(run)
+    return _interleave(rng, runs)
+
+
+def _rag(rng, *, docs, doc_tokens, system_tokens, k, alpha, requests, query_tokens, output_tokens, doc_order,
+         followups, followup_p, vocab, tag=""):
+    _at_least(1, docs=docs, k=k)
+    if k > docs:
+        raise ValueError(f"flag 'k': {k} documents per prompt but the corpus has {docs} ('docs')")
+    system = _tokens(rng, system_tokens, vocab)
+    corpus = [_tokens(rng, doc_tokens, vocab) for _ in range(docs)]
+    p = _zipf_weights(docs, alpha)
+    streams = []
+    for i in range(requests):
+        pick = rng.choice(docs, size=k, replace=False, p=p).tolist()
+        if doc_order == "ranked":
+            pick.sort()
+        ctx = system + tuple(t for d in pick for t in corpus[d])
+        conv = []
+        for f in range(1 + followups):
+            if f and rng.random() >= followup_p:
+                break
+            conv.append(Request(f"{tag}q{i}-f{f}", 0.0, ctx + _tokens(rng, query_tokens, vocab), output_tokens,
+                                session_id=f"{tag}u{i}", prefix_group=f"{tag}d{pick[0]}"))
+        streams.append(conv)
+    return _interleave(rng, streams)  # a conversation's follow-ups come after its first question
+
+
+def _scan(rng, *, hot, prefix_tokens, alpha, requests, query_tokens, scan_every, scan_length, scan_tokens,
+          output_tokens, vocab):
+    _at_least(1, hot=hot)
+    prefixes = [_tokens(rng, prefix_tokens, vocab) for _ in range(hot)]
+    pick = rng.choice(hot, size=requests, p=_zipf_weights(hot, alpha)).tolist()
+    out, k = [], 0
+    for i, h in enumerate(pick):
+        out.append(Request(f"h{i}", 0.0, prefixes[h] + _tokens(rng, query_tokens, vocab), output_tokens,
+                           session_id=f"h{i}", prefix_group=f"p{h}"))
+        if scan_every and (i + 1) % scan_every == 0:
+            for _ in range(scan_length):
+                out.append(Request(f"scan-{k}", 0.0, _tokens(rng, scan_tokens, vocab), output_tokens,
+                                   session_id=f"scan-{k}", prefix_group=None))
+                k += 1
+    return out
+
+
+def _mix(rng, *, chat_sessions, agent_sessions, rag_requests, oneoff_requests, output_tokens, vocab):
+    chat = _multiturn(rng, personas=4, prefix_tokens=1536, sessions=chat_sessions, turns=4, query_tokens=128,
+                      output_tokens=output_tokens, order="shuffled", vocab=vocab)
+    chat = [attrs.evolve(r, request_id="chat-" + r.request_id, session_id="chat-" + r.session_id) for r in chat]
+    agents = _agents(rng, agent_types=3, system_tokens=512, manifest_tokens=2048, alpha=1.0,
+                     sessions=agent_sessions, steps=4, task_tokens=128, result_tokens=384,
+                     output_tokens=output_tokens, vocab=vocab, tag="agent-")
+    rag = _rag(rng, docs=32, doc_tokens=768, system_tokens=256, k=3, alpha=1.0, requests=rag_requests,
+               query_tokens=64, output_tokens=output_tokens, doc_order="ranked", followups=1, followup_p=0.3,
+               vocab=vocab, tag="rag-")
+    oneoff = [Request(f"once-{i}", 0.0, _tokens(rng, int(rng.integers(256, 4096)), vocab), output_tokens,
+                      session_id=f"once-{i}") for i in range(oneoff_requests)]
+    return _interleave(rng, [chat, agents, rag, oneoff])
+
+
 GENERATORS: dict[str, Generator] = {
     g.name: g
     for g in (
@@ -213,6 +342,48 @@ GENERATORS: dict[str, Generator] = {
             Flag("output_tokens", int, 32, "tokens generated per turn (by the workload)"),
             _ORDER,
         ), "growing history: prompt = previous prompt + previous output + new query"),
+        Generator("agents", _agents, (
+            Flag("agent_types", int, 4, "tool manifests (agent types)"),
+            Flag("system_tokens", int, 1024, "tokens of the system prompt shared by every agent"),
+            Flag("manifest_tokens", int, 2048, "tokens per tool manifest"),
+            Flag("alpha", float, 1.0, "Zipf exponent of agent-type popularity"),
+            Flag("sessions", int, 24, "agents (sessions)"),
+            Flag("steps", int, 4, "steps per agent are drawn from 2..2*steps-1"),
+            Flag("task_tokens", int, 256, "tokens of an agent's task"),
+            Flag("result_tokens", int, 512, "tokens of a tool result appended per step"),
+            Flag("output_tokens", int, 64, "tokens of a tool call (generated, in the next prompt)"),
+        ), "tool-using agents: system + tool manifest + task + growing call/result history"),
+        Generator("rag", _rag, (
+            Flag("docs", int, 48, "documents in the corpus"),
+            Flag("doc_tokens", int, 1024, "tokens per document"),
+            Flag("system_tokens", int, 512, "tokens of the system prompt"),
+            Flag("k", int, 4, "documents per prompt"),
+            Flag("alpha", float, 1.0, "Zipf exponent of document popularity"),
+            Flag("requests", int, 96, "retrievals (first questions)"),
+            Flag("query_tokens", int, 64, "fresh question tokens"),
+            Flag("output_tokens", int, 32, "tokens to generate per request"),
+            Flag("doc_order", str, "ranked", "document order in the prompt", ("ranked", "retrieved")),
+            Flag("followups", int, 2, "most follow-up questions on the same documents"),
+            Flag("followup_p", float, 0.4, "probability of each next follow-up"),
+        ), "retrieval-augmented prompts: system + k shared documents in varying combinations + question"),
+        Generator("scan", _scan, (
+            Flag("hot", int, 8, "hot prefixes"),
+            Flag("prefix_tokens", int, 4096, "tokens per hot prefix"),
+            Flag("alpha", float, 0.8, "Zipf exponent of hot-prefix popularity"),
+            Flag("requests", int, 128, "requests on the hot set"),
+            Flag("query_tokens", int, 128, "fresh query tokens per hot request"),
+            Flag("scan_every", int, 16, "hot requests between scans (0: no scans)"),
+            Flag("scan_length", int, 12, "one-off prompts per scan"),
+            Flag("scan_tokens", int, 2048, "tokens per one-off prompt"),
+            Flag("output_tokens", int, 32, "tokens to generate per request"),
+        ), "a hot prefix set under periodic scans of one-off prompts"),
+        Generator("mix", _mix, (
+            Flag("chat_sessions", int, 12, "chat sessions (multiturn, 4 personas of 1536 tokens, 4 turns)"),
+            Flag("agent_sessions", int, 10, "agents (3 tool manifests of 2048 tokens)"),
+            Flag("rag_requests", int, 40, "retrievals (32 documents of 768 tokens, 3 per prompt)"),
+            Flag("oneoff_requests", int, 24, "one-off prompts of 256..4095 fresh tokens"),
+            Flag("output_tokens", int, 32, "tokens generated per request"),
+        ), "production-like mixture: chat, agents, retrieval and one-off prompts interleaved"),
     )
 }
 
