@@ -144,10 +144,12 @@ from spfcore.gate_cli import gate_command  # noqa: E402
 from spfcore.new_policy import new_policy_command  # noqa: E402
 from spfcore.serve import serve  # noqa: E402
 from spfcore.sim.cli import simulate  # noqa: E402
+from spfcore.sim.tiered_cli import simulate_tiered_command  # noqa: E402
 from spfcore.sweep_cli import sweep_command, sweep_report_command  # noqa: E402
 
 main.add_command(gate_command)
 main.add_command(simulate)
+main.add_command(simulate_tiered_command)
 main.add_command(bench_command)
 main.add_command(new_policy_command)
 main.add_command(serve)

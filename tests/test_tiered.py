@@ -209,3 +209,26 @@ def test_spf_seed_prefetch_hints_become_promotions():
     assert rec["promoted_used"] >= 0.9 * rec["promoted_blocks"]
     lru = simulate_tiered(wl, "lru", num_blocks=222, cpu_blocks=700, block_size=16, cost="tiny-cpu")
     assert rec["gpu_hit_tokens"] > lru["gpu_hit_tokens"]
+
+
+def test_cli_prints_json_with_the_tier_sizes_and_fails_a_bad_arm_alone():
+    import json
+
+    from click.testing import CliRunner
+
+    from spfcore.cli import main
+
+    args = ["simulate-tiered", "--set", "personas=2", "--set", "prefix_tokens=64", "--set", "sessions=4",
+            "--set", "turns=2", "--set", "query_tokens=8", "--block-size", "16", "--num-blocks", "8",
+            "--cpu-ratio", "1.5", "--cost", "h200-llama-3.2-3b", "--latency-us", "0", "--json"]
+    res = CliRunner().invoke(main, [*args, "--arms", "lru,nosuchpolicy"])
+    assert res.exit_code == 4, res.output
+    out = json.loads(res.output[: res.output.rindex("}") + 1])
+    assert out["sizes"] == {"42": {"num_blocks": 8, "cpu_blocks": 10}}  # round(1.5 x 7 usable GPU blocks)
+    assert out["cost"]["latency_s"] == 0 and out["cost"]["bytes_per_token"] == 114_688
+    lru = out["summary"]["lru"]
+    direct = simulate_tiered(make("personas", seed=42, personas=2, prefix_tokens=64, sessions=4, turns=2,
+                                  query_tokens=8), "lru", num_blocks=8, cpu_blocks=10, block_size=16,
+                             cost=CostModel(114_688, 50e9, 0.0, 5.5e-5, 0.015))
+    assert lru["cpu_hit_rate"] == direct["cpu_hit_rate"] and lru["ttft_mean_s"] == pytest.approx(direct["ttft_mean_s"])
+    assert out["summary"]["nosuchpolicy"]["error"]
