@@ -266,6 +266,38 @@ def _reals(res, n: int, policy: str) -> list | None:
     return a.tolist()
 
 
+def tier_admit(rt: PolicyRuntime, request, keys: list, now: float) -> list | None:
+    """The policy's :func:`~spfcore.hookspecs.spfcore_tier_admit` answer for
+    ``keys`` offered to the tier, checked: a list of ``len(keys)`` bools, or
+    ``None`` (admit all; also when the policy does not implement the hook).
+    Shared by this simulator and the engine's tier (:mod:`spfcore.engine.vllm_adapter`).
+
+    Raises:
+        PolicyError: the hook raised or answered badly (names policy and hook).
+    """
+    if not rt._has["spfcore_tier_admit"]:
+        return None
+    return _bools(rt._call("spfcore_tier_admit", None, request=request, keys=list(keys), now=now),
+                  len(keys), rt.policy_name)
+
+
+def tier_ranks(rt: PolicyRuntime, request, keys: list, now: float) -> tuple[list, list | None]:
+    """The order in which a request's tier blocks ``keys`` (chain order) are
+    re-ranked at its end, and their values: ``(keys tail first, values or
+    None)``; values from :func:`~spfcore.hookspecs.spfcore_tier_score`, else
+    ``None`` (vLLM's LRU: the head ends most recent).
+
+    Raises:
+        PolicyError: the hook raised or answered badly.
+    """
+    vals = None
+    if rt._has["spfcore_tier_score"]:
+        vals = _reals(rt._call("spfcore_tier_score", None, request=request, keys=list(keys), now=now),
+                      len(keys), rt.policy_name)
+    rev = list(reversed(keys))
+    return rev, None if vals is None else vals[::-1]
+
+
 # ------------------------------------------------------------------ replay
 
 
@@ -277,9 +309,7 @@ def _run_tiered(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, bs: 
     c = _Cache(num_blocks)
     first, dups, key_of, ref = c.first, c.dups, c.key_of, c.ref
     ev = rt.evictor
-    pol = rt.policy_name
-    has_admit, has_score = rt._has["spfcore_tier_admit"], rt._has["spfcore_tier_score"]
-    call = rt._call  # the runtime's checked, timed hook call (policy faults become PolicyError)
+    has_admit = rt._has["spfcore_tier_admit"]
     captured: list = []
     apply_hints = rt._apply_hints
 
@@ -382,10 +412,7 @@ def _run_tiered(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, bs: 
         offer = fk[h + nl:nf]
         fresh = [k for k in offer if k not in tier]
         if fresh and tier.capacity:
-            ok = None
-            if has_admit:
-                ok = _bools(call("spfcore_tier_admit", None, request=view, keys=list(fresh), now=now),
-                            len(fresh), pol)
+            ok = tier_admit(rt, view, fresh, now) if has_admit else None
             if ok is not None:
                 T["tier_not_admitted"] += ok.count(False)
                 fresh = [k for k, y in zip(fresh, ok) if y]
@@ -414,12 +441,7 @@ def _run_tiered(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, bs: 
         rt.finished(view, now)
         mine = [k for k in fk[h:nf] if k in tier]  # loaded, reused and stored, chain order
         if mine:
-            vals = None
-            if has_score:
-                vals = _reals(call("spfcore_tier_score", None, request=view, keys=list(mine), now=now),
-                              len(mine), pol)
-            order = list(range(len(mine)))[::-1]  # tail first: the head is the most recent
-            tier.set_ranks([mine[j] for j in order], None if vals is None else [vals[j] for j in order])
+            tier.set_ranks(*tier_ranks(rt, view, mine, now))  # tail first: the head is the most recent
         cached_ids, hashless = [], []
         for b in reversed(blocks):
             if ref[b] == 1:
