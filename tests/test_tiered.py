@@ -30,23 +30,26 @@ def _wl(*prefixes) -> Workload:
 
 
 def test_hand_checked_replay_lru():
-    # GPU: 3 usable blocks (each request holds 3: 2 full + 1 partial); tier: 4 blocks.
-    # r0 A: miss, A0 A1 stored to the tier. r1 B: evicts A from the GPU, tier A0 A1 B0 B1 (full).
-    # r2 A: GPU miss, tier hit on A0 A1 (loaded: 8 tokens), 1 token recomputed; A re-ranked newest.
-    # r3 C: miss; the tier evicts B (the lowest ranks) for C0 C1. r4 B: miss everywhere; the tier evicts A.
+    # GPU: 3 usable blocks (each request holds 3: 2 full + 1 partial); tier: 4 blocks; LRU ranks.
+    # r0 A: miss; A0 A1 enter the tier (ranks 1, 2). r1 B: miss, evicts A from the GPU; B0 B1 enter
+    # (3, 4); then r0's end re-ranks A tail first (A1 5, A0 6): vLLM signals a request's end in the next
+    # request's first step, after its store. r2 A: GPU miss, tier hit on A0 A1 (8 tokens loaded), 1 token
+    # recomputed; the step that loads re-ranks r1's B first (B1 7, B0 8). r3 C: miss; C0 C1 evict the
+    # two lowest, A1 and A0 (r2's re-rank of A comes after this store and finds them gone). r4 B: GPU
+    # miss (r2 reused B's GPU blocks), tier hit on B0 B1.
     rec = simulate_tiered(_wl(1, 2, 1, 3, 2), "lru", num_blocks=4, cpu_blocks=4, block_size=BS, cost=COST,
                           per_request=True)
     rows = rec["requests"]
     assert [r["gpu_hit_tokens"] for r in rows] == [0, 0, 0, 0, 0]
-    assert [r["cpu_hit_tokens"] for r in rows] == [0, 0, 8, 0, 0]
-    assert rec["cpu_hit_tokens"] == 8 and rec["miss_tokens"] == 45 - 8 and rec["gpu_hit_tokens"] == 0
-    assert rec["tier_stored_blocks"] == 8 and rec["tier_evictions"] == 4 and rec["tier_store_skipped"] == 0
-    assert rec["bytes_loaded"] == 8 * 100 and rec["bytes_stored"] == 8 * 4 * 100
+    assert [r["cpu_hit_tokens"] for r in rows] == [0, 0, 8, 0, 8]
+    assert rec["cpu_hit_tokens"] == 16 and rec["miss_tokens"] == 45 - 16 and rec["gpu_hit_tokens"] == 0
+    assert rec["tier_stored_blocks"] == 6 and rec["tier_evictions"] == 2 and rec["tier_store_skipped"] == 0
+    assert rec["bytes_loaded"] == 16 * 100 and rec["bytes_stored"] == 6 * 4 * 100
     # TTFT: base + latency + 8 tokens x 100 B / 1000 B/s + 1 token x 0.01 s; misses: base + 9 x 0.01
     assert rows[2]["load_s"] == pytest.approx(0.5 + 0.8)
     assert rows[2]["ttft_est_s"] == pytest.approx(0.1 + 1.3 + 0.01)
     assert rows[0]["ttft_est_s"] == pytest.approx(0.1 + 0.09) and rows[0]["load_s"] == 0.0
-    assert rec["ttft_mean_s"] == pytest.approx((4 * 0.19 + 1.41) / 5)
+    assert rec["ttft_mean_s"] == pytest.approx((3 * 0.19 + 2 * 1.41) / 5)
 
 
 def test_a_tier_too_small_for_an_offer_skips_it_whole():

@@ -8,9 +8,11 @@ time). What is modelled, and where vLLM 0.32 does it:
 
 * **Write-through offload** (``OffloadingConnectorScheduler._build_store_jobs``
   -> ``CPUOffloadingManager.prepare_store``, ``offload_prompt_only`` = True,
-  its default): the full prompt blocks a request *computes* (those after its
-  GPU and tier hits) are offered to the tier; blocks already there count as
-  reused; the others pass :func:`~spfcore.hookspecs.spfcore_tier_admit`
+  its default): a request's full prompt blocks are offered to the tier,
+  from block 0 (GPU hits included) or, when the request loaded from the
+  tier, from the first block after its hit (``update_state_after_alloc``
+  sets ``next_stored_chunk_idx`` only when it loads); blocks already there
+  count as reused; the others pass :func:`~spfcore.hookspecs.spfcore_tier_admit`
   (vLLM: everything, or ``store_threshold``) and are copied. A full tier
   evicts its lowest-ranked chunks, never one of the offered keys
   (``protected``); if it cannot free enough, nothing of the offer is stored
@@ -191,6 +193,8 @@ class CpuTier:
         """Rank ``keys`` (resident) in this order: the first gets the lowest
         sequence number; ``values`` (one real per key, or None: 0.0) first."""
         for j, k in enumerate(keys):
+            if k not in self.meta:
+                continue  # evicted meanwhile (vLLM's policy skips unknown keys too)
             self._seq += 1
             r = (0.0 if values is None else values[j], self._seq)
             self.rank[k] = r
@@ -324,6 +328,7 @@ def _run_tiered(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, bs: 
              tier_stored_blocks=0, tier_store_skipped=0, tier_not_admitted=0, promoted_blocks=0,
              promoted_used=0, ttft_s=[], load_s=[], recompute_s=[])
     promoted: dict = {}  # key -> expiry arrival of a promoted block not hit yet
+    pending = None  # (view, keys) of the request whose tier re-rank is due
     now = -1.0
 
     def take(n, now):
@@ -408,10 +413,15 @@ def _run_tiered(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, bs: 
             ids = new[: nf - h]
             rt.stored(view, ids, fk[h:nf], h, fk[h - 1] if h else None, bs, now)
             cache(ids, fk[h:nf])
-        # write-through offer of the computed full prompt blocks
-        offer = fk[h + nl:nf]
+        # write-through offer: every full prompt block from block 0 (those already in the tier count as
+        # reused), or, after a tier load, those after the hit (vLLM's update_state_after_alloc moves
+        # next_stored_chunk_idx past the hit only when it loads)
+        offer = fk[h + nl:nf] if nl else fk[:nf]
+        if pending is not None and nl:  # vLLM signals the previous request's end in the step that loads
+            tier.set_ranks(*tier_ranks(rt, pending[0], pending[1], now))
+            pending = None
         fresh = [k for k in offer if k not in tier]
-        if fresh and tier.capacity:
+        if fresh and tier.capacity:  # (seen: what vLLM's manager records for this request's end)
             ok = tier_admit(rt, view, fresh, now) if has_admit else None
             if ok is not None:
                 T["tier_not_admitted"] += ok.count(False)
@@ -424,6 +434,12 @@ def _run_tiered(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, bs: 
                     T["tier_stored_blocks"] += len(fresh)
                 else:
                     T["tier_store_skipped"] += len(fresh)
+            seen = set(loaded) | set(fresh) | {k for k in offer if k in tier}
+        else:
+            seen = set(loaded) | {k for k in offer if k in tier}
+        if pending is not None:  # without a load, vLLM signals the previous request's end after this store
+            tier.set_ranks(*tier_ranks(rt, pending[0], pending[1], now))
+            pending = None
         blocks += new
         if n_total > n_prompt or dk:
             done, nf_all = nf, nf + len(dk)
@@ -439,9 +455,9 @@ def _run_tiered(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, bs: 
                 if j < n_total:
                     blocks += take(1, now)
         rt.finished(view, now)
-        mine = [k for k in fk[h:nf] if k in tier]  # loaded, reused and stored, chain order
-        if mine:
-            tier.set_ranks(*tier_ranks(rt, view, mine, now))  # tail first: the head is the most recent
+        mine = [k for k in fk[:nf] if k in seen]  # loaded, reused, offered and admitted; chain order
+        if mine and tier.capacity:
+            pending = (view, mine)
         cached_ids, hashless = [], []
         for b in reversed(blocks):
             if ref[b] == 1:
@@ -449,6 +465,8 @@ def _run_tiered(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, bs: 
         rt.release(cached_ids, hashless, now)
         for b in blocks:
             ref[b] -= 1
+    if pending is not None:
+        tier.set_ranks(*tier_ranks(rt, pending[0], pending[1], now))
     rt._apply_hints = apply_hints
     T["bytes_per_block"] = bpb
     return T
