@@ -235,3 +235,30 @@ def test_cli_prints_json_with_the_tier_sizes_and_fails_a_bad_arm_alone():
                              cost=CostModel(114_688, 50e9, 0.0, 5.5e-5, 0.015))
     assert lru["cpu_hit_rate"] == direct["cpu_hit_rate"] and lru["ttft_mean_s"] == pytest.approx(direct["ttft_mean_s"])
     assert out["summary"]["nosuchpolicy"]["error"]
+
+
+@pytest.mark.engine
+def test_engine_cpu_tier_agrees_with_the_simulator_per_request(tierpol):
+    # vLLM's OffloadingConnector on the CPU build (spfcore's SpfOffloadingSpec: host-copy worker, CPU tier
+    # ranked and admitted through spfcore's hooks), sequential: every request's GPU hit and CPU-tier load
+    # equal the two-tier simulator's, for vLLM's LRU tier under three GPU orders and for a policy with
+    # its own tier admission and tier score.
+    from spfcore.engine.runner import EngineSpec, open_engine
+
+    wl = make("personas", seed=43, personas=4, prefix_tokens=128, sessions=8, turns=3, query_tokens=40,
+              output_tokens=4)
+    nb, cpu = 16, 24
+    with open_engine(EngineSpec(num_blocks=nb, cpu_blocks=cpu), "lru") as s:
+        for arm in ("lru", "frequency", "spf_expected_utility", "tier_keep"):
+            s.use_policy(arm)
+            cell = s.run(wl, 43)
+            sim = simulate_tiered(wl, arm, num_blocks=nb, cpu_blocks=cpu, block_size=32, per_request=True)
+            for f in ("gpu_hit_tokens", "cpu_hit_tokens"):
+                assert [r[f] for r in cell["requests"]] == [r[f] for r in sim["requests"]], (arm, f)
+            assert cell["tier_stored_blocks"] == sim["tier_stored_blocks"], arm
+            assert cell["tier_not_admitted"] == sim["tier_not_admitted"], arm
+            assert cell["policy_faults"] == 0
+            if arm == "lru":
+                assert cell["cpu_hit_tokens"] == 2560 and cell["gpu_hit_tokens"] == 0
+            if arm == "tier_keep":
+                assert sim["tier_not_admitted"] > 0 and cell["cpu_hit_tokens"] > 0
