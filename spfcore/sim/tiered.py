@@ -306,7 +306,7 @@ def tier_ranks(rt: PolicyRuntime, request, keys: list, now: float) -> tuple[list
 
 
 def _run_tiered(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, bs: int, tier: CpuTier,
-                cost: CostModel, rows: list | None) -> dict:
+                cost: CostModel, rows: list | None, promote: bool = True) -> dict:
     """Sequential two-tier replay (see the module doc); returns the totals.
     The GPU part is :func:`spfcore.sim.simulator._run_sequential` with the
     tier steps added; with a tier of 0 blocks it makes the same calls."""
@@ -350,7 +350,7 @@ def _run_tiered(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, bs: 
         arrival = view.arrival_index
         captured.clear()
         rt.arrived(view, now)
-        for keys, expiry in captured:  # promotion ahead of the predicted request
+        for keys, expiry in captured if promote else ():  # promotion ahead of the predicted request
             for k in keys:
                 if k in first or k not in tier:
                     continue
@@ -475,7 +475,7 @@ def _run_tiered(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, bs: 
 def simulate_tiered(workload, arm: str, *, num_blocks: int, cpu_blocks: int, block_size: int,
                     cost: CostModel | str = "tiny-cpu", options: dict | None = None, seed: int = 0,
                     env: dict | None = None, per_request: bool = False,
-                    hook_budget_ms: float | None = None) -> dict:
+                    hook_budget_ms: float | None = None, promote: bool = True) -> dict:
     """Sequential replay of ``workload`` through the GPU prefix cache
     (``num_blocks``, null block included) and a tier of ``cpu_blocks`` blocks.
 
@@ -489,6 +489,9 @@ def simulate_tiered(workload, arm: str, *, num_blocks: int, cpu_blocks: int, blo
             :func:`spfcore.sim.simulator.simulate`'s).
         cost: A :class:`CostModel` or a name for :func:`cost_model`.
         per_request: Keep per-request rows (``requests``).
+        promote: Promote hinted tier blocks ahead of the request (False:
+            hints only pin resident blocks, as in vLLM's engine, which has no
+            ahead-of-arrival load; the engine comparison uses False).
 
     Returns:
         A cell record: ``arm, seed, status, mode ("tiered"), num_blocks,
@@ -527,7 +530,7 @@ def simulate_tiered(workload, arm: str, *, num_blocks: int, cpu_blocks: int, blo
     rows: list | None = [] if per_request else None
     with _no_gc():
         t = time.perf_counter()
-        T = _run_tiered(plans, rt, num_blocks, block_size, tier, cost, rows)
+        T = _run_tiered(plans, rt, num_blocks, block_size, tier, cost, rows, promote)
         wall = time.perf_counter() - t
     bs, bpb = block_size, T["bytes_per_block"]
     p = T["prompt_tokens"]
@@ -553,6 +556,7 @@ def simulate_tiered(workload, arm: str, *, num_blocks: int, cpu_blocks: int, blo
            "load_s_mean": statistics.fmean(T["load_s"]) if ttft else 0.0,
            "recompute_s_mean": statistics.fmean(T["recompute_s"]) if ttft else 0.0}
     rec.update(st)
+    rec["promote"] = promote
     rec["cost"] = attrs.asdict(cost)
     rec["wall_seconds"] = wall
     if rows is not None:
