@@ -331,13 +331,16 @@ def spfcore_tier_admit(request, keys, now):
 @hookspec(firstresult=True)
 def spfcore_tier_score(request, keys, now):
     """Retention priority of blocks in the slower tier; lowest is evicted
-    from the tier first. Called when blocks enter the tier (stored) and when
-    a request reuses them (loaded from the tier), with that request (vLLM:
-    ``CachePolicy.insert`` / ``touch``).
+    from the tier first. Called once per request that used the tier, at its
+    end (vLLM: ``CachePolicy.on_request_finished``, which vLLM signals in the
+    next request's first scheduler step), with the request's tier blocks:
+    loaded, offered and already there, or offered and admitted. Blocks
+    entering the tier rank by arrival until then (vLLM: ``insert``).
 
     Args:
-        request: RequestView storing or loading them.
-        keys: Sequence of block hashes, chain order.
+        request: RequestView of the request that used them.
+        keys: Sequence of block hashes, chain order (some may have been
+            evicted from the tier since; their values are ignored).
         now: seconds.
 
     Returns:

@@ -43,6 +43,9 @@ METRICS = ("gpu_hit_rate", "cpu_hit_rate", "token_hit_rate", "prefill_tokens_rec
 @click.option("--latency-us", type=click.FloatRange(min=0), default=None, help="Override the per-transfer latency, us.")
 @click.option("--prefill-us-per-token", type=click.FloatRange(min=0), default=None,
               help="Override the prefill cost per recomputed token, us.")
+@click.option("--promote/--no-promote", default=True, show_default=True,
+              help="Prefetch hints promote tier blocks ahead of the request (--no-promote: as vLLM's engine, "
+                   "which cannot load before arrival).")
 @click.option("--arms", default="lru", show_default=True, help="Comma-separated policies.")
 @click.option("--seeds", default="42", show_default=True, callback=_ints, help="Comma-separated workload seeds.")
 @click.option("--policy-opt", multiple=True, metavar="NAME.KEY=VALUE", help="A policy parameter (repeatable).")
@@ -50,8 +53,8 @@ METRICS = ("gpu_hit_rate", "cpu_hit_rate", "token_hit_rate", "prefill_tokens_rec
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
               help="Write the JSON here (atomically, once every cell ran) instead of printing a table.")
 def simulate_tiered_command(workload_spec: WorkloadSpec, cache_spec: CacheSpec, cpu_blocks, cpu_ratio, cost_name,
-                            bandwidth_gbs, latency_us, prefill_us_per_token, arms, seeds, policy_opt, as_json,
-                            output) -> None:
+                            bandwidth_gbs, latency_us, prefill_us_per_token, promote, arms, seeds, policy_opt,
+                            as_json, output) -> None:
     """Simulate the GPU prefix cache with a slower CPU tier behind it, as
     vLLM's KV offloading connector builds it (write-through of computed prompt
     blocks; tier hits loaded instead of recomputed; prefetch hints promote
@@ -101,7 +104,7 @@ def simulate_tiered_command(workload_spec: WorkloadSpec, cache_spec: CacheSpec, 
         for arm in arm_list:
             try:
                 rec = simulate_tiered(inp.source, arm, num_blocks=nb, cpu_blocks=cpu, block_size=inp.block_size,
-                                      cost=cost, options=options.get(arm), seed=seed)
+                                      cost=cost, options=options.get(arm), seed=seed, promote=promote)
             except (PolicyError, registry.PolicyConfigError) as exc:
                 rec = error_cell(arm, seed, exc)
             except TraceError as exc:
@@ -117,7 +120,7 @@ def simulate_tiered_command(workload_spec: WorkloadSpec, cache_spec: CacheSpec, 
         summary[arm]["error"] = errs[0] if errs else None
     result = {"kind": "spfcore-simulate-tiered", "command": command_line(click.get_current_context()),
               "workload": workload_spec.describe(), "block_size": inp.block_size, "sizes": sizes,
-              "cost": attrs.asdict(cost), "seeds": seeds, "policy_options": options, "cells": cells,
+              "cost": attrs.asdict(cost), "promote": promote, "seeds": seeds, "policy_options": options, "cells": cells,
               "summary": summary}
     if output:
         try:
