@@ -263,3 +263,39 @@ def test_engine_cpu_tier_agrees_with_the_simulator_per_request(tierpol):
                 assert cell["cpu_hit_tokens"] == 2560 and cell["gpu_hit_tokens"] == 0
             if arm == "tier_keep":
                 assert sim["tier_not_admitted"] > 0 and cell["cpu_hit_tokens"] > 0
+
+
+@pytest.mark.engine
+def test_engine_cpu_tier_loads_the_kv_pages_that_were_computed():
+    # The host-copy worker moves real KV: a prompt computed, pushed off the GPU by two others, then
+    # served again from the tier gets exactly the KV pages it had when computed; with the tier's host
+    # buffer zeroed before the reload it does not (the check can fail). Output tokens cannot tell: the
+    # random-weight model answers the same either way.
+    from vllm import SamplingParams
+    from vllm.distributed.kv_transfer import get_kv_transfer_group
+    from vllm.inputs import TokensPrompt
+
+    from spfcore.engine.runner import EngineSpec, open_engine
+
+    def req(p):
+        return Request(f"r{p}", 0.0, tuple(range(100 + 300 * p, 300 + 300 * p)) + (7,), 4)
+
+    a, keys = req(1), block_keys(req(1), 32)
+    sp = SamplingParams(max_tokens=4, min_tokens=4, ignore_eos=True, temperature=0.0)
+    with open_engine(EngineSpec(num_blocks=14, cpu_blocks=32), "lru") as s:
+        worker = get_kv_transfer_group().connector_worker.worker
+        for zeroed in (False, True):
+            s.run(Workload("kv", {}, [a]), 0)
+            rt = s.runtime
+            pages = [d[[rt.by_key[k] for k in keys]].clone() for d in worker.dev]
+            for p in (2, 3):
+                s.llm.generate([TokensPrompt(prompt_token_ids=list(req(p).prompt_token_ids))], sp, use_tqdm=False)
+            assert not any(k in rt.by_key for k in keys)  # A left the GPU
+            if zeroed:
+                for h in worker.host:
+                    h.zero_()
+            out = s.llm.generate([TokensPrompt(prompt_token_ids=list(a.prompt_token_ids))], sp, use_tqdm=False)
+            assert out[0].num_cached_tokens == 192  # 6 full blocks loaded from the tier
+            ids = [rt.by_key[k] for k in keys]
+            same = all(bool((d[ids] == x).all()) for d, x in zip(worker.dev, pages))
+            assert same is not zeroed and all(bool(x.any()) for x in pages)
