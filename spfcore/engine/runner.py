@@ -455,8 +455,9 @@ class EngineSession:
 
         mgr = offload_manager(self.scheduler)
         loaded: dict = {}
+        known = {r["request_id"] for r in rows}
         for rid, n in (mgr.loaded if mgr is not None else {}).items():
-            ext = rid if any(r["request_id"] == rid for r in rows) else rid.rsplit("-", 1)[0]
+            ext = rid if rid in known else rid.rsplit("-", 1)[0]  # vLLM may suffix the id given to it
             loaded[ext] = loaded.get(ext, 0) + n
         for r in rows:
             r["cpu_hit_tokens"] = loaded.get(r["request_id"], 0) * self.block_size
