@@ -36,16 +36,16 @@ def main(argv=None) -> int:
     ap.add_argument("--time-limit", type=float, default=None)
     a = ap.parse_args(argv)
 
-    from spfcore import gate, gate_runner
+    from spfcore import presets
     from spfcore.engine.ray_cells import RayEngineCells
-    from spfcore.gate_cli import PRESETS, _block_size
+    from spfcore.run import pipeline, spec
     from spfcore.sweep import ray_connect
 
-    p = PRESETS[a.preset]
+    p = presets.PRESETS[a.preset]
     engine = dict(p["engine"], **({"model": a.model} if a.model else {}))
-    cfg = gate_runner.GateConfig(workload=p["workload"], workload_flags=p["workload_flags"],
-                                 seeds=tuple(int(s) for s in a.seeds.split(",")), block_size=_block_size(p),
-                                 cache_pressure=p["cache_pressure"], engine=engine, roles=gate.Roles(),
+    cfg = spec.GateConfig(workload=p["workload"], workload_flags=p["workload_flags"],
+                                 seeds=tuple(int(s) for s in a.seeds.split(",")), block_size=presets.block_size(p),
+                                 cache_pressure=p["cache_pressure"], engine=engine, roles=presets.SEED_ROLES,
                                  preset=a.preset, command=" ".join(sys.argv))
     if "ray" in a.order:
         print(ray_connect(a.address, None) if a.address != "local" else _local(a.gpus))
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
         t = {}
 
         def timed(*args, _inner=(RayEngineCells(a.address, num_gpus=1 if a.gpus else 0) if kind == "ray"
-                                 else gate_runner._run_engine_cells), **kw):
+                                 else pipeline.run_engine_cells), **kw):
             t0 = time.monotonic()
             try:
                 return _inner(*args, **kw)
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
 
         out = Path(a.out) / kind / "results.json"
         t0 = time.monotonic()
-        res = gate_runner.run_gate(cfg, out, engine_cells=timed, time_limit_s=a.time_limit)
+        res = pipeline.run_gate(cfg, out, engine_cells=timed, time_limit_s=a.time_limit)
         walls[kind] = t.get("engine_s")
         where = sorted({json.dumps(c.get("runner")) for c in res["cells"]})
         print(f"{kind}: verdict {res['verdict']['status']}, engine part {walls[kind]:.1f} s, whole gate "

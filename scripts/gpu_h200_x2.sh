@@ -7,7 +7,7 @@
 # The seed's workload (16 personas x 8192 tokens, 32 sessions x 4 turns, Llama-3.2-3B architecture,
 # random weights, block size 16, 3,561 blocks = pressure 2.3), Poisson arrivals at fractions of lru's
 # measured capacity, all five shipped arms. The gate's per-(seed, level) jobs share one fingerprint;
-# `b` merges their cells (scripts/gpu_load_gate.sh's merge) and judges. Everything that comes back is
+# `b` merges their cells (`spfcore gate --merge-from`) and judges. Everything that comes back is
 # packed in $OUT/h200.tgz (the device returns at most 8 files).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,23 +34,10 @@ a)
   ;;
 b)
   level 0 43 0.5 & level 1 44 0.5 & wait
-  for load in 0.5 0.8; do
-    python3 - "$W" "$load" <<'PY'
-import sys, pathlib
-w, load = pathlib.Path(sys.argv[1]), sys.argv[2]
-out = w / "seed" / f"load-{load}" / "results.cells.jsonl"
-out.parent.mkdir(parents=True, exist_ok=True)
-lines = []
-for s in (42, 43, 44):
-    p = w / f"seed-{s}-{load}" / f"load-{load}" / "results.cells.jsonl"
-    if p.exists():
-        src = p.read_text().splitlines()
-        lines += src[1:] if lines else src
-out.write_text("\n".join(lines) + "\n")
-PY
-  done
-  $GATE "${ARGS[@]}" --load 0.5,0.8 --capacity "$(cap)" --ttft-slo-ms 500 --output "$W/seed/results.json" \
-    > "$W/seed-verdict.txt" 2>&1 || true
+  MERGE=()  # every per-(seed, level) job that finished cells: the gate merges them level by level
+  for f in "$W"/seed-*-*/load-*/results.cells.jsonl; do [ -f "$f" ] && MERGE+=(--merge-from "$(dirname "$(dirname "$f")")"); done
+  CUDA_VISIBLE_DEVICES=0 $GATE "${ARGS[@]}" --load 0.5,0.8 --capacity "$(cap)" --ttft-slo-ms 500 \
+    --output "$W/seed/results.json" "${MERGE[@]}" > "$W/seed-verdict.txt" 2>&1 || true
   pack; cat "$W/seed-verdict.txt" | tail -n 80
   ;;
 esac

@@ -57,25 +57,13 @@ levels)
   ;;
 merge)
   C=$(cap "$W/seed"); C2=$(cap "$W/k2")
-  # one sidecar per level: the header (fingerprint) once, then every job's cells
-  for load in 0.5 0.8; do
-    python3 - "$W" "$load" <<'PY'
-import sys, pathlib
-w, load = pathlib.Path(sys.argv[1]), sys.argv[2]
-out = w / "seed" / f"load-{load}" / "results.cells.jsonl"
-out.parent.mkdir(parents=True, exist_ok=True)
-lines = []
-for s in (42, 43, 44):
-    src = (w / f"seed-{s}-{load}" / f"load-{load}" / "results.cells.jsonl").read_text().splitlines()
-    lines += src[1:] if lines else src
-out.write_text("\n".join(lines) + "\n")
-PY
-    mkdir -p "$W/k2/load-$load" && cp "$W/k2-$load/load-$load/results.cells.jsonl" "$W/k2/load-$load/"
-  done
-  $GATE "${SEED_ARGS[@]}" --load 0.5,0.8 --capacity "$C" --ttft-slo-ms 500 --output "$W/seed/results.json" \
-    | tee "$R/seed-verdict.txt" || true
-  $GATE "${K2_ARGS[@]}" --load 0.5,0.8 --capacity "$C2" --ttft-slo-ms 200 --output "$W/k2/results.json" \
-    | tee "$R/k2-verdict.txt" || true
+  # every job's finished cells join one run per workload, level by level (`spfcore gate --merge-from`);
+  # CUDA_VISIBLE_DEVICES=0: the same one-GPU device as the jobs, so the fingerprints agree
+  MERGE=(); for s in "${SEEDS[@]}"; do for load in 0.5 0.8; do MERGE+=(--merge-from "$W/seed-$s-$load"); done; done
+  CUDA_VISIBLE_DEVICES=0 $GATE "${SEED_ARGS[@]}" --load 0.5,0.8 --capacity "$C" --ttft-slo-ms 500 \
+    --output "$W/seed/results.json" "${MERGE[@]}" | tee "$R/seed-verdict.txt" || true
+  CUDA_VISIBLE_DEVICES=0 $GATE "${K2_ARGS[@]}" --load 0.5,0.8 --capacity "$C2" --ttft-slo-ms 200 \
+    --output "$W/k2/results.json" --merge-from "$W/k2-0.5" --merge-from "$W/k2-0.8" | tee "$R/k2-verdict.txt" || true
   for d in seed k2; do
     mkdir -p "$R/$d" && cp "$W/$d"/*.json "$W/$d"/*.png "$R/$d/" 2>/dev/null || true
     for l in 0.5 0.8; do mkdir -p "$R/$d/load-$l" && cp "$W/$d/load-$l"/*.{json,png} "$R/$d/load-$l/" 2>/dev/null || true; done

@@ -32,6 +32,7 @@ import math
 from bisect import bisect_left
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import islice
 from numbers import Integral
 from types import MappingProxyType
 
@@ -175,8 +176,7 @@ class Evictor:
         """Add cached blocks whose ref count reached 0, in release order
         (vLLM ``append_n``: a finished request's deepest block first)."""
         if self._flat:
-            for i in ids:
-                self._lru[i] = None
+            self._lru.update(dict.fromkeys(ids))  # released blocks are not in it: appended in order
             return
         if not ids:
             return
@@ -185,7 +185,41 @@ class Evictor:
         o = self._order
         self._order = o + len(ids)
         tiers = [1] * len(ids) if admitted is None else [1 if a else 0 for a in admitted]
-        self._place(ids, tiers, cols, range(o + 1, o + 1 + len(ids)))
+        if (cols is None or cols[1] is None and cols[2] is None and cols[3] is None) \
+                and self._entry.keys().isdisjoint(ids):
+            self._append(ids, tiers, None if cols is None else cols[0], o)
+        else:
+            self._place(ids, tiers, cols, range(o + 1, o + 1 + len(ids)))
+
+    def _append(self, ids: Sequence[int], tiers: Sequence[int], values, o: int) -> None:
+        """:meth:`_place` for blocks not in the order yet, with values only
+        (no expiry, no pin) and release orders ``o + 1 ...``, the latest so
+        far: each run of equal ``(tier, value)`` extends its group at once
+        (same order as one :meth:`_link` per block)."""
+        n = len(ids)
+        if values is None:
+            values = [0.0] * n
+        v = self._version
+        self._entry.update(zip(ids, map(list, zip(tiers, values, range(o + 1, o + 1 + n), range(v + 1, v + 1 + n)))))
+        self._version = v + n
+        start = 0
+        while start < n:
+            tier, value = tiers[start], values[start]
+            end = start + 1
+            while end < n and values[end] == value and tiers[end] == tier:
+                end += 1
+            groups = self._groups[tier]
+            g = groups.get(value)
+            if g is None:
+                groups[value] = (list(range(o + 1 + start, o + 1 + end)), list(ids[start:end]))
+                heapq.heappush(self._vheap[tier], value)
+            else:
+                g[0].extend(range(o + 1 + start, o + 1 + end))
+                g[1].extend(ids[start:end])
+            start = end
+        m = len(self._entry)
+        if self._exp_n > 2 * m + 1024 or any(len(h) > 2 * m + 1024 for h in self._vheap):
+            self._compact()
 
     def pin(self, ids: Iterable[int], expires_at_arrival: int) -> int:
         """Pin free cached blocks until an arrival index (prefetch hints).
@@ -220,11 +254,12 @@ class Evictor:
         """
         values, exp_t, exp_a, pins = cols if cols is not None else (None, None, None, None)
         entry, pinned_set, cap = self._entry, self._pinned, self.pin_cap
-        link, unlink = self._link, self._unlink
+        groups_t, vheap = self._groups, self._vheap
         exp_t_heap, exp_t_at, exp_a_heap, exp_a_at = self._exp_t, self._exp_t_at, self._exp_a, self._exp_a_at
         heappush, inf = heapq.heappush, math.inf
         v = self._version
         ne = npinned = 0
+        xt_last = xa_last = lt = la = None  # the last expiry met and its list (a batch often shares one)
         for k, i in enumerate(ids):
             tier = tiers[k]
             value = values[k] if values is not None else 0.0
@@ -233,24 +268,26 @@ class Evictor:
                 x = exp_t[k]
                 if x != inf:
                     ne += 1
-                    lst = exp_t_at.get(x)
-                    if lst is None:
-                        exp_t_at[x] = [v, i]
-                        heappush(exp_t_heap, x)
-                    else:
-                        lst.append(v)
-                        lst.append(i)
+                    if x != xt_last:
+                        lt = exp_t_at.get(x)
+                        if lt is None:
+                            lt = exp_t_at[x] = []
+                            heappush(exp_t_heap, x)
+                        xt_last = x
+                    lt.append(v)
+                    lt.append(i)
             if exp_a is not None:
                 x = exp_a[k]
                 if x < NEVER_ARRIVAL:
                     ne += 1
-                    lst = exp_a_at.get(x)
-                    if lst is None:
-                        exp_a_at[x] = [v, i]
-                        heappush(exp_a_heap, x)
-                    else:
-                        lst.append(v)
-                        lst.append(i)
+                    if x != xa_last:
+                        la = exp_a_at.get(x)
+                        if la is None:
+                            la = exp_a_at[x] = []
+                            heappush(exp_a_heap, x)
+                        xa_last = x
+                    la.append(v)
+                    la.append(i)
             pin = False
             if pins is not None and pins[k]:
                 if len(pinned_set) < cap or i in pinned_set:
@@ -263,16 +300,37 @@ class Evictor:
                 if not pin and not was_pinned and old[0] == tier and old[1] == value:
                     old[3] = v  # same rank: stays where it is
                     continue
-                unlink(i, old)
+                order = old[2]
+                go, gi = groups_t[2 if was_pinned else old[0]][old[1]]  # _unlink, inlined
+                j = bisect_left(go, order)
+                del go[j]
+                del gi[j]
                 old[0], old[1], old[3] = tier, value, v
             else:
-                entry[i] = [tier, value, orders[k], v]
+                order = orders[k]
+                entry[i] = [tier, value, order, v]
             if pin:
                 pinned_set.add(i)
                 npinned += 1
-            elif pinned_set:
-                pinned_set.discard(i)
-            link(i, 2 if pin else tier, value, orders[k])
+                ht = 2
+            else:
+                if pinned_set:
+                    pinned_set.discard(i)
+                ht = tier
+            groups = groups_t[ht]  # _link, inlined
+            g = groups.get(value)
+            if g is None:
+                groups[value] = ([order], [i])
+                heappush(vheap[ht], value)
+            else:
+                go, gi = g
+                if not go or order > go[-1]:
+                    go.append(order)
+                    gi.append(i)
+                else:
+                    j = bisect_left(go, order)
+                    go.insert(j, order)
+                    gi.insert(j, i)
         self._version = v
         self._exp_n += ne
         n = len(entry)
@@ -466,8 +524,11 @@ class Evictor:
             self._popped = (out, nh, None)
             return out
         if self.fifo:
-            pop = self._lru.popitem
-            out.extend(pop(last=False)[0] for _ in range(need))
+            lru = self._lru
+            got = list(islice(lru, need))  # the least recently released, in order
+            for i in got:
+                del lru[i]
+            out += got
             self._popped = (out, nh, None)
             return out
         if self.ordered:

@@ -14,22 +14,18 @@ from pathlib import Path
 import filelock
 
 
-def write_atomic(path: str | os.PathLike, text: str | Iterable[str]) -> Path:
-    """Write ``text`` (a string, or lines written each with a trailing
-    newline) to ``path`` through a temporary file in the same folder and
-    ``os.replace``: readers see the old file or the new one, never a part; an
-    error mid-write (a failing line generator included) leaves no file behind.
-    The file gets the usual permissions (0666 minus the umask), not
-    ``mkstemp``'s 0600.
-
-    Returns:
-        ``path`` as a :class:`~pathlib.Path` (a symlink is followed: its
-        target is replaced, the link stays).
+@contextlib.contextmanager
+def open_atomic(path: str | os.PathLike, mode: str = "w") -> Iterator:
+    """Open a temporary file beside ``path`` for writing (``mode`` "w" for
+    UTF-8 text, "wb" for bytes) and, when the body ends without an error,
+    ``os.replace`` it onto ``path``: readers see the old file or the new one,
+    never a part; an error in the body leaves no file behind. The file gets
+    the usual permissions (0666 minus the umask), not ``mkstemp``'s 0600.
+    A symlink at ``path`` is followed: its target is replaced, the link stays.
 
     Raises:
         OSError: the folder cannot be written.
     """
-    given = Path(path)
     path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -37,23 +33,37 @@ def write_atomic(path: str | os.PathLike, text: str | Iterable[str]) -> Path:
         umask = os.umask(0)
         os.umask(umask)
         os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            if isinstance(text, str):
-                f.write(text)
-            else:
-                for line in text:
-                    f.write(line)
-                    f.write("\n")
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
-    return given
+
+
+def write_atomic(path: str | os.PathLike, text: str | Iterable[str]) -> Path:
+    """Write ``text`` (a string, or lines written each with a trailing
+    newline) to ``path`` with :func:`open_atomic`: readers see the old file or
+    the new one, never a part; an error mid-write (a failing line generator
+    included) leaves no file behind.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        OSError: the folder cannot be written.
+    """
+    with open_atomic(path) as f:
+        if isinstance(text, str):
+            f.write(text)
+        else:
+            for line in text:
+                f.write(line)
+                f.write("\n")
+    return Path(path)
 
 
 class OutputInUseError(RuntimeError):

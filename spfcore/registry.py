@@ -16,12 +16,19 @@ A policy is a class published under the entry-point group
 (blocklist) hold comma-separated names. A policy that fails to import or
 validate is listed with ``status = "error: <reason>"``; it never breaks
 listing or a run that does not select it.
+
+Discovery runs once per process: the entry points are read once per
+``sys.path`` and each plugin is loaded and validated once (both cached);
+the allow/block lists are applied on every call. :func:`refresh` forgets
+the cache (after installing a plugin in a running process).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
+import sys
 import re
 import typing
 from importlib.metadata import EntryPoint, entry_points
@@ -205,6 +212,30 @@ def _dist_name(ep: EntryPoint) -> str:
     return ep.dist.metadata["Name"] if ep.dist is not None else "?"
 
 
+@functools.lru_cache(maxsize=None)
+def _entry_points(path: tuple) -> tuple:
+    """The group's entry points as ``(ep, distribution name)``, read once per ``sys.path`` (``path``)."""
+    return tuple((ep, _dist_name(ep)) for ep in entry_points(group=GROUP))
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_info(ep: EntryPoint, where: str, refused: str | None) -> PolicyInfo:
+    """:func:`_info_from`, once per entry point (``where``: its distribution's folder, so two
+    distributions of one name in two folders stay apart)."""
+    return _info_from(ep, refused)
+
+
+def refresh() -> None:
+    """Forget the discovery cache: the next :func:`discover` reads the entry points and loads
+    the plugins again (a plugin installed while this process runs)."""
+    _entry_points.cache_clear()
+    _cached_info.cache_clear()
+
+
+def _info(ep: EntryPoint, refused: str | None = None) -> PolicyInfo:
+    return _cached_info(ep, str(getattr(ep.dist, "_path", "")), refused)
+
+
 def discover(env: typing.Mapping[str, str] | None = None) -> list[PolicyInfo]:
     """Every installed policy allowed by the allow/block lists, sorted by name.
 
@@ -221,26 +252,26 @@ def discover(env: typing.Mapping[str, str] | None = None) -> list[PolicyInfo]:
     env = os.environ if env is None else env
     allow, deny = _names("SPFCORE_POLICIES", env), _names("SPFCORE_DISABLE_POLICIES", env) or set()
     claims: dict[str, dict[tuple, EntryPoint]] = {}
-    for ep in entry_points(group=GROUP):
+    for ep, dist in _entry_points(tuple(sys.path)):
         if (allow is not None and ep.name not in allow) or ep.name in deny:
             continue
-        claims.setdefault(ep.name, {}).setdefault((_dist_name(ep), ep.value), ep)  # same dist twice: once
+        claims.setdefault(ep.name, {}).setdefault((dist, ep.value), ep)  # same dist twice: once
     out = []
     for name, eps in claims.items():
         eps = list(eps.values())
         builtin = [ep for ep in eps if _dist_name(ep) == BUILTIN_DIST]
         if len(eps) == 1:
-            out.append(_info_from(eps[0]))
+            out.append(_info(eps[0]))
             continue
         if builtin:
-            out.append(_info_from(builtin[0]))
+            out.append(_info(builtin[0]))
             why = f"name {name!r} belongs to the built-in policy ({BUILTIN_DIST}); this entry point is ignored"
             rivals = [ep for ep in eps if ep is not builtin[0]]
         else:
             dists = ", ".join(sorted(_dist_name(ep) for ep in eps))
             why = f"name {name!r} is claimed by several distributions ({dists}); uninstall all but one"
             rivals = eps
-        out.extend(_info_from(ep, refused=why) for ep in rivals)
+        out.extend(_info(ep, refused=why) for ep in rivals)
     return sorted(out, key=lambda p: (p.name, p.status != "ok", p.distribution))
 
 
@@ -313,6 +344,26 @@ def parse_options(items: typing.Iterable[str]) -> dict[str, dict[str, str]]:
     return out
 
 
+def check_options(arms: typing.Iterable[str], options: typing.Mapping[str, typing.Mapping[str, str]]) -> None:
+    """Check a run's ``--policy-opt`` values before any cell runs: every
+    option names an arm of the run and builds that arm's ``Params``. An arm
+    that is not installed (or broken) is skipped: its cells say why.
+
+    Raises:
+        PolicyConfigError: options for an arm not in ``arms``, an unknown key
+            or a bad value (the message names the policy and the field).
+    """
+    unknown = set(options) - set(arms)
+    if unknown:
+        raise PolicyConfigError(f"options for arms not run: {sorted(unknown)}")
+    for arm, opts in options.items():
+        try:
+            info = get(arm)
+        except PolicyConfigError:
+            continue
+        make_params(info, opts)
+
+
 def make_params(info: PolicyInfo, options: typing.Mapping[str, str] | None = None):
     """Build ``info.cls.Params`` from string options.
 
@@ -358,4 +409,57 @@ def plugin_manager(info: PolicyInfo, options: typing.Mapping[str, str] | None = 
                           policy=info.name, hook="__init__")
     pm = new_plugin_manager()
     pm.register(instance, name=info.name)
+    where = os.environ.get(TRACE_ENV, "").strip()
+    if where and where != "0":
+        trace_hooks(pm, info.name, None if where in ("1", "-", "stderr") else where)
     return pm, instance
+
+
+#: ``SPFCORE_TRACE_HOOKS=1`` (or ``-``/``stderr``): every hook call of every policy built by
+#: :func:`plugin_manager` is written to stderr, one line each; ``=PATH``: appended to that file.
+TRACE_ENV = "SPFCORE_TRACE_HOOKS"
+
+
+def _brief(v) -> str:
+    """A short text of a hook argument or result: sizes of batches and sequences, not their contents."""
+    if v is None or isinstance(v, (bool, int, float)):
+        return repr(v)
+    n = getattr(v, "ids", None)
+    if n is not None:
+        return f"<{len(n)} blocks>"
+    if isinstance(v, (list, tuple, set, frozenset, dict)):
+        return f"<{type(v).__name__} of {len(v)}>"
+    rid = getattr(v, "request_id", None)
+    return f"<request {rid}>" if rid is not None else f"<{type(v).__name__}>"
+
+
+def trace_hooks(pm: pluggy.PluginManager, policy: str, path: str | None = None):
+    """Write one line per hook call of ``pm`` (pluggy's hook-call monitoring):
+    ``spfcore-hook POLICY HOOK arg=... -> result (µs)``, arguments and result
+    abbreviated (:func:`_brief`), to stderr or appended to ``path``.
+
+    Returns:
+        The function that stops the tracing.
+    """
+    import time
+
+    started: list[float] = []
+
+    def before(hook_name, hook_impls, kwargs):
+        started.append(time.perf_counter())
+
+    def after(outcome, hook_name, hook_impls, kwargs):
+        us = 1e6 * (time.perf_counter() - started.pop()) if started else float("nan")
+        try:
+            res = _brief(outcome.get_result())
+        except BaseException as exc:  # noqa: BLE001 - the hook raised: the runtime reports it
+            res = f"raised {type(exc).__name__}"
+        args = " ".join(f"{k}={_brief(v)}" for k, v in kwargs.items())
+        line = f"spfcore-hook {policy} {hook_name} {args} -> {res} ({us:.0f} us)\n"
+        if path is None:
+            sys.stderr.write(line)
+        else:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(line)
+
+    return pm.add_hookcall_monitoring(before, after)

@@ -9,7 +9,6 @@ policies only ever see :class:`~spfcore.views.BlockView` and
 
 from __future__ import annotations
 
-import functools
 import math
 import numbers
 import signal
@@ -20,11 +19,25 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import pluggy
 
+try:  # pluggy's plain hook executor; a PluginManager still using it has no call monitoring
+    from pluggy._callers import _multicall as _PLAIN_EXEC
+except ImportError:  # pragma: no cover - another pluggy layout: every call goes through pluggy
+    _PLAIN_EXEC = None
+
 from spfcore.evictor import NEVER_ARRIVAL, Evictor
 from spfcore.hookspecs import HOOK_NAMES
 from spfcore.views import BlockBatch, BlockTable, BlockView, RequestView, Score, Scores
 
+_perf = time.perf_counter
 
+
+#: Blocks up to which :meth:`PolicyRuntime.stored` writes the table with scalar stores.
+_SMALL = 8
+#: Hooks that read a block's columns (depth, access count, ...) through a
+#: :class:`~spfcore.views.BlockBatch`; a policy with none of them (lru) needs
+#: only the keys kept.
+_READS_BLOCKS = ("spfcore_blocks_hit", "spfcore_blocks_stored", "spfcore_score_blocks", "spfcore_admit_blocks",
+                 "spfcore_choose_victims", "spfcore_evict_blocks")
 #: The numpy columns of :class:`~spfcore.views.BlockTable`.
 _NUMERIC = ("depth", "num_tokens", "session", "access_count", "last_access", "stored_at")
 
@@ -226,17 +239,31 @@ def _budgeted(hook, kw: dict, budget: float):
         signal.signal(signal.SIGALRM, old)
 
 
-def _timed(method):
-    """Add the wall time of a runtime event (hooks, evictor bookkeeping,
-    re-scoring) to ``self.policy_seconds``."""
-    @functools.wraps(method)
-    def timed(self, *args, **kwargs):
-        t = time.perf_counter()
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            self.policy_seconds += time.perf_counter() - t
-    return timed
+def _direct_call(pm: pluggy.PluginManager, name: str):
+    """A plain function calling hook ``name``'s single implementation as
+    pluggy would (``hook(**kw)``: the result of a ``firstresult`` hook, else
+    the list of non-``None`` results), without pluggy's per-call dispatch
+    (about 2 us a call, the bulk of a small hook's cost); ``None`` where
+    pluggy must dispatch (no or several implementations, a wrapper, or a
+    PluginManager with call monitoring)."""
+    if _PLAIN_EXEC is None or getattr(pm, "_inner_hookexec", None) is not _PLAIN_EXEC:
+        return None
+    hc = getattr(pm.hook, name)
+    impls = hc.get_hookimpls()
+    if len(impls) != 1 or impls[0].hookwrapper or impls[0].wrapper or hc.spec is None:
+        return None
+    fn, names = impls[0].function, tuple(impls[0].argnames)
+    spec_names = tuple(hc.spec.argnames)
+    first = bool(hc.spec.opts.get("firstresult"))
+    if first and names == spec_names:
+        return fn  # keyword call, as pluggy's positional one: the names are the spec's
+    if first:
+        return lambda **kw: fn(*[kw[a] for a in names])
+
+    def call(**kw):
+        res = fn(*[kw[a] for a in names])
+        return [] if res is None else [res]
+    return call
 
 
 class PolicyRuntime:
@@ -267,7 +294,7 @@ class PolicyRuntime:
         self.arrival = 0
         self.hook_seconds = 0.0
         self.hook_calls = 0
-        self.policy_seconds = 0.0  # wall time in the events marked @_timed, hooks included
+        self.policy_seconds = 0.0  # wall time in the events (arrived .. evict), hooks included
         self.evictions = 0
         self.evict_seconds = 0.0  # wall time in evict(), hooks included (per-allocation cost)
         self.evict_calls = 0
@@ -279,6 +306,13 @@ class PolicyRuntime:
             return bool(getattr(pm.hook, name).get_hookimpls())
 
         self._has = {n: has(n) for n in HOOK_NAMES}
+        #: Whether the table keeps every column (else keys only: no hook of the policy reads a block).
+        self.track = any(self._has[n] for n in _READS_BLOCKS)
+        self._evicted_hook = self._has["spfcore_blocks_evicted"]
+        self._quiet_arrival = not any(self._has[n] for n in ("spfcore_request_arrived", "spfcore_rescore_keys",
+                                                              "spfcore_prefetch_hints", "spfcore_score_blocks",
+                                                              "spfcore_admit_blocks", "spfcore_choose_victims"))
+        self._direct = {n: d for n in HOOK_NAMES if (d := _direct_call(pm, n)) is not None}
         table = self.table
         score = admit = choose = None
         if self._has["spfcore_score_blocks"]:
@@ -390,8 +424,11 @@ class PolicyRuntime:
             PolicyError: the hook raised, was interrupted or overran the
                 budget, or returned ``expect_len`` mismatching results.
         """
-        budget, hook, pol = self.hook_budget_s, getattr(self.hook, name), self.policy_name
-        t = time.perf_counter()
+        budget, pol = self.hook_budget_s, self.policy_name
+        hook = self._direct.get(name)
+        if hook is None or self.pm._inner_hookexec is not _PLAIN_EXEC:  # e.g. hook-call monitoring added
+            hook = getattr(self.hook, name)
+        t = _perf()
         try:
             if budget is None:
                 res = hook(**kw)
@@ -404,7 +441,7 @@ class PolicyRuntime:
         except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is its fault, not the run's end
             raise PolicyError(f"policy {pol!r} failed in hook {name}: {exc!r}", policy=pol, hook=name) from exc
         finally:
-            dt = time.perf_counter() - t
+            dt = _perf() - t
             self.hook_seconds += dt
             self.hook_calls += 1
         if budget is not None and dt > budget:
@@ -432,7 +469,6 @@ class PolicyRuntime:
         self._future_set = True
         self._call("spfcore_future_requests", None, requests=requests)
 
-    @_timed
     def arrived(self, request: RequestView, now: float) -> None:
         """A request arrived (before its cache lookup).
 
@@ -440,39 +476,46 @@ class PolicyRuntime:
         anything changes, so a hook that raises or answers wrongly leaves the
         runtime as before the call.
         """
-        if self.needs_future and not self._future_set:
-            raise PolicyError(f"policy {self.policy_name!r} needs the future request stream "
-                              "(capability needs-future) but the runner supplied none",
-                              policy=self.policy_name, hook="spfcore_future_requests")
-        arrival = request.arrival_index
-        if self._has["spfcore_request_arrived"]:
-            self._call("spfcore_request_arrived", None, request=request, now=now)
-        # Re-score expired scores now (the policy has seen this arrival), not
-        # only at the next eviction, so expired pins free their share of the
-        # pin cap before new releases.
-        ev = self.evictor
-        plans = [ev.plan_expired(now, arrival)]
-        if self._has["spfcore_rescore_keys"]:
-            keys = self._call("spfcore_rescore_keys", None, request=request, now=now)
-            if keys:
-                by_key = self.by_key
-                try:
-                    if isinstance(keys, (str, bytes, Mapping)):
-                        raise TypeError(f"a {type(keys).__name__} is not a sequence of block keys")
-                    ids = [by_key[k] for k in keys if k in by_key]
-                except TypeError as exc:
-                    raise PolicyError(f"policy {self.policy_name!r}: hook spfcore_rescore_keys returned "
-                                      f"{keys!r:.80}: need an iterable of block keys",
-                                      policy=self.policy_name, hook="spfcore_rescore_keys") from exc
-                plans.append(ev.plan_rescore(ids, now))
-        hints = ()
-        if self._has["spfcore_prefetch_hints"]:
-            hints = self._call("spfcore_prefetch_hints", None, request=request, now=now) or ()
-            hints = self._check_hints(hints)
-        self.arrival = arrival  # nothing fails from here on
-        for plan in plans:
-            ev.commit(plan)
-        self._apply_hints(hints)
+        t0 = _perf()
+        try:
+            if self.needs_future and not self._future_set:
+                raise PolicyError(f"policy {self.policy_name!r} needs the future request stream "
+                                  "(capability needs-future) but the runner supplied none",
+                                  policy=self.policy_name, hook="spfcore_future_requests")
+            arrival = request.arrival_index
+            if self._quiet_arrival:  # no arrival hook, no score to expire (lru, policy-ordered mode)
+                self.arrival = arrival
+                return
+            if self._has["spfcore_request_arrived"]:
+                self._call("spfcore_request_arrived", None, request=request, now=now)
+            # Re-score expired scores now (the policy has seen this arrival), not
+            # only at the next eviction, so expired pins free their share of the
+            # pin cap before new releases.
+            ev = self.evictor
+            plans = [ev.plan_expired(now, arrival)]
+            if self._has["spfcore_rescore_keys"]:
+                keys = self._call("spfcore_rescore_keys", None, request=request, now=now)
+                if keys:
+                    by_key = self.by_key
+                    try:
+                        if isinstance(keys, (str, bytes, Mapping)):
+                            raise TypeError(f"a {type(keys).__name__} is not a sequence of block keys")
+                        ids = [by_key[k] for k in keys if k in by_key]
+                    except TypeError as exc:
+                        raise PolicyError(f"policy {self.policy_name!r}: hook spfcore_rescore_keys returned "
+                                          f"{keys!r:.80}: need an iterable of block keys",
+                                          policy=self.policy_name, hook="spfcore_rescore_keys") from exc
+                    plans.append(ev.plan_rescore(ids, now))
+            hints = ()
+            if self._has["spfcore_prefetch_hints"]:
+                hints = self._call("spfcore_prefetch_hints", None, request=request, now=now) or ()
+                hints = self._check_hints(hints)
+            self.arrival = arrival  # nothing fails from here on
+            for plan in plans:
+                ev.commit(plan)
+            self._apply_hints(hints)
+        finally:
+            self.policy_seconds += _perf() - t0
 
     def _check_hints(self, hints) -> list:
         """The answer of ``spfcore_prefetch_hints`` as a list of ``(keys,
@@ -508,7 +551,6 @@ class PolicyRuntime:
             if ids and not self.evictor.fifo:
                 self.evictor.pin(ids, expiry)
 
-    @_timed
     def hit(self, request: RequestView, ids: Sequence[int], now: float) -> None:
         """The request's lookup hit these blocks (depth order). The driver
         takes them out of the evictor itself (ref count 0 -> 1).
@@ -516,38 +558,42 @@ class PolicyRuntime:
         If ``spfcore_blocks_hit`` raises, the access counts, access times and
         hint records are put back: the runtime is as before the call.
         """
-        table = self.table
-        if ids:
-            arr = np.asarray(ids, dtype=np.int64)
-            table.access_count[arr] += 1
-            old_last = table.last_access[arr] if self._has["spfcore_blocks_hit"] else None
-            table.last_access[arr] = now
-        used = []
-        if self._hints:
-            key = table.key
-            for i in ids:
-                k = key[i]
-                rec = self._hints.pop(k, None)
-                if rec is not None:
-                    used.append((k, rec, rec[1]))
-                    if not rec[1] and rec[0] >= self.arrival:
-                        rec[1] = True
-                        self.hints_used += 1
-        if self._has["spfcore_blocks_hit"]:
-            try:
-                self._call("spfcore_blocks_hit", None, request=request, blocks=BlockBatch(table, ids), now=now)
-            except BaseException:
-                if ids:
-                    table.access_count[arr] -= 1  # a fancy += adds once per distinct id, so does -=
-                    table.last_access[arr] = old_last
-                for k, rec, was in reversed(used):
-                    if rec[1] and not was:
-                        rec[1] = False
-                        self.hints_used -= 1
-                    self._hints[k] = rec
-                raise
+        t0 = _perf()
+        try:
+            table = self.table
+            track = self.track and ids
+            if track:
+                arr = np.asarray(ids, dtype=np.int64)
+                table.access_count[arr] += 1
+                old_last = table.last_access[arr] if self._has["spfcore_blocks_hit"] else None
+                table.last_access[arr] = now
+            used = []
+            if self._hints:
+                key = table.key
+                for i in ids:
+                    k = key[i]
+                    rec = self._hints.pop(k, None)
+                    if rec is not None:
+                        used.append((k, rec, rec[1]))
+                        if not rec[1] and rec[0] >= self.arrival:
+                            rec[1] = True
+                            self.hints_used += 1
+            if self._has["spfcore_blocks_hit"]:
+                try:
+                    self._call("spfcore_blocks_hit", None, request=request, blocks=BlockBatch(table, ids), now=now)
+                except BaseException:
+                    if track:
+                        table.access_count[arr] -= 1  # a fancy += adds once per distinct id, so does -=
+                        table.last_access[arr] = old_last
+                    for k, rec, was in reversed(used):
+                        if rec[1] and not was:
+                            rec[1] = False
+                            self.hints_used -= 1
+                        self._hints[k] = rec
+                    raise
+        finally:
+            self.policy_seconds += _perf() - t0
 
-    @_timed
     def stored(self, request: RequestView, ids: Sequence[int], keys: Sequence, first_depth: int,
                parent, num_tokens: int, now: float) -> None:
         """The request cached new full blocks ``ids`` with block hashes ``keys``
@@ -557,36 +603,60 @@ class PolicyRuntime:
         are put back (the rows of blocks without a key are dead: their other
         columns are not restored): the runtime is as before the call.
         """
-        t = self.table
-        n = len(ids)
-        arr = np.asarray(ids, dtype=np.int64)
-        key, par, req = t.key, t.parent, t.request_id
-        by_key = self.by_key
-        undo = None
-        if self._has["spfcore_blocks_stored"]:  # a hook that may fail follows: keep what is overwritten
-            undo = ([by_key.get(k) for k in keys] if not by_key.keys().isdisjoint(keys) else None, len(t.sessions),
-                    [(i, key[i], par[i], req[i], [getattr(t, c)[i] for c in _NUMERIC])
-                     for i in ids if key[i] is not None])
-        rid = request.request_id
-        for i, k in zip(ids, keys):
-            key[i] = k
-            par[i] = parent
-            req[i] = rid
-            by_key[k] = i
-            parent = k
-        if n:
-            t.depth[arr] = np.arange(first_depth, first_depth + n)
-            t.num_tokens[arr] = num_tokens
-            t.session[arr] = t.session_id(request.session_id)
-            t.access_count[arr] = 1
-            t.last_access[arr] = now
-            t.stored_at[arr] = now
-        if undo is not None:
-            try:
-                self._call("spfcore_blocks_stored", None, request=request, blocks=BlockBatch(t, ids), now=now)
-            except BaseException:
-                self._unstore(ids, keys, *undo)
-                raise
+        t0 = _perf()
+        try:
+            t = self.table
+            n = len(ids)
+            key = t.key
+            by_key = self.by_key
+            undo = None
+            if self._has["spfcore_blocks_stored"]:  # a hook that may fail follows: keep what is overwritten
+                par, req = t.parent, t.request_id
+                undo = ([by_key.get(k) for k in keys] if not by_key.keys().isdisjoint(keys) else None, len(t.sessions),
+                        [(i, key[i], par[i], req[i], [getattr(t, c)[i] for c in _NUMERIC])
+                         for i in ids if key[i] is not None])
+            if not self.track:  # no hook reads a block's other columns (lru): keys only
+                for i, k in zip(ids, keys):
+                    key[i] = k
+                    by_key[k] = i
+            elif n:
+                par, req = t.parent, t.request_id
+                rid = request.request_id
+                for i, k in zip(ids, keys):
+                    key[i] = k
+                    par[i] = parent
+                    req[i] = rid
+                    by_key[k] = i
+                    parent = k
+                sid = t.session_id(request.session_id)
+                if n <= _SMALL:  # numpy scalar stores beat fancy indexing on a few blocks (decode: one)
+                    depth, ntok, sess, acc, last, st = (t.depth, t.num_tokens, t.session, t.access_count,
+                                                        t.last_access, t.stored_at)
+                    d = first_depth
+                    for i in ids:
+                        depth[i] = d
+                        ntok[i] = num_tokens
+                        sess[i] = sid
+                        acc[i] = 1
+                        last[i] = now
+                        st[i] = now
+                        d += 1
+                else:
+                    arr = np.asarray(ids, dtype=np.int64)
+                    t.depth[arr] = np.arange(first_depth, first_depth + n)
+                    t.num_tokens[arr] = num_tokens
+                    t.session[arr] = sid
+                    t.access_count[arr] = 1
+                    t.last_access[arr] = now
+                    t.stored_at[arr] = now
+            if undo is not None:
+                try:
+                    self._call("spfcore_blocks_stored", None, request=request, blocks=BlockBatch(t, ids), now=now)
+                except BaseException:
+                    self._unstore(ids, keys, *undo)
+                    raise
+        finally:
+            self.policy_seconds += _perf() - t0
 
     def _unstore(self, ids, keys, owners, nsessions, live) -> None:
         """Undo :meth:`stored` (see there)."""
@@ -610,13 +680,15 @@ class PolicyRuntime:
         for s in [s for s, sid in t._session_ids.items() if sid >= nsessions]:
             del t._session_ids[s]
 
-    @_timed
     def finished(self, request: RequestView, now: float) -> None:
         """The request finished; the driver releases its blocks next."""
-        if self._has["spfcore_request_finished"]:
-            self._call("spfcore_request_finished", None, request=request, now=now)
+        t0 = _perf()
+        try:
+            if self._has["spfcore_request_finished"]:
+                self._call("spfcore_request_finished", None, request=request, now=now)
+        finally:
+            self.policy_seconds += _perf() - t0
 
-    @_timed
     def release(self, cached_ids: Sequence[int], hashless_ids: Sequence[int], now: float) -> None:
         """Blocks whose ref count reached 0: cached ones (release order,
         deepest first for a finished request) and hashless ones.
@@ -625,12 +697,15 @@ class PolicyRuntime:
         called before anything changes), so a hook that raises or answers
         wrongly leaves the runtime as before the call.
         """
-        if cached_ids:
-            self.evictor.push_cached(cached_ids, now)
-        if hashless_ids:
-            self.evictor.push_hashless(hashless_ids)
+        t0 = _perf()
+        try:
+            if cached_ids:
+                self.evictor.push_cached(cached_ids, now)
+            if hashless_ids:
+                self.evictor.push_hashless(hashless_ids)
+        finally:
+            self.policy_seconds += _perf() - t0
 
-    @_timed
     def evict(self, n: int, now: float) -> list[int]:
         """Take ``n`` free blocks for an allocation; cached victims lose their
         metadata and are reported through ``spfcore_blocks_evicted``.
@@ -645,29 +720,32 @@ class PolicyRuntime:
         Raises:
             ValueError: if fewer than ``n`` blocks are free.
         """
-        t = time.perf_counter()
-        ids = self.evictor.pop(n, now, self.arrival)
-        self.evict_seconds += time.perf_counter() - t
-        self.evict_calls += 1
-        key, by_key = self.table.key, self.by_key
-        if self._has["spfcore_blocks_evicted"]:  # first: the hook sees only the keys; if it fails, undo the pop
-            gone = [k for i in ids if (k := key[i]) is not None]
-            if gone:
-                try:
-                    self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
-                except BaseException:
-                    self.evictor.unpop(ids)
-                    raise
-        n = 0
-        for i in ids:
-            k = key[i]
-            if k is not None:
-                key[i] = None
-                n += 1
-                if by_key.get(k) == i:  # a recomputed duplicate may own the key now
-                    del by_key[k]
-        self.evictions += n
-        return ids
+        t0 = _perf()
+        try:
+            ids = self.evictor.pop(n, now, self.arrival)
+            self.evict_seconds += _perf() - t0
+            self.evict_calls += 1
+            key, by_key = self.table.key, self.by_key
+            if self._evicted_hook:  # first: the hook sees only the keys; if it fails, undo the pop
+                gone = [k for i in ids if (k := key[i]) is not None]
+                if gone:
+                    try:
+                        self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
+                    except BaseException:
+                        self.evictor.unpop(ids)
+                        raise
+            n = 0
+            for i in ids:
+                k = key[i]
+                if k is not None:
+                    key[i] = None
+                    n += 1
+                    if by_key.get(k) == i:  # a recomputed duplicate may own the key now
+                        del by_key[k]
+            self.evictions += n
+            return ids
+        finally:
+            self.policy_seconds += _perf() - t0
 
     def forget(self, ids: Sequence[int]) -> None:
         """Drop metadata of blocks whose hashes were dropped outside eviction
@@ -703,6 +781,8 @@ class PolicyRuntime:
     @property
     def meta(self) -> dict[int, BlockView]:
         """Cached blocks now: physical id -> a frozen :class:`BlockView`
-        (built on each access, O(blocks); for tests and debugging)."""
+        (built on each access, O(blocks); for tests and debugging). With
+        :attr:`track` false (the policy implements no hook that reads blocks,
+        e.g. ``lru``) only the views' ``key`` is kept current."""
         key, view = self.table.key, self.table.view
         return {i: view(i) for i, k in enumerate(key) if k is not None}

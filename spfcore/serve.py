@@ -1,8 +1,8 @@
 """``spfcore serve``: vLLM's own OpenAI-compatible server with a policy in its scheduler.
 
-Nothing here is a server: the command checks the policy, builds vLLM's own
-``vllm serve`` arguments (vLLM's argument parser, every option it knows) and
-runs vLLM's serve entry point in this process. What spfcore adds:
+Nothing here is a server: the command checks the policy, then a child
+process builds vLLM's own ``vllm serve`` arguments (vLLM's argument parser,
+every option it knows) and runs vLLM's serve entry point. What spfcore adds:
 
 * ``scheduler_cls`` = :func:`spfcore.engine.vllm_adapter.policy_scheduler`,
   which builds vLLM's async scheduler variant with the policy queue whenever
@@ -24,13 +24,29 @@ runs vLLM's serve entry point in this process. What spfcore adds:
 Policies that need the future request stream (capability ``needs-future``,
 e.g. ``belady_oracle``) cannot serve live traffic and are refused before
 vLLM starts, as are unknown or broken policies and bad options.
+
+Two guards vLLM lacks:
+
+* :class:`TokenIdGuard`, an ASGI middleware (vLLM's ``--middleware``) added
+  under ``--skip-tokenizer-init``: vLLM checks prompt token ids against the
+  vocabulary only through its tokenizer, so without one an id >= the
+  vocabulary size reached the model's embedding, killed the engine and with
+  it the server. The guard answers such a request HTTP 400 instead.
+* vLLM's server runs in a child process, and ``spfcore serve`` watches it:
+  SIGTERM / SIGINT are passed on, and a server that stops without being
+  asked (its engine died: vLLM then shuts the HTTP server down and exits 0)
+  makes ``spfcore serve`` exit 1, so a supervisor notices.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
+import logging
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 
@@ -160,12 +176,124 @@ def build_args(model: str | None, policy: str, options: dict[str, str], vllm_arg
     if blocks and bs and not _given(vllm_argv, "--max-model-len") and (model is None or model in PRESETS):
         # as the engine runner: vLLM refuses a max_model_len the whole cache cannot hold
         args.max_model_len = min(int(model_config(model).get("max_position_embeddings", 4096)), (blocks - 1) * bs)
+    if getattr(args, "skip_tokenizer_init", False):
+        args.middleware = [*(getattr(args, "middleware", None) or []), GUARD]
     extra = dict(getattr(args, "additional_config", None) or {})
     extra["spfcore"] = {"policy": policy, "options": dict(options), "metrics": True}
     args.additional_config = extra
     args.scheduler_cls = SCHEDULER
     validate(args)
     return args
+
+
+#: Import path of :class:`TokenIdGuard` for vLLM's ``--middleware``.
+GUARD = "spfcore.serve.TokenIdGuard"
+
+#: Top-level request fields that may carry prompt token ids (``/v1/completions``:
+#: ``prompt``, one list of ids or a list of them; vLLM's token-in endpoints).
+TOKEN_FIELDS = ("prompt", "prompt_token_ids", "token_ids")
+
+
+def out_of_vocabulary(payload, vocab_size: int) -> tuple[str, int] | None:
+    """The first token id outside ``[0, vocab_size)`` in a request's JSON.
+
+    Args:
+        payload: The parsed request body (anything: only a dict's
+            :data:`TOKEN_FIELDS` holding a list of ints, or a list of such
+            lists, are looked at; text prompts are not).
+        vocab_size: The model's vocabulary size (token ids).
+
+    Returns:
+        ``(field, id)`` of the first bad id, or ``None``.
+    """
+    if not isinstance(payload, dict):
+        return None
+    for field in TOKEN_FIELDS:
+        value = payload.get(field)
+        if not isinstance(value, list):
+            continue
+        rows = value if value and all(isinstance(v, list) for v in value) else [value]
+        for row in rows:
+            for tok in row:
+                if isinstance(tok, int) and not isinstance(tok, bool) and not 0 <= tok < vocab_size:
+                    return field, tok
+    return None
+
+
+class TokenIdGuard:
+    """ASGI middleware: HTTP 400 for a prompt token id outside the model's
+    vocabulary, when vLLM runs without a tokenizer (``--skip-tokenizer-init``).
+
+    vLLM validates prompt token ids only against its tokenizer; without one
+    an out-of-vocabulary id reaches the embedding lookup and the engine dies
+    (the request gets HTTP 500, then the server exits). This middleware
+    reads the body of each POST (any path), checks :data:`TOKEN_FIELDS` with
+    :func:`out_of_vocabulary` against ``model_config.get_vocab_size()`` of
+    the app's ``state.vllm_config``, and answers a bad request in vLLM's
+    error format (``{"error": {"message", "type": "BadRequestError",
+    "param", "code": 400}}``); every other request goes on unchanged (its
+    body replayed). Nothing is checked while vLLM has a tokenizer.
+
+    Args:
+        app: The ASGI application it wraps (vLLM adds it with
+            ``app.add_middleware`` for ``--middleware spfcore.serve.TokenIdGuard``).
+    """
+
+    def __init__(self, app) -> None:
+        self.app = app
+        self._vocab: int | None | bool = False  # False: not looked up yet
+
+    def _vocab_size(self, scope) -> int | None:
+        """The vocabulary size to check against, or ``None`` (a tokenizer is loaded)."""
+        if self._vocab is False:
+            try:
+                mc = scope["app"].state.vllm_config.model_config
+                self._vocab = int(mc.get_vocab_size()) if mc.skip_tokenizer_init else None
+            except Exception as exc:  # noqa: BLE001 - another vLLM layout: say so once, check nothing
+                self._vocab = None
+                logging.getLogger(__name__).warning(
+                    "spfcore serve: prompt token ids are not checked (vLLM's model config not found: %r)", exc)
+        return self._vocab
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST" or self._vocab_size(scope) is None:
+            await self.app(scope, receive, send)
+            return
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        try:
+            bad = out_of_vocabulary(json.loads(body), self._vocab)
+        except ValueError:  # not JSON: vLLM answers it
+            bad = None
+        if bad is not None:
+            field, tok = bad
+            err = {"error": {"message": f"Token id {tok} in '{field}' is out of vocabulary: the model has "
+                                        f"{self._vocab} token ids (0..{self._vocab - 1}). Refused by spfcore "
+                                        "serve (vLLM checks ids only through a tokenizer, and this server "
+                                        "runs with --skip-tokenizer-init).",
+                             "type": "BadRequestError", "param": field, "code": 400}}
+            data = json.dumps(err).encode()
+            await send({"type": "http.response.start", "status": 400,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(data)).encode())]})
+            await send({"type": "http.response.body", "body": data})
+            return
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
 
 def _metrics_dir() -> None:
@@ -203,14 +331,75 @@ def serve(policy: str, policy_opts: tuple[str, ...], vllm_args: tuple[str, ...])
         raise click.ClickException(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - PolicyError: the plugin fails while being built
         raise click.ClickException(f"policy {policy!r} cannot start: {exc}") from None
-    argv = list(vllm_args)
-    model = argv.pop(0) if argv and not argv[0].startswith("-") else None
     _metrics_dir()
     os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")  # as `vllm serve` (cli_env_setup)
+    sys.exit(supervise([sys.executable, "-c", "import sys; from spfcore.serve import _server; sys.exit(_server())",
+                        json.dumps({"policy": policy, "options": options, "argv": list(vllm_args)})]))
+
+
+def supervise(cmd: list[str]) -> int:
+    """Run vLLM's server (``cmd``) as a child process until it exits.
+
+    SIGTERM and SIGINT sent to this process are passed on to the child; on
+    Linux the child also gets SIGTERM if this process dies.
+
+    Returns:
+        The exit status for ``spfcore serve``: the child's when non-zero
+        (128 + N when killed by signal N); 0 when it stopped cleanly after a
+        SIGTERM / SIGINT; 1 when it stopped by itself (vLLM's server exits 0
+        when its engine dies), with a line on stderr saying so.
+    """
+    asked: list[int] = []
+    child = subprocess.Popen(cmd, preexec_fn=_stop_with_parent)
+
+    def forward(signum, _frame) -> None:
+        asked.append(signum)
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        args = build_args(model, policy, options, argv)
+        rc = child.wait()
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    if rc < 0:
+        rc = 128 - rc
+    if rc == 0 and not asked:
+        click.echo("spfcore serve: vLLM's server stopped without being asked to (its engine died? see the "
+                   "log above); exit status 1", err=True)
+        return 1
+    return rc
+
+
+def _stop_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent dies (Linux
+    ``prctl(PR_SET_PDEATHSIG)``), so that a SIGKILLed ``spfcore serve`` does
+    not leave its server running; elsewhere nothing."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
+def _server() -> int:
+    """The child process of :func:`serve`: vLLM's server with the policy
+    (JSON ``{"policy", "options", "argv"}`` in ``sys.argv[1]``). Returns the
+    exit status (2: vLLM refused an option)."""
+    spec = json.loads(sys.argv[1])
+    argv = list(spec["argv"])
+    model = argv.pop(0) if argv and not argv[0].startswith("-") else None
+    try:
+        args = build_args(model, spec["policy"], spec["options"], argv)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
     except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
+        click.echo(f"Error: {exc}", err=True)
+        return 1
     from vllm.entrypoints.cli.serve import ServeSubcommand
 
     ServeSubcommand.cmd(args)
+    return 0

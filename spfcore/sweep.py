@@ -22,7 +22,7 @@ Keys: ``<key>`` is the SHA-256 (first 32 hex digits) of the cell's full
 configuration as canonical JSON (:meth:`Cell.config`): the input (a trace's
 path, size and SHA-256 of its bytes; a generator's name and every flag), seed,
 block size, policy, options, size, hook budget, and the code digest of
-spfcore and the policy's package (:func:`spfcore.gate_runner.code_digest`).
+spfcore and the policy's package (:func:`spfcore.run.provenance.code_digest`).
 A finished cell whose file exists is never run again (resume; a second run
 of the same grid runs nothing); a changed trace, option or line of code gives
 new keys. Failed cells are written too and run again by the next run.
@@ -229,7 +229,7 @@ class Cell:
         size: ``{"blocks": N}``, ``{"fraction": f}`` or ``{"infinite": True}``.
         block_size: Tokens per block, or None for the input's default.
         hook_budget_ms: Hook time budget, ms, or None.
-        code: Code digest (:func:`spfcore.gate_runner.code_digest` of the policy).
+        code: Code digest (:func:`spfcore.run.provenance.code_digest` of the policy).
     """
 
     source: dict
@@ -308,7 +308,7 @@ class Grid:
 
         def code(policy: str) -> dict:
             if policy not in codes:
-                from spfcore.gate_runner import code_digest
+                from spfcore.run.provenance import code_digest
 
                 codes[policy] = code_digest([policy] if policy != INFINITE else [])
             return codes[policy]
@@ -348,7 +348,7 @@ def _open(source_json: str, seed: int, block_size: int | None):
 
 @functools.lru_cache(maxsize=64)
 def _code(policy: str) -> str:
-    from spfcore.gate_runner import code_digest
+    from spfcore.run.provenance import code_digest
 
     return json.dumps(code_digest([policy] if policy != INFINITE else []), sort_keys=True)
 
@@ -698,7 +698,7 @@ def plot_mrc(rows: Sequence[Mapping], path: str | os.PathLike) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from spfcore.report import _savefig_atomic
+    from spfcore.report import savefig_atomic as _savefig_atomic
 
     sources = list(dict.fromkeys(r["source"] for r in rows))
     fig, axes = plt.subplots(1, len(sources), figsize=(6.4 * len(sources), 4.6), squeeze=False)

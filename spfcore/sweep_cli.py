@@ -10,7 +10,7 @@ import click
 from spfcore import registry, sweep
 from spfcore.report import make_console
 from spfcore.workloads import generators
-from spfcore.workloads.options import RecordingCommand, command_line, parse_sets
+from spfcore.cli.options import RecordingCommand, command_line, parse_sets
 
 #: Exit status when a cell failed (its file and the table say why; the other cells ran).
 EXIT_CELL_FAILED = 4

@@ -303,7 +303,7 @@ def test_the_budget_from_the_environment_reaches_every_runtime(faulty_dist, monk
     """``spfcore gate --hook-budget-ms`` sets SPFCORE_HOOK_BUDGET_MS; every
     PolicyRuntime.for_policy of the process (the simulator's, the engine
     adapter's) reads it."""
-    from spfcore.gate_runner import default_sim
+    from spfcore.run.pipeline import default_sim
     from spfcore.workloads.generators import make
 
     wl = make("personas", seed=1, personas=2, prefix_tokens=64, sessions=2, turns=2, query_tokens=16, output_tokens=2)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 
 from spfcore import gate, report
-from spfcore.gate import GateThresholds, Roles, bootstrap_ci, evaluate
+from spfcore.gate import GateThresholds, bootstrap_ci
+from spfcore.presets import SEED_ROLES
 
 SEEDS = (42, 43, 44)
 ARMS = ("lru", "session_ttl", "frequency", "spf_expected_utility", "belady_oracle")
@@ -16,6 +18,11 @@ def cell(arm, seed, *, p95=1.0, prefill=1000, thr=1.0, hit=0.0, issued=0, used=0
     return {"arm": arm, "seed": seed, "ttft_p95_s": p95, "prefill_tokens_recomputed": prefill,
             "throughput_rps": thr, "token_hit_rate": hit, "hints_issued": issued,
             "hints_used": used, **extra}
+
+
+def evaluate(cells, **kw):
+    """The rule with the seed's roles unless a test gives others."""
+    return gate.evaluate(cells, **{"roles": SEED_ROLES, **kw})
 
 
 def grid(**per_arm):
@@ -172,7 +179,7 @@ def test_min_seeds_and_roles_are_configurable():
     v = evaluate(cells, sim=sim(), thresholds=GateThresholds(min_seeds=1), resamples=50)
     assert v.status == gate.SURVIVES
     # frequency as candidate: equal to session_ttl -> fails
-    v = evaluate(cells, sim=sim(), roles=Roles(candidate="frequency"),
+    v = evaluate(cells, sim=sim(), roles=attrs.evolve(SEED_ROLES, candidate="frequency"),
                  thresholds=GateThresholds(min_seeds=1), resamples=50)
     assert v.status == gate.FAILS
 

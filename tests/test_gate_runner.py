@@ -11,8 +11,11 @@ import json
 
 import pytest
 
-from spfcore import gate_runner
-from spfcore.gate_runner import GateConfig, GateConfigError, GateResumeError, run_gate
+from spfcore import presets
+from spfcore.run import pipeline, provenance, store
+from spfcore.run.pipeline import run_gate
+from spfcore.run.spec import GateConfig, GateConfigError
+from spfcore.run.store import GateResumeError
 
 ARMS = ("lru", "session_ttl", "spf_expected_utility", "belady_oracle")
 # a small personas workload: 2 personas x 64 tokens, 4 sessions x 2 turns, 8-token queries
@@ -124,12 +127,18 @@ def test_resume_after_interrupt_gives_the_same_cells(tmp_path):
     with pytest.raises(KeyboardInterrupt):  # Ctrl-C in the last engine cell (session_ttl seed 3)
         run(config(), out, log, engine_factory=factory(log, fail={("session_ttl", 3): KeyboardInterrupt()}))
     assert not out.exists()
-    lines = gate_runner.sidecar_path(out).read_text().splitlines()
-    assert len(lines) == 1 + 3 + 12 + 11  # header, ceilings, sim cells, 11 engine cells
+    lines = store.sidecar_path(out).read_text().splitlines()
+    # header, ceilings, sim cells, 11 engine cells, the interrupted call's wall seconds
+    assert len(lines) == 1 + 3 + 12 + 11 + 1 and "call_wall_s" in json.loads(lines[-1])
 
     log2 = []
     res = run(config(), out, log2)
     assert log2 == [("session_ttl", 3)] * 2  # warm-up + the only cell left
+    # wall_s counts both calls (the interrupted one included), call_wall_s this one
+    walls = [json.loads(x)["call_wall_s"] for x in store.sidecar_path(out).read_text().splitlines()
+             if "call_wall_s" in x]
+    assert len(walls) == 2 and res["run"]["wall_s"] == pytest.approx(sum(walls), abs=0.06)
+    assert res["run"]["call_wall_s"] == pytest.approx(walls[1], abs=0.06)
     strip = lambda r: json.loads(json.dumps({k: r[k] for k in ("cells", "sim", "summary", "verdict")}))  # noqa: E731
     assert strip(res) == strip(ref)
     # a third run has nothing left to do
@@ -238,7 +247,7 @@ def test_cli_errors_exit_non_zero_with_a_clear_message(tmp_path):
     r = CliRunner().invoke(main, ["gate", "--preset", "quick", "--policy-opt", "lru"])
     assert r.exit_code == 1 and "expected NAME.KEY=VALUE" in r.output
     out = tmp_path / "results.json"
-    gate_runner.sidecar_path(out).write_text(json.dumps({"sidecar": 1, "fingerprint": {"block_size": 16}}) + "\n")
+    store.sidecar_path(out).write_text(json.dumps({"sidecar": 1, "fingerprint": {"block_size": 16}}) + "\n")
     r = CliRunner().invoke(main, ["gate", "--preset", "quick", "--output", str(out), "--no-progress"])
     assert r.exit_code == 1
     assert "another configuration" in r.output and "use a new --output or --fresh" in r.output
@@ -272,7 +281,7 @@ def test_spfcore_gate_end_to_end_through_vllm(tmp_path):
     ok = {p.name for p in registry.discover() if p.status == "ok"}
     if not {"lru", "session_ttl", "belady_oracle"} <= ok:
         pytest.skip(f"needs lru, session_ttl and belady_oracle installed (have {sorted(ok)})")
-    arms = [a for a in gate_runner.DEFAULT_ARMS if a in ok]
+    arms = [a for a in presets.DEFAULT_ARMS if a in ok]
     cand = "spf_expected_utility" if "spf_expected_utility" in ok else "frequency"
     out = tmp_path / "gate" / "results.json"
     args = ["gate", "--preset", "quick", "--arms", ",".join(arms), "--candidate", cand, "--seeds", "1,2,3",
@@ -343,19 +352,19 @@ def test_warmup_is_the_first_quarter_of_the_workload():
     from spfcore.workloads.generators import make
 
     wl = make("personas", seed=1, **{**FLAGS, "sessions": 16, "turns": 4})
-    w = gate_runner.warmup_slice(wl)
+    w = pipeline.warmup_slice(wl)
     assert len(wl.requests) == 64 and w.requests == wl.requests[:16] and w.params == wl.params
     small = make("personas", seed=1, **FLAGS)  # 8 requests: at least 8 -> all of them
-    assert gate_runner.warmup_slice(small).requests == small.requests
+    assert pipeline.warmup_slice(small).requests == small.requests
 
 
 def test_changed_policy_code_is_a_mismatch(tmp_path, monkeypatch):
-    d = gate_runner.code_digest(ARMS)
+    d = provenance.code_digest(ARMS)
     assert set(d) == {"spfcore", "spfcore_session_ttl", "spfcore_spf_expected_utility", "spfcore_belady_oracle"}
-    assert all(len(v) == 16 for v in d.values()) and d == gate_runner.code_digest(ARMS)
+    assert all(len(v) == 16 for v in d.values()) and d == provenance.code_digest(ARMS)
     out = tmp_path / "r.json"
     run(config(), out, [])
-    monkeypatch.setattr(gate_runner, "code_digest", lambda arms: {**d, "spfcore_spf_expected_utility": "0" * 16})
+    monkeypatch.setattr(pipeline, "code_digest", lambda arms: {**d, "spfcore_spf_expected_utility": "0" * 16})
     with pytest.raises(GateResumeError, match=r"differs in: code\)"):
         run(config(), out, [])
 

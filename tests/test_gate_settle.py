@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 
+import attrs
+
 import pytest
 
 from spfcore import gate
-from spfcore.gate import CI, Criterion, Roles, evaluate, repeats_to_settle
-from spfcore.gate_cli import _budget
-from tests.test_gate import ORACLE_OK, SEEDS, grid, sim
-from spfcore.gate_runner import GateConfigError
+from spfcore.gate import CI, Criterion, repeats_to_settle
+from spfcore.presets import SEED_ROLES
+from spfcore.cli.gate import _budget
+from tests.test_gate import ORACLE_OK, SEEDS, evaluate, grid, sim
+from spfcore.run.spec import GateConfigError
 from tests.test_gate_runner import config, run
 
 
@@ -64,7 +67,7 @@ def test_repeat_cells_are_units_of_their_seed():
 
 def test_a_missing_oracle_skips_the_harness_check_and_says_so():
     cells = [c for c in grid(spf_expected_utility={"prefill": 500}) if c["arm"] != "belady_oracle"]
-    v = evaluate(cells, sim=sim(), roles=Roles(oracle=None), seeds=SEEDS, resamples=200)
+    v = evaluate(cells, sim=sim(), roles=attrs.evolve(SEED_ROLES, oracle=None), seeds=SEEDS, resamples=200)
     assert v.status == gate.SURVIVES
     h = v.criterion("harness")
     assert h.value is None and h.passed is None and "no oracle arm" in h.note
@@ -121,14 +124,14 @@ def test_gate_repeats_interleaved_passes_until_settled(tmp_path):
 
 def test_a_run_without_the_oracle_arm(tmp_path):
     arms = ("lru", "session_ttl", "spf_expected_utility")
-    res = run(config(arms=arms, roles=Roles(oracle=None)), tmp_path / "r.json", [])
+    res = run(config(arms=arms, roles=attrs.evolve(SEED_ROLES, oracle=None)), tmp_path / "r.json", [])
     v = res["verdict"]
     assert v["status"] == "SURVIVES" and v["roles"]["oracle"] is None
     assert "skipped: no oracle arm" in v["criteria"][5]["note"]
 
 
 def test_load_levels_scale_poisson_arrivals_by_the_measured_capacity(tmp_path):
-    from spfcore.gate_runner import run_load_gate
+    from spfcore.run.pipeline import run_load_gate
     from tests.test_gate_runner import ceilings_fn, factory, sim_fn
 
     log, opened = [], []
@@ -162,7 +165,7 @@ def test_load_table_lists_every_level_and_arm(tmp_path):
     from rich.console import Console
 
     from spfcore import report
-    from spfcore.gate_runner import run_load_gate
+    from spfcore.run.pipeline import run_load_gate
     from tests.test_gate_runner import ceilings_fn, factory, sim_fn
 
     doc = run_load_gate(config(), tmp_path / "r.json", (0.5, 1.0), capacity=4.0, engine_factory=factory([]),
@@ -247,7 +250,7 @@ def test_a_run_wide_shift_the_request_bootstrap_misses_keeps_the_verdict_open():
 
 
 def test_a_time_limit_covers_every_level(tmp_path):
-    from spfcore.gate_runner import run_load_gate
+    from spfcore.run.pipeline import run_load_gate
     from tests.test_gate_runner import ceilings_fn, factory, sim_fn
 
     log = []

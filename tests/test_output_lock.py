@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from spfcore.cli import main
 from spfcore.fileio import OutputInUseError, lock_path, output_lock, write_atomic
-from spfcore.gate_runner import sidecar_path
+from spfcore.run.store import sidecar_path
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
 SMALL = ["--workload", "multiturn", "--set", "sessions=2", "--set", "turns=2", "--set", "prefix_tokens=64",
@@ -131,3 +131,27 @@ def test_a_symlink_to_a_held_output_shares_its_lock(tmp_path):
                 pass
     write_atomic(link, '{"new": 1}')
     assert link.is_symlink() and target.read_text() == '{"new": 1}'
+
+
+def test_atomic_writes_get_the_usual_permissions(tmp_path):
+    """write_atomic and savefig_atomic give 0666 minus the umask (not mkstemp's 0600), and leave no temp file."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from spfcore.fileio import write_atomic
+    from spfcore.report.plots import savefig_atomic
+
+    old = os.umask(0o022)
+    try:
+        write_atomic(tmp_path / "a.json", "{}")
+        fig = plt.figure()
+        savefig_atomic(fig, tmp_path / "b.png")
+        plt.close(fig)
+    finally:
+        os.umask(old)
+    assert oct(os.stat(tmp_path / "a.json").st_mode & 0o777) == oct(0o644)
+    assert oct(os.stat(tmp_path / "b.png").st_mode & 0o777) == oct(0o644)
+    assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.png"]

@@ -8,8 +8,12 @@ import os
 
 import pytest
 
-from spfcore import gate
-from spfcore.gate_runner import GateConfig, run_gate, sidecar_path
+import attrs
+
+from spfcore.presets import SEED_ROLES
+from spfcore.run.spec import GateConfig
+from spfcore.run.pipeline import run_gate
+from spfcore.run.store import sidecar_path
 
 ARMS = ("lru", "session_ttl", "frequency", "belady_oracle")
 
@@ -26,7 +30,7 @@ def test_gate_engine_cells_on_ray_actors(tmp_path):
     cfg = GateConfig(workload="personas", workload_flags={"personas": 4, "prefix_tokens": 256, "sessions": 4,
                                                           "turns": 2, "query_tokens": 32, "output_tokens": 2},
                      arms=ARMS, seeds=(1, 2, 3), block_size=32, cache_pressure=2.3, engine={"model": "tiny"},
-                     roles=gate.Roles(candidate="frequency"))
+                     roles=attrs.evolve(SEED_ROLES, candidate="frequency"))
     out = tmp_path / "r.json"
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # a real local Ray cluster
     try:

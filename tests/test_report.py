@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from spfcore import report
-from spfcore.gate import evaluate
+from tests.test_gate import evaluate
 
 
 def _cell(arm, seed, hits):
@@ -146,12 +146,19 @@ def test_markdown_prints_the_command(results, tmp_path):
     assert "| sim:belady | 50.00% | 2,048 |" in md
 
 
-def test_markdown_command_line(results, tmp_path, capsys):
+def test_markdown_command_line(results, tmp_path):
+    from click.testing import CliRunner
+
+    from spfcore.cli import main
+
     p = report.write_results(tmp_path / "results.json", results)
-    assert report.main([str(p), "--title", "T"]) == 0
-    assert capsys.readouterr().out == report.markdown([p], title="T")
-    assert report.main([str(tmp_path)]) == 1
-    assert "cannot read" in capsys.readouterr().err
+    res = CliRunner().invoke(main, ["results-page", str(p), "--title", "T"])
+    assert res.exit_code == 0 and res.output.startswith("# T\n")
+    assert "| belady_oracle | 2 | 50.00% | 2,048 |" in res.output and "**Verdict: INCOMPLETE**" in res.output
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    res = CliRunner().invoke(main, ["results-page", str(bad)])
+    assert res.exit_code == 1 and "bad.json: Expecting property name" in res.output and "line 1 column 2" in res.output
 
 
 def test_results_page_links_plots_and_includes_files_verbatim(results, tmp_path):

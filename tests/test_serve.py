@@ -7,12 +7,20 @@ start ``spfcore serve`` as a subprocess on the embedded tiny model, twice:
 once with ``spf_expected_utility`` (prefix served from the cache, spfcore
 metrics on ``/metrics``, the start-up line, SIGTERM), once with a policy
 installed for the test whose victim choice raises (every request answered,
-the fault counted and logged once, SIGTERM). One more engine test runs the
-async scheduler variant in-process.
+the fault counted and logged once, SIGTERM). The healthy server also gets
+out-of-vocabulary token ids (HTTP 400 from :class:`spfcore.serve.TokenIdGuard`,
+the server stays up). One more server loses its EngineCore (killed) and
+``spfcore serve`` must exit 1 (the supervisor's exit statuses, signal
+forwarding and a killed parent are tested fast, with plain child processes).
+One more engine test runs the async scheduler variant in-process.
+
+``benchmarks/bench_serve.py``'s tokenizer and first-failure catcher are
+tested here too (fast: a tokenizer, a local HTTP server answering 400).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -29,7 +37,7 @@ from click.testing import CliRunner
 from spfcore import registry
 from spfcore.cli import main
 from spfcore.engine import metrics as spm
-from spfcore.serve import build_args, check_policy, parse_policy_options
+from spfcore.serve import GUARD, build_args, check_policy, out_of_vocabulary, parse_policy_options, supervise
 from spfcore.testing import MiniCache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,6 +101,93 @@ def test_build_args_user_options_win_and_checkpoints_pass_through(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     args = build_args(str(tmp_path), "lru", {}, [])
     assert args.model == str(tmp_path) and args.load_format != "dummy"
+
+
+def test_token_id_guard_only_without_tokenizer(tmp_path):
+    pytest.importorskip("vllm")
+    assert build_args(None, "lru", {}, ["--middleware", "x.Y"]).middleware == ["x.Y", GUARD]  # presets: ids
+    (tmp_path / "config.json").write_text("{}")
+    assert GUARD not in (build_args(str(tmp_path), "lru", {}, []).middleware or [])  # vLLM's tokenizer checks
+
+
+@pytest.mark.parametrize("payload, bad", [
+    ({"prompt": [0, 5, 31999]}, None),
+    ({"prompt": [1, 32000]}, ("prompt", 32000)),
+    ({"prompt": [[1, 2], [3, -1]]}, ("prompt", -1)),
+    ({"prompt": "t1 t2 99999"}, None),  # text: the tokenizer's business
+    ({"prompt": ["a", "b"]}, None),
+    ({"prompt": [True, 3]}, None),
+    ({"token_ids": [7, 10 ** 9]}, ("token_ids", 10 ** 9)),
+    ({"messages": [{"role": "user", "content": "x"}]}, None),
+    ([1, 2, 40000], None),  # not a request object
+])
+def test_out_of_vocabulary(payload, bad):
+    assert out_of_vocabulary(payload, 32000) == bad
+
+
+def _child(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_supervise_exit_status():
+    """A server that stops by itself is a failure (1), a failing one keeps
+    its status, a killed one gets 128 + signal, a SIGTERM is passed on."""
+    import threading
+
+    assert supervise(_child("pass")) == 1
+    assert supervise(_child("import sys; sys.exit(3)")) == 3
+    assert supervise(_child("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")) == 128 + signal.SIGKILL
+    ready = Path(os.environ.get("TMPDIR", "/tmp")) / f"spfcore-supervise-{os.getpid()}"
+    ready.unlink(missing_ok=True)
+    code = ("import signal, sys, time, pathlib; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); "
+            f"pathlib.Path({str(ready)!r}).touch(); time.sleep(60); sys.exit(5)")
+
+    def term_when_ready():
+        for _ in range(600):
+            if ready.exists():
+                os.kill(os.getpid(), signal.SIGTERM)  # to this process: supervise passes it on
+                return
+            time.sleep(0.05)
+
+    before = signal.getsignal(signal.SIGTERM)
+    t = threading.Thread(target=term_when_ready)
+    t.start()
+    try:
+        assert supervise(_child(code)) == 0  # asked to stop, stopped cleanly
+    finally:
+        t.join()
+        ready.unlink(missing_ok=True)
+    assert signal.getsignal(signal.SIGTERM) is before  # restored
+
+
+def test_supervised_server_stops_with_a_killed_parent(tmp_path):
+    """A SIGKILLed spfcore serve does not leave its server running (Linux)."""
+    import psutil
+
+    pidfile = tmp_path / "child.pid"
+    child = f"import os, time, pathlib; pathlib.Path({str(pidfile)!r}).write_text(str(os.getpid())); time.sleep(60)"
+    parent = subprocess.Popen([sys.executable, "-c", "import sys; from spfcore.serve import supervise; "
+                               f"sys.exit(supervise([sys.executable, '-c', {child!r}]))"], cwd=ROOT)
+    try:
+        for _ in range(600):
+            if pidfile.exists() and pidfile.read_text():
+                break
+            time.sleep(0.05)
+        pid = int(pidfile.read_text())
+        assert psutil.Process(pid).ppid() == parent.pid
+    finally:
+        parent.kill()
+        parent.wait()
+    for _ in range(100):
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)  # the child this test started
+        pytest.fail("the server outlived spfcore serve")
 
 
 def test_build_args_refuses_scheduler_cls_and_late_model():
@@ -300,6 +395,24 @@ def test_served_prefix_hits_and_metrics(healthy):
 
 
 @pytest.mark.engine
+def test_served_refuses_out_of_vocabulary_ids(healthy):
+    """Under --skip-tokenizer-init an id >= the vocabulary (32000) is refused
+    with 400 (it used to kill the engine, then the server), the server stays up."""
+    s = healthy
+    for prompt, bad in (([1, 2, 32000], 32000), ([[5, 6], [7, -3]], -3)):
+        r = s.http.post("/v1/completions", json={"model": s.model, "prompt": prompt, "max_tokens": 2})
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert (err["type"], err["param"], err["code"]) == ("BadRequestError", "prompt", 400)
+        assert f"Token id {bad} in 'prompt' is out of vocabulary: the model has 32000 token ids" in err["message"]
+    ok = s.http.post("/v1/completions", json={"model": s.model, "prompt": [1, 2, 31999], "max_tokens": 2,
+                                              "stream": True, "ignore_eos": True})
+    assert ok.status_code == 200 and ok.text.rstrip().endswith("data: [DONE]"), ok.text
+    assert s.complete(_prompt(0, 2)).usage.completion_tokens == 4
+    assert s.proc.poll() is None and s.http.get("/health").status_code == 200
+
+
+@pytest.mark.engine
 def test_served_shuts_down_on_sigterm(healthy):
     assert healthy.stop() == 0
     assert "Application shutdown complete" in healthy.text()
@@ -331,6 +444,25 @@ def test_raising_policy_keeps_serving(tmp_path):
 
 
 @pytest.mark.engine
+def test_engine_death_exits_non_zero(tmp_path):
+    """vLLM's server exits 0 when its engine dies; spfcore serve must not."""
+    pytest.importorskip("vllm")
+    import psutil
+
+    s = Server(tmp_path, "lru")
+    try:
+        cores = [p for p in psutil.Process(s.proc.pid).children(recursive=True)
+                 if "EngineCore" in " ".join(p.cmdline()) or "EngineCore" in p.name()]
+        assert len(cores) == 1, cores
+        cores[0].kill()  # the EngineCore this test started
+        rc = s.proc.wait(180)
+    finally:
+        s.stop()
+    assert rc == 1, s.text()[-3000:]
+    assert "spfcore serve: vLLM's server stopped without being asked to" in s.text()
+
+
+@pytest.mark.engine
 def test_async_scheduler_variant_keeps_lru_and_the_pool():
     """PolicyAsyncScheduler (what policy_scheduler builds where vLLM schedules
     asynchronously, e.g. on GPU) caches exactly what stock vLLM does with lru
@@ -349,3 +481,80 @@ def test_async_scheduler_variant_keeps_lru_and_the_pool():
         check_block_pool(s.scheduler)
         assert [r["cached_tokens"] for r in cell["requests"]] == EXPECTED_LRU
         assert cell["policy_faults"] == 0 and cell["evictions"] > 0
+
+
+# ------------------------------------------- benchmarks/bench_serve.py parts
+def _bench_serve():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_serve", ROOT / "benchmarks" / "bench_serve.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_tokenizer_fits_vllms_text_bound(tmp_path):
+    """The word-level tokenizer's text stays within vLLM's pre-tokenization
+    bound (tokens x longest token) and encodes back to the same ids; the old
+    one (separators outside the tokens) exceeded it: the H200's HTTP 400."""
+    pytest.importorskip("vllm")
+    import random
+
+    from vllm.tokenizers import get_tokenizer
+
+    tok = get_tokenizer(str(_bench_serve().make_model_dir("tiny", tmp_path / "m")))
+    assert tok.vocab_size == 32000 and tok.max_chars_per_token == len("\u2581t31999")
+    rng = random.Random(7)
+    ids = [rng.randrange(32000) for _ in range(2176)]
+    text = tok.decode(ids)
+    assert text.startswith(f"t{ids[0]} t{ids[1]} ")
+    assert tok.encode(text, add_special_tokens=False) == ids
+    assert len(text) <= len(ids) * tok.max_chars_per_token
+    old = " ".join(f"t{i}" for i in ids)  # the old tokenizer's text: more than its bound (6 chars a token)
+    assert len(old) > len(ids) * len("t31999")
+
+
+def test_bench_first_failure_keeps_the_body():
+    """vLLM's benchmark client keeps only "Bad Request"; the catcher keeps
+    the status and body of the first failure, through the client's own
+    request function, against a real HTTP server."""
+    pytest.importorskip("vllm")
+    import asyncio
+
+    import aiohttp
+    from aiohttp import web
+    from vllm.benchmarks.lib.endpoint_request_func import ASYNC_REQUEST_FUNCS, RequestFuncInput
+
+    body = {"error": {"message": "This model's maximum context length is 2244 tokens.", "code": 400}}
+
+    async def handler(request):
+        await request.json()
+        return web.json_response(body, status=400)
+
+    async def run(catcher):
+        app = web.Application()
+        app.router.add_post("/v1/completions", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        inp = RequestFuncInput(prompt="t1 t2 t3", api_url=f"http://127.0.0.1:{port}/v1/completions",
+                               prompt_len=3, output_len=4, model="bench")
+        try:
+            async with aiohttp.ClientSession() as session:
+                outs = [await ASYNC_REQUEST_FUNCS["vllm"](request_func_input=inp, session=session)
+                        for _ in range(2)]
+        finally:
+            await runner.cleanup()
+        return outs
+
+    bs = _bench_serve()
+    original = ASYNC_REQUEST_FUNCS["vllm"]
+    with bs._FirstFailure("vllm") as caught:
+        outs = asyncio.run(run(caught))
+    assert ASYNC_REQUEST_FUNCS["vllm"] is original
+    assert [o.success for o in outs] == [False, False] and outs[0].error == "Bad Request"
+    assert caught.seen["status"] == 400 and caught.seen["reason"] == "Bad Request"
+    assert json.loads(caught.seen["body"]) == body
+    assert caught.seen["request"]["prompt"] == "<str of length 8>" and caught.seen["request"]["max_tokens"] == 4

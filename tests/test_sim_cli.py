@@ -49,6 +49,7 @@ def test_results_page_from_simulate_json(tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert data["kind"] == "spfcore-simulate" and data["command"].startswith("spfcore ")
+    assert data["schema_version"] == 1
     f = tmp_path / "sim-tiny.json"
     f.write_text(res.output)
     out = tmp_path / "page.md"
@@ -124,5 +125,8 @@ def test_a_seed_or_arm_given_twice_is_refused():
     assert res.exit_code == 2 and "'1,1': a seed given twice would count twice in the means" in res.output
     res = CliRunner().invoke(main, [*ARGS, "--arms", "lru,lru"])
     assert res.exit_code == 2 and "'lru,lru': an arm is given twice" in res.output
+    # the gate parses --seeds with the same callback (one parser: spfcore.cli.options.seed_list)
     res = CliRunner().invoke(main, ["gate", "--preset", "quick", "--seeds", "42,43,42"])
-    assert res.exit_code == 2 and "'42,43,42': a value is given twice" in res.output
+    assert res.exit_code == 2 and "'42,43,42': a seed given twice would count twice in the means" in res.output
+    res = CliRunner().invoke(main, ["gate", "--preset", "quick", "--arms", "lru,lru"])
+    assert res.exit_code == 2 and "'lru,lru': a value is given twice" in res.output

@@ -5,7 +5,7 @@ Why seeds, not cells, are the unit: the gate's throughput criterion compares
 arms with each other (regression vs ``lru`` < 1%). Two arms measured on two
 different GPUs differ by the GPUs as well as by the policy; two arms on one
 engine, interleaved, differ by the policy alone (plus noise). So an actor
-runs :func:`spfcore.gate_runner._run_engine_cells` - the gate's own loop:
+runs :func:`spfcore.run.pipeline.run_engine_cells` - the gate's own loop:
 one engine, ``use_policy`` between arms, an unrecorded warm-up, the arm order
 rotated per seed - for one seed, and the seeds spread over the GPUs. With S
 seeds and G GPUs the engine part takes about ``ceil(S / G)`` times one seed's
@@ -42,7 +42,7 @@ class _NoBar:
 
 
 class _Cells:
-    """The sidecar surface :func:`~spfcore.gate_runner._run_engine_cells`
+    """The sidecar surface :func:`~spfcore.run.pipeline.run_engine_cells`
     writes to (``done``, ``put``), in memory."""
 
     def __init__(self, done: set) -> None:
@@ -62,7 +62,7 @@ def run_seed(config, workload, seed: int, rotation: int, num_blocks: int, done: 
     process, through the gate's own loop; return ``[(kind, arm, seed, cell)]``.
 
     Args:
-        config: The :class:`spfcore.gate_runner.GateConfig`.
+        config: The :class:`spfcore.run.spec.GateConfig`.
         workload: The seed's workload.
         seed: The seed.
         rotation: The seed's index in ``config.seeds`` (the arm order is
@@ -70,15 +70,15 @@ def run_seed(config, workload, seed: int, rotation: int, num_blocks: int, done: 
         num_blocks: Cache size, null block included.
         done: ``{("engine", arm, seed)}`` already finished.
         broken: ``{arm: exception}`` of arms that cannot run.
-        engine_factory: As :func:`spfcore.gate_runner.run_gate`'s (default: the real engine).
+        engine_factory: As :func:`spfcore.run.pipeline.run_gate`'s (default: the real engine).
     """
-    from spfcore.gate_runner import _run_engine_cells, default_engine_factory
+    from spfcore.run.pipeline import run_engine_cells, default_engine_factory
 
     arms = list(config.arms)
     k = rotation % len(arms)
     cfg = attrs.evolve(config, arms=tuple(arms[k:] + arms[:k]), seeds=(seed,))
     side = _Cells(done)
-    _run_engine_cells(cfg, {seed: workload}, side, _NoBar(), engine_factory or default_engine_factory, num_blocks,
+    run_engine_cells(cfg, {seed: workload}, side, _NoBar(), engine_factory or default_engine_factory, num_blocks,
                       broken=dict(broken))
     where = {"pid": os.getpid()}
     try:
@@ -140,7 +140,7 @@ class EngineActor:
 
 @attrs.frozen
 class RayEngineCells:
-    """A drop-in for :func:`spfcore.gate_runner._run_engine_cells`
+    """A drop-in for :func:`spfcore.run.pipeline.run_engine_cells`
     (``run_gate(..., engine_cells=RayEngineCells(...))``): the seeds' engine
     cells on Ray actors, one engine each, results put into the gate's sidecar
     as each seed finishes.
@@ -226,9 +226,9 @@ class RayEngineCells:
 
 def run_gate_on_ray(config, output, *, address: str = "auto", num_gpus: float = 1, num_cpus: float = 1,
                     max_actors: int | None = None, **kw) -> dict:
-    """:func:`spfcore.gate_runner.run_gate` with its engine cells on Ray
+    """:func:`spfcore.run.pipeline.run_gate` with its engine cells on Ray
     (:class:`RayEngineCells`); ``kw`` as ``run_gate``'s."""
-    from spfcore.gate_runner import run_gate
+    from spfcore.run.pipeline import run_gate
 
     return run_gate(config, output, engine_cells=RayEngineCells(address, num_gpus, num_cpus, max_actors,
                                                                 kw.pop("engine_factory", None)), **kw)

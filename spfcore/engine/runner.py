@@ -11,7 +11,7 @@ same process.
 vLLM is imported only inside these functions, so ``import spfcore`` and the
 CLI work without it.
 
-Definitions (DESIGN.md section 2.5): TTFT = first token time - arrival, from
+Definitions (docs/design.md §4): TTFT = first token time - arrival, from
 vLLM's own request stats (``RequestOutput.metrics.first_token_latency``,
 stats enabled with ``disable_log_stats=False``), or, where a vLLM version
 lacks them, from the step at which the first token was seen; e2e = time the

@@ -10,7 +10,7 @@ follows the same code paths), with no fork and no patch of vLLM's files:
   installed policy decides which free block is handed out (evicted) next.
 * :class:`PolicyScheduler` (a ``Scheduler`` subclass, passed to vLLM as
   ``scheduler_cls``) swaps the queue in, and reports the event protocol that
-  the simulator follows too (DESIGN.md section 2.2; spfcore/runtime.py):
+  the simulator follows too (docs/design.md §2; spfcore/runtime.py):
 
   1. ``add_request`` -> ``runtime.arrived`` (RequestView with spfcore block
      hashes from the prompt's token ids, :func:`spfcore.keys.chain_keys`);

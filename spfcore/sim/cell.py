@@ -129,7 +129,7 @@ def open_input(workload_spec, seed: int, block_size: int | None = None, mode: st
         block_size: Tokens per block; None: :func:`default_block_size`.
 
     Raises:
-        click.BadParameter: bad generator flag, or an empty or unknown trace.
+        spfcore.workloads.options.WorkloadOptionError: bad generator flag, or an empty or unknown trace.
         spfcore.workloads.traces.TraceError: a malformed trace line.
         ValueError: keys not computable at this block size.
     """

@@ -15,26 +15,18 @@ from spfcore.fileio import hold_output_lock, write_atomic
 from spfcore.report import error_cell, error_text, make_console
 from spfcore.runtime import PolicyError
 from spfcore.sim.cell import open_input
-from spfcore.workloads.options import (CacheSpec, RecordingCommand, WorkloadSpec, cache_options, command_line,
-                                       workload_options)
+from spfcore.cli.options import (CacheSpec, RecordingCommand, WorkloadSpec, cache_options, command_line, seed_list,
+                                 workload_options)
+from spfcore.workloads.options import WorkloadOptionError
 from spfcore.workloads.traces import TraceError
 
 METRICS = ("token_hit_rate", "block_hit_rate", "prefill_tokens_recomputed", "evictions")
 BELADY = "belady_oracle"
+#: Version of the ``--json`` document (``schema_version``): fields are only added within a version.
+SCHEMA_VERSION = 1
 #: Exit status when an arm failed (its cell says why; the other arms ran and the JSON is written).
 EXIT_ARM_FAILED = 4
 
-
-def _ints(ctx, param, value: str) -> list[int]:
-    try:
-        out = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{value!r}: expected comma-separated ints, e.g. 42,43,44") from None
-    if not out or any(s < 0 for s in out):
-        raise click.BadParameter(f"{value!r}: need at least one seed >= 0")
-    if len(set(out)) != len(out):
-        raise click.BadParameter(f"{value!r}: a seed given twice would count twice in the means")
-    return out
 
 
 def _check_size(nb: int, most: int, seed, cache_spec: CacheSpec) -> None:
@@ -48,7 +40,7 @@ def _check_size(nb: int, most: int, seed, cache_spec: CacheSpec) -> None:
 @workload_options
 @cache_options(default_block_size=None)
 @click.option("--arms", default=None, help="Comma-separated policies (default: every installed ok policy).")
-@click.option("--seeds", default="42", show_default=True, callback=_ints, help="Comma-separated workload seeds.")
+@click.option("--seeds", default="42", show_default=True, callback=seed_list, help="Comma-separated workload seeds.")
 @click.option("--policy-opt", multiple=True, metavar="NAME.KEY=VALUE", help="A policy parameter (repeatable).")
 @click.option("--mode", type=click.Choice(["sequential", "concurrent"]), default="sequential", show_default=True,
               help="sequential streams a --trace (bounded memory); concurrent holds the whole workload in memory.")
@@ -109,23 +101,17 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
         for p in found:
             if p.status != "ok" and p.name not in arm_list:
                 click.echo(f"warning: policy {p.name!r} ({p.distribution}) skipped: {p.status}", err=True)
-    unknown_opts = set(options) - set(arm_list)
-    if unknown_opts:
-        raise click.BadParameter(f"options for arms not run: {sorted(unknown_opts)}", param_hint="--policy-opt")
-    for arm, opts in options.items():  # bad values fail now, not after the other arms ran
-        try:
-            info = registry.get(arm)
-        except registry.PolicyConfigError:
-            continue  # that arm's cells say why
-        try:
-            registry.make_params(info, opts)
-        except registry.PolicyConfigError as exc:
-            raise click.BadParameter(str(exc), param_hint="--policy-opt") from None
+    try:  # bad values fail now, not after the other arms ran
+        registry.check_options(arm_list, options)
+    except registry.PolicyConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--policy-opt") from None
 
     cells, ceils, sizes, params = [], {}, {}, {}
     for seed in seeds:
         try:
             inp = open_input(workload_spec, seed, cache_spec.block_size, mode)
+        except WorkloadOptionError as exc:
+            raise click.BadParameter(str(exc), param_hint=exc.param_hint) from None
         except TraceError as exc:
             raise click.BadParameter(str(exc), param_hint="--trace") from None
         except ValueError as exc:
@@ -162,8 +148,8 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
             raise click.ClickException(str(exc)) from None
 
     summary = _summary(arm_list, cells, None if no_ceilings else ceils)
-    result = {"kind": "spfcore-simulate", "command": command_line(click.get_current_context()),
-              "workload": workload_spec.describe(), "workload_params": params,
+    result = {"kind": "spfcore-simulate", "schema_version": SCHEMA_VERSION,
+              "command": command_line(click.get_current_context()), "workload": workload_spec.describe(), "workload_params": params,
               "cache": {"block_size": spec.block_size, "num_blocks": sizes, "cache_pressure": cache_spec.pressure},
               "mode": mode, "seeds": seeds, "policy_options": options, "cells": cells}
     if not no_ceilings:

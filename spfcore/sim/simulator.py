@@ -70,6 +70,9 @@ import gc
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
+from functools import partial
+from itertools import takewhile
+from operator import is_not
 
 import attrs
 
@@ -346,11 +349,15 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
     that call: the driver changes its own maps (``cache``, a fresh
     :class:`_Cache` if not given) and ref counts only after the call returns,
     and the runtime undoes its own changes (see :class:`PolicyRuntime`). Every
-    block stays either free in the evictor or referenced."""
+    block stays either free in the evictor or referenced. One request runs at
+    a time, so between requests every block is free: a hit block has ref
+    count 0 before its lookup, and each block a request holds has ref count 1
+    when it is released (``cache`` must start with every ref count 0)."""
     c = _Cache(num_blocks) if cache is None else cache
     first, dups, key_of, ref = c.first, c.dups, c.key_of, c.ref
-    first_get, slow_drop = first.get, c.drop
+    first_get, first_set, slow_drop = first.get, first.setdefault, c.drop
     ev_remove = rt.evictor.remove
+    cached = partial(is_not, None)
     arrived, hit, evict, stored, finished, release = rt.arrived, rt.hit, rt.evict, rt.stored, rt.finished, rt.release
     rt.release([], list(range(1, num_blocks)), 0.0)
     keep = rows.append if rows is not None else None
@@ -359,19 +366,11 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
     for view, lookup, fk, dk, n_prompt, n_total, arrival_s in plans:
         now += 1.0
         arrived(view, now)
-        blocks = []
-        for k in lookup:  # the longest cached chain, at most (P - 1) // bs blocks
-            b = first_get(k)
-            if b is None:
-                break
-            blocks.append(b)
+        blocks = list(takewhile(cached, map(first_get, lookup)))  # the longest cached chain, <= (P - 1) // bs
         hit(view, blocks, now)  # first: if it fails, the blocks stay where they are
-        for b in blocks:
-            if ref[b]:
-                ref[b] += 1
-            else:
-                ev_remove(b)  # vLLM touch(): a free hit block leaves the free queue
-                ref[b] = 1
+        for b in blocks:  # sequential: no other request holds a block, so each is free (ref 0)
+            ev_remove(b)  # vLLM touch(): a free hit block leaves the free queue
+            ref[b] = 1
         h = len(blocks)
         n_req += 1
         prompt_total += view.num_prompt_tokens
@@ -396,7 +395,7 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
             stored(view, ids, keys, h, fk[h - 1] if h else None, bs, now)
             for b, k in zip(ids, keys):
                 key_of[b] = k
-                if first.setdefault(k, b) != b:
+                if first_set(k, b) != b:
                     dups.setdefault(k, []).append(b)
         blocks += new
         if n_total > n_prompt or dk:  # decode: block j-1 fills (is cached), then block j is allocated
@@ -408,7 +407,7 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
                     b = blocks[done]
                     stored(view, (b,), (k,), done, parent, bs, now)
                     key_of[b] = k
-                    if first.setdefault(k, b) != b:
+                    if first_set(k, b) != b:
                         dups.setdefault(k, []).append(b)
                     parent = k
                     done += 1
@@ -420,13 +419,11 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
                     ref[b] = 1
                     blocks.append(b)
         finished(view, now)
-        cached_ids, hashless = [], []
-        for b in reversed(blocks):  # tail first, as vLLM's free_blocks(reversed(blocks))
-            if ref[b] == 1:
-                (hashless if key_of[b] is None else cached_ids).append(b)
-        release(cached_ids, hashless, now)
+        rev = blocks[::-1]  # tail first, as vLLM's free_blocks(reversed(blocks)); each ref count 1 -> 0
+        hashless = [b for b in rev if key_of[b] is None]
+        release([b for b in rev if key_of[b] is not None] if hashless else rev, hashless, now)
         for b in blocks:  # after the release: if it fails, the request still holds its blocks
-            ref[b] -= 1
+            ref[b] = 0
     return n_req, prompt_total, refs_total, hits_total
 
 

@@ -16,10 +16,11 @@ from spfcore.fileio import hold_output_lock, write_atomic
 from spfcore.report import error_cell, error_text, make_console
 from spfcore.runtime import PolicyError
 from spfcore.sim.cell import open_input
-from spfcore.sim.cli import EXIT_ARM_FAILED, _ints
+from spfcore.cli.options import (CacheSpec, RecordingCommand, WorkloadSpec, cache_options, command_line, seed_list,
+                                 workload_options)
+from spfcore.sim.cli import EXIT_ARM_FAILED
 from spfcore.sim.tiered import COST_MODELS, cost_model, simulate_tiered
-from spfcore.workloads.options import (CacheSpec, RecordingCommand, WorkloadSpec, cache_options, command_line,
-                                       workload_options)
+from spfcore.workloads.options import WorkloadOptionError
 from spfcore.workloads.traces import TraceError
 
 #: Per-arm means over seeds shown in the table and the summary.
@@ -47,7 +48,7 @@ METRICS = ("gpu_hit_rate", "cpu_hit_rate", "token_hit_rate", "prefill_tokens_rec
               help="Prefetch hints promote tier blocks ahead of the request (--no-promote: as vLLM's engine, "
                    "which cannot load before arrival).")
 @click.option("--arms", default="lru", show_default=True, help="Comma-separated policies.")
-@click.option("--seeds", default="42", show_default=True, callback=_ints, help="Comma-separated workload seeds.")
+@click.option("--seeds", default="42", show_default=True, callback=seed_list, help="Comma-separated workload seeds.")
 @click.option("--policy-opt", multiple=True, metavar="NAME.KEY=VALUE", help="A policy parameter (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
@@ -75,9 +76,10 @@ def simulate_tiered_command(workload_spec: WorkloadSpec, cache_spec: CacheSpec, 
     arm_list = [a.strip() for a in arms.split(",") if a.strip()]
     if not arm_list or len(set(arm_list)) != len(arm_list):
         raise click.BadParameter(f"{arms!r}: need distinct arms", param_hint="--arms")
-    if set(options) - set(arm_list):
-        raise click.BadParameter(f"options for arms not run: {sorted(set(options) - set(arm_list))}",
-                                 param_hint="--policy-opt")
+    try:  # bad values fail now, not after the other arms ran
+        registry.check_options(arm_list, options)
+    except registry.PolicyConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--policy-opt") from None
     cost = cost_model(cost_name)
     over = {k: v for k, v in (("bandwidth", bandwidth_gbs and bandwidth_gbs * 1e9),
                               ("latency_s", latency_us is not None and latency_us * 1e-6),
@@ -89,6 +91,8 @@ def simulate_tiered_command(workload_spec: WorkloadSpec, cache_spec: CacheSpec, 
     for seed in seeds:
         try:
             inp = open_input(workload_spec, seed, cache_spec.block_size, "sequential")
+        except WorkloadOptionError as exc:
+            raise click.BadParameter(str(exc), param_hint=exc.param_hint) from None
         except TraceError as exc:
             raise click.BadParameter(str(exc), param_hint="--trace") from None
         except ValueError as exc:

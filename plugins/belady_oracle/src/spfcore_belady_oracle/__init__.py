@@ -78,47 +78,49 @@ class BeladyOraclePolicy:
         self.position = -1
         #: Requests arrived but not yet looked up: request id -> (arrival index, block hashes).
         self.waiting: dict[object, tuple[int, tuple]] = {}
-        #: Per block hash, the arrival indices of the waiting requests that hold it.
-        self.waiting_uses: dict[object, set[int]] = {}
+        self._wait_first: dict | None = {}  # block hash -> earliest waiting arrival holding it (None: rebuild)
 
     @hookimpl
     def spfcore_future_requests(self, requests):
         uses: defaultdict[object, list[int]] = defaultdict(list)
         for r in requests:
+            i = r.arrival_index
             for k in dict.fromkeys(r.block_keys):  # once per request, arrival order => sorted
-                uses[k].append(r.arrival_index)
+                uses[k].append(i)
         self.uses = dict(uses)
         self.position = -1
-        self.waiting, self.waiting_uses = {}, {}
+        self.waiting, self._wait_first = {}, {}
 
     @hookimpl
     def spfcore_request_arrived(self, request, now):
         self.position = request.arrival_index
-        i, keys = request.arrival_index, tuple(dict.fromkeys(request.block_keys))
-        self.waiting[request.request_id] = (i, keys)
-        for k in keys:
-            self.waiting_uses.setdefault(k, set()).add(i)
+        self.waiting[request.request_id] = (request.arrival_index, request.block_keys)
+        self._wait_first = None
 
     @hookimpl
     def spfcore_blocks_hit(self, request, blocks, now):
-        w = self.waiting.pop(request.request_id, None)
-        if w is None:  # a repeated lookup (a preempted request's): already served once
-            return
-        i, keys = w
-        for k in keys:
-            s = self.waiting_uses.get(k)
-            if s is not None:
-                s.discard(i)
-                if not s:
-                    del self.waiting_uses[k]
+        if self.waiting.pop(request.request_id, None) is not None:  # else a repeated lookup (a preempted
+            self._wait_first = None                                   # request's): already served once
+
+    def _waiting_first(self) -> dict:
+        """Block hash -> the earliest arrival index among the waiting requests
+        that hold it, rebuilt after the waiting set changed (C-speed dict
+        updates, latest arrival first so the earliest writes last)."""
+        d = self._wait_first
+        if d is None:
+            d = {}
+            for i, keys in sorted(self.waiting.values(), key=lambda w: w[0], reverse=True):
+                d.update(dict.fromkeys(keys, i))
+            self._wait_first = d
+        return d
 
     def next_use(self, key) -> int:
         """Arrival index of the next use of block hash ``key``: the earliest
         waiting request that holds it, else the first request after the
         current position; :data:`NEVER` if none."""
-        s = self.waiting_uses.get(key)
-        if s:
-            return min(s)
+        i = self._waiting_first().get(key)
+        if i is not None:
+            return i
         arr = self.uses.get(key)
         if not arr:
             return NEVER
@@ -127,28 +129,28 @@ class BeladyOraclePolicy:
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
-        uses, pos, bisect_right, wait = self.uses, self.position, bisect.bisect_right, self.waiting_uses
+        uses, pos, bisect_right = self.uses, self.position, bisect.bisect_right
+        keys = blocks.keys
+        wait = self._waiting_first() if self.waiting else None
+        waiting = list(map(wait.get, keys)) if wait else None  # earliest waiting arrival, or None
         nu = []
-        waiting = []
-        for k in blocks.keys:
-            s = wait.get(k) if wait else None
-            if s:
-                nu.append(min(s))
-                waiting.append(True)
+        append = nu.append
+        for j, k in enumerate(keys):
+            if waiting is not None and waiting[j] is not None:
+                append(waiting[j])
                 continue
-            waiting.append(False)
             arr = uses.get(k)
             if arr:
-                j = bisect_right(arr, pos)
-                nu.append(arr[j] if j < len(arr) else NEVER)
+                x = bisect_right(arr, pos)
+                append(arr[x] if x < len(arr) else NEVER)
             else:
-                nu.append(NEVER)
+                append(NEVER)
         nu = np.array(nu, dtype=np.int64)
         values = -(nu * DEPTH_SLOTS + np.minimum(blocks.depth, DEPTH_SLOTS - 1)).astype(np.float64)
         exp_a = np.where(nu < NEVER, nu + 1, NEVER_ARRIVAL)
-        if not any(waiting):
+        if waiting is None or waiting.count(None) == len(waiting):
             return Scores(values, expires_at_arrival=exp_a)
-        exp_t = np.where(np.array(waiting), float(now), np.inf)
+        exp_t = np.where(np.fromiter((w is not None for w in waiting), bool, len(waiting)), float(now), np.inf)
         return Scores(values, expires_at=exp_t, expires_at_arrival=exp_a)
 
 

@@ -8,7 +8,8 @@ hash has been seen often enough, and the history of evicted hashes is kept
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
+from itertools import repeat
 
 import attrs
 import numpy as np
@@ -57,13 +58,13 @@ class FrequencyPolicy:
 
     def __init__(self, params: FrequencyParams | None = None) -> None:
         self.params = params or FrequencyParams()
-        self.count: dict[object, int] = {}
+        self.count: Counter = Counter()
         self.ghost: OrderedDict[object, int] = OrderedDict()
         self.ghost_cap = 0
 
     @hookimpl
     def spfcore_cache_configured(self, num_blocks, block_size):
-        self.count, self.ghost = {}, OrderedDict()
+        self.count, self.ghost = Counter(), OrderedDict()
         self.ghost_cap = self.params.ghost_factor * num_blocks
 
     @hookimpl
@@ -74,10 +75,7 @@ class FrequencyPolicy:
 
     @hookimpl
     def spfcore_blocks_hit(self, request, blocks, now):
-        count = self.count
-        get = count.get
-        for k in blocks.keys:
-            count[k] = get(k, 0) + 1
+        self.count.update(blocks.keys)  # a Counter: +1 per key, in C
 
     @hookimpl
     def spfcore_blocks_evicted(self, keys, now):
@@ -92,8 +90,7 @@ class FrequencyPolicy:
 
     def counts(self, blocks) -> np.ndarray:
         """Access count per block of a batch (float64 array, 1 for an unknown hash)."""
-        get = self.count.get
-        return np.fromiter((get(k, 1) for k in blocks.keys), np.float64, len(blocks))
+        return np.fromiter(map(self.count.get, blocks.keys, repeat(1)), np.float64, len(blocks))
 
     @hookimpl
     def spfcore_admit_blocks(self, blocks, now):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, defaultdict
+from itertools import repeat
 
 import attrs
 import numpy as np
@@ -86,6 +87,7 @@ class SessionTTLPolicy:
         self.session_keys: OrderedDict[str, dict] = OrderedDict()
         self.key_sessions: defaultdict[object, set] = defaultdict(set)  # block hash -> sessions that touched it
         self._arrival_keys: list = []
+        self._max_end = -math.inf  # the largest ``until`` ever set
 
     def _end(self, request, now) -> float:
         """End of protection for blocks touched now by ``request`` (arrivals or seconds)."""
@@ -106,9 +108,9 @@ class SessionTTLPolicy:
         keys = self.session_keys.get(request.session_id)
         if keys:
             self.session_keys.move_to_end(request.session_id)
-            end, until = self._end(request, now), self.until
-            for k in keys:
-                until[k] = end  # clocks only grow, so this is the max
+            end = self._end(request, now)
+            self.until.update(dict.fromkeys(keys, end))  # clocks only grow, so this is the max
+            self._max_end = max(self._max_end, end)
             self._arrival_keys = list(keys)
 
     @hookimpl
@@ -133,12 +135,17 @@ class SessionTTLPolicy:
                             del key_sessions[k]
         else:
             session_keys.move_to_end(sid)
-        end, until = self._end(request, now), self.until
-        get = until.get
-        for k in blocks.keys:
-            if get(k, -1) < end:
-                until[k] = end
-            mine[k] = None
+        end, until, keys = self._end(request, now), self.until, blocks.keys
+        if end >= self._max_end:  # no block is protected beyond ``end``: the max is ``end`` itself
+            self._max_end = end
+            until.update(dict.fromkeys(keys, end))
+        else:  # (a request served after a later arrival, under continuous batching)
+            get = until.get
+            for k in keys:
+                if get(k, -1) < end:
+                    until[k] = end
+        mine.update(dict.fromkeys(keys))  # first-touch order kept
+        for k in keys:
             key_sessions[k].add(sid)
 
     @hookimpl
@@ -165,7 +172,7 @@ class SessionTTLPolicy:
     def spfcore_score_blocks(self, blocks, now):
         get, seconds = self.until.get, self.params.ttl_seconds is not None
         clock = now if seconds else self.arrival
-        u = np.fromiter((get(k, -math.inf) for k in blocks.keys), np.float64, len(blocks))
+        u = np.fromiter(map(get, blocks.keys, repeat(-math.inf)), np.float64, len(blocks))
         pinned = u > clock
         if not pinned.any():
             return Scores(0.0)

@@ -11,56 +11,10 @@ from pathlib import Path
 import attrs
 import click
 
-from spfcore import gate, gate_runner, registry, report
+from spfcore import gate, presets, registry, report
+from spfcore.cli.options import RecordingCommand, cache_options, command_line, csv, seed_list, workload_options
 from spfcore.fileio import hold_output_lock
-from spfcore.workloads.options import RecordingCommand, cache_options, command_line, workload_options
-
-#: Presets: the workload, cache and engine of a run. ``seed`` is the SPF
-#: seed's published workload (DESIGN.md §1) on the embedded tiny model; its
-#: block size is 16 on a GPU (as the seed) and 32 on CPU (vLLM's CPU attention
-#: needs a multiple of 32). Add ``--model llama-3.2-3b`` for the seed's
-#: architecture. ``quick`` is the same shape (16 personas, 32 sessions x 4
-#: turns, round robin, pressure 2.3) with 16x shorter prompts, for a 2-core CPU.
-PRESETS = {
-    "seed": {
-        "workload": "personas",
-        "workload_flags": {"personas": 16, "prefix_tokens": 8192, "sessions": 32, "turns": 4,
-                           "query_tokens": 128, "output_tokens": 32, "order": "round_robin"},
-        "block_size": "auto", "cache_pressure": 2.3, "engine": {"model": "tiny", "max_model_len": 12288},
-    },
-    "quick": {
-        "workload": "personas",
-        "workload_flags": {"personas": 16, "prefix_tokens": 512, "sessions": 32, "turns": 4,
-                           "query_tokens": 32, "output_tokens": 4, "order": "round_robin"},
-        "block_size": 32, "cache_pressure": 2.3, "engine": {"model": "tiny"},
-    },
-}
-
-
-def _block_size(preset: dict) -> int:
-    """The preset's block size, tokens; ``auto``: 16 with a CUDA GPU, else 32."""
-    if preset["block_size"] != "auto":
-        return preset["block_size"]
-    try:
-        import torch
-    except ImportError:
-        return 32
-    return 16 if torch.cuda.is_available() else 32
-
-
-def _csv(kind):
-    def conv(ctx, param, value):
-        if value is None:
-            return None
-        items = [v.strip() for v in value.split(",") if v.strip()]
-        try:
-            out = tuple(kind(v) for v in items)
-        except ValueError:
-            raise click.BadParameter(f"expected comma-separated {kind.__name__}s, got {value!r}") from None
-        if len(set(out)) != len(out):
-            raise click.BadParameter(f"{value!r}: a value is given twice")
-        return out
-    return conv
+from spfcore.run import pipeline, spec, store
 
 
 def _threshold_options(f):
@@ -72,18 +26,18 @@ def _threshold_options(f):
 
 
 @click.command("gate", cls=RecordingCommand)
-@click.option("--preset", type=click.Choice(sorted(PRESETS)), default="seed", show_default=True,
+@click.option("--preset", type=click.Choice(sorted(presets.PRESETS)), default="seed", show_default=True,
               help="seed: the SPF seed's configuration (GPU scale); quick: the same shape for a 2-core CPU.")
 @click.option("--model", default=None, help="Model preset (tiny, llama-3.2-3b) or checkpoint folder.")
 @click.option("--max-model-len", type=click.IntRange(min=1), default=None, help="Engine max_model_len, tokens.")
-@click.option("--seeds", callback=_csv(int), default=None, help="Comma-separated seeds [42,43,44].")
-@click.option("--arms", callback=_csv(str), default=None,
-              help=f"Comma-separated arms [{','.join(gate_runner.DEFAULT_ARMS)}].")
-@click.option("--candidate", default=gate.Roles().candidate, show_default=True, help="The arm on trial.")
-@click.option("--baseline", default=gate.Roles().baseline, show_default=True, help="The arm to beat by a margin.")
-@click.option("--floor", "floor_", default=gate.Roles().floor, show_default=True,
+@click.option("--seeds", callback=seed_list, default=None, help="Comma-separated seeds [42,43,44].")
+@click.option("--arms", callback=csv(str), default=None,
+              help=f"Comma-separated arms [{','.join(presets.DEFAULT_ARMS)}].")
+@click.option("--candidate", default=presets.SEED_ROLES.candidate, show_default=True, help="The arm on trial.")
+@click.option("--baseline", default=presets.SEED_ROLES.baseline, show_default=True, help="The arm to beat by a margin.")
+@click.option("--floor", "floor_", default=presets.SEED_ROLES.floor, show_default=True,
               help="The arm throughput must not fall below.")
-@click.option("--oracle", default=gate.Roles().oracle, show_default=True,
+@click.option("--oracle", default=presets.SEED_ROLES.oracle, show_default=True,
               help="The ceiling arm (harness check); 'none' (or an oracle not in --arms) skips the harness check.")
 @click.option("--policy-opt", multiple=True, metavar="NAME.KEY=VALUE", help="A policy option (repeatable).")
 @click.option("--mode", type=click.Choice(["sequential", "timed"]), default="sequential", show_default=True)
@@ -97,13 +51,14 @@ def _threshold_options(f):
 @click.option("--budget", default="1", show_default=True, metavar="PASSES|SECONDSs",
               help="Repeats while the verdict is INCONCLUSIVE: most passes over the seeds (first included), "
                    "e.g. 3, or seconds from the start after which no pass starts, e.g. 900s.")
-@click.option("--load", "loads", callback=_csv(float), default=None, metavar="F,F,...",
+@click.option("--load", "loads", callback=csv(float), default=None, metavar="F,F,...",
               help="Load levels as fractions of the floor arm's capacity (e.g. 0.5,0.8): Poisson arrivals, "
-                   "timed mode, one gate per level under <output folder>/load-<F>/; the verdict is --judge-load's.")
+                   "timed mode, one gate per level under <run folder>/load-<F>/ (the run folder: --output's folder "
+                   "for results.json, else --output without .json); the verdict is --judge-load's.")
 @click.option("--capacity", type=click.FloatRange(min=0, min_open=True), default=None, metavar="RPS",
               help="The floor arm's capacity, requests/s [measured: the workload all at once on the floor arm].")
 @click.option("--capacity-only", is_flag=True,
-              help="With --load: measure the floor arm's capacity (kept in <output folder>/capacity.json), print it "
+              help="With --load: measure the floor arm's capacity (kept in <run folder>/capacity.json), print it "
                    "and stop (to give several runs one --capacity).")
 @click.option("--judge-load", type=float, default=None, metavar="F", help="The level the verdict judges [first of --load].")
 @click.option("--ttft-slo-ms", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MS",
@@ -113,6 +68,9 @@ def _threshold_options(f):
                    "no INCONCLUSIVE, no repeats.")
 @click.option("--hook-budget-ms", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MS",
               help="Most wall time of one hook call (engine and simulator); a call over it fails that arm's cell.")
+@click.option("--merge-from", multiple=True, type=click.Path(exists=True), metavar="RUN",
+              help="Another run of the same configuration (its results file or folder; repeatable), e.g. one seed "
+                   "per GPU: its finished cells join this run's before any cell runs (with --load, level by level).")
 @click.option("--time-limit", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="Start no engine cell after this many seconds; the verdict is then INCOMPLETE and the "
                    "same command later resumes (machines lent by the minute).")
@@ -123,7 +81,7 @@ def _threshold_options(f):
 def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, baseline, floor_, oracle,
                  policy_opt, mode, output, fresh, no_sim, no_progress, check, budget, loads, capacity, judge_load,
                  ttft_slo_ms, capacity_only, point_estimates,
-                 hook_budget_ms, time_limit, workload_spec, cache_spec, **thresholds):
+                 hook_budget_ms, time_limit, merge_from, workload_spec, cache_spec, **thresholds):
     """Run the survival gate: every arm x seed through a real vLLM engine and
     the simulator, then judge the candidate (SURVIVES, FAILS, INVALID-HARNESS,
     NO-HEADROOM, INCOMPLETE or INCONCLUSIVE).
@@ -140,7 +98,7 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
     else 4 when a cell failed (a policy fault: its arm's cells say status "error"
     with the policy, hook and message; the other arms ran); 1: bad input;
     130: interrupted."""
-    p = PRESETS[preset]
+    p = presets.PRESETS[preset]
     # vLLM logs at INFO by default (and a harmless tokenizer warning per engine); keep the
     # verdict readable unless the user asked otherwise.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
@@ -171,36 +129,37 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
         if max_model_len is not None:
             engine["max_model_len"] = max_model_len
         thr = {k: v for k, v in thresholds.items() if v is not None}
-        cfg = gate_runner.GateConfig(
+        cfg = spec.GateConfig(
             workload=ws.name, workload_flags=flags, trace=ws.trace, limit=ws.limit,
-            tokens_per_block=ws.tokens_per_block, arms=arms or gate_runner.DEFAULT_ARMS,
-            seeds=seeds or gate_runner.DEFAULT_SEEDS, block_size=cache_spec.block_size or _block_size(p),
+            tokens_per_block=ws.tokens_per_block, arms=arms or presets.DEFAULT_ARMS,
+            seeds=seeds or presets.DEFAULT_SEEDS, block_size=cache_spec.block_size or presets.block_size(p),
             cache_pressure=cache_spec.pressure, num_blocks=cache_spec.num_blocks, mode=mode, engine=engine,
             policy_options=options,
             roles=gate.Roles(candidate, baseline, floor_, oracle), thresholds=gate.GateThresholds(**thr),
             preset=preset, command=command_line(ctx),
             simulate=not no_sim, settle=not point_estimates, max_passes=passes, budget_s=budget_s)
         if loads:
-            doc = gate_runner.run_load_gate(cfg, out, loads, capacity=capacity, judge_load=judge_load,
+            doc = pipeline.run_load_gate(cfg, out, loads, capacity=capacity, judge_load=judge_load,
                                             ttft_slo_s=None if ttft_slo_ms is None else ttft_slo_ms / 1e3,
                                             fresh=fresh, progress=not no_progress, time_limit_s=time_limit,
-                                            capacity_only=capacity_only)
+                                            capacity_only=capacity_only, merge_from=merge_from)
             if capacity_only:
                 click.echo(f"capacity {doc['capacity_rps']:.6g} req/s "
-                           f"({'measured' if doc['capacity_measured'] else 'given'}; {out.parent / 'capacity.json'})")
+                           f"({'measured' if doc['capacity_measured'] else 'given'}; "
+                           f"{store.run_folder(out) / 'capacity.json'})")
                 return
         else:
-            results = gate_runner.run_gate(cfg, out, fresh=fresh, progress=not no_progress,
-                                           time_limit_s=time_limit)
+            results = pipeline.run_gate(cfg, out, fresh=fresh, progress=not no_progress,
+                                           time_limit_s=time_limit, merge_from=merge_from)
     except KeyboardInterrupt:
-        click.echo(f"interrupted: finished cells are kept in {gate_runner.sidecar_path(out)}; "
+        click.echo(f"interrupted: finished cells are kept in {store.sidecar_path(out)}; "
                    "run the same command again to finish the rest", err=True)
         sys.exit(130)
     except OSError as exc:  # the results folder (or a trace) cannot be written or read
         where = f" ({exc.filename})" if exc.filename else ""
         ours = bool(exc.filename) and str(out).startswith(str(exc.filename))
         raise click.ClickException(f"{f'--output {out}: ' if ours else ''}{exc.strerror or exc}{where}") from None
-    except (gate_runner.GateConfigError, gate_runner.GateResumeError, registry.PolicyConfigError,
+    except (spec.GateConfigError, store.GateResumeError, registry.PolicyConfigError,
             ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     console = report.make_console()
@@ -213,7 +172,8 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
         console.print(report.verdict_table(v))
         for r in v.get("reasons", ()):
             console.print(f"  - {r}", markup=False)
-        console.print(f"results: {out} (levels under {out.parent}/load-*/)   plot: {out.parent / 'ttft_p95_vs_load.png'}",
+        console.print(f"results: {out} (levels under {store.run_folder(out)}/load-*/)   "
+                      f"plot: {out.parent / 'ttft_p95_vs_load.png'}",
                       markup=False)
         if check and v["status"] not in (gate.SURVIVES, gate.INCONCLUSIVE):
             sys.exit(3)
@@ -222,10 +182,10 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
         return
     run = results.get("run") or {}
     if run.get("reused_cells"):
-        console.print(f"reused {run['reused_cells']} of {run['cells']} cells from {gate_runner.sidecar_path(out)} "
+        console.print(f"reused {run['reused_cells']} of {run['cells']} cells from {store.sidecar_path(out)} "
                       "(finished earlier; --fresh starts over)", markup=False)
     report.print_report(results, console)
-    console.print(f"results: {out}   cells: {gate_runner.sidecar_path(out)}   "
+    console.print(f"results: {out}   cells: {store.sidecar_path(out)}   "
                   f"plots: {out.parent / 'cache.png'}, {out.parent / 'ttft_cdf.png'}", markup=False)
     failed = [c for c in results["cells"] if c.get("error")]
     failed += [c for c in (results.get("sim") or {}).get("cells", []) if c.get("error")]

@@ -1,7 +1,7 @@
 """The survival gate: the seed's rule, a harness check against the
 simulator's Belady, a no-headroom check, and bootstrap confidence intervals.
 
-The rule (DESIGN.md §1, the SPF experiment's own gate), across at least
+The rule (docs/design.md §1, the SPF experiment's own gate), across at least
 ``min_seeds`` deterministic seeds with seed values averaged: the candidate
 survives iff
 
@@ -10,8 +10,8 @@ survives iff
     AND throughput regression vs floor < 1%
     AND wasted hints < 10%
 
-with roles candidate = ``spf_expected_utility``, baseline = ``session_ttl``,
-floor = ``lru`` (all configurable, see :class:`Roles`).
+with roles candidate, baseline and floor (:class:`Roles`; the seed's:
+``spf_expected_utility``, ``session_ttl``, ``lru``, :data:`spfcore.presets.SEED_ROLES`).
 
 "Seed values averaged" is read literally: each arm's per-seed figure (p95
 TTFT in seconds, prefill tokens recomputed, throughput in requests/s, wasted
@@ -60,7 +60,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import attrs
 import numpy as np
 
-from spfcore.report import error_text
+from spfcore.gate.bootstrap import BOOTSTRAP_LEVEL, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CI, bootstrap_ci, units_t_interval
+from spfcore.run.cell import error_text, wasted_share
 
 SURVIVES, FAILS = "SURVIVES", "FAILS"
 INVALID_HARNESS, NO_HEADROOM, INCOMPLETE = "INVALID-HARNESS", "NO-HEADROOM", "INCOMPLETE"
@@ -69,10 +70,12 @@ VERDICTS = (SURVIVES, FAILS, INVALID_HARNESS, NO_HEADROOM, INCOMPLETE, INCONCLUS
 #: The criteria of the seed's rule: (ttft OR prefill) AND throughput AND wasted hints.
 RULE_CRITERIA = ("ttft_p95_improvement", "prefill_reduction", "throughput_regression", "wasted_hints")
 
+#: The values each rule criterion can take: the relative drops ``1 - x / y`` of
+#: non-negative figures are at most 1; a wasted share lies in [0, 1]. Intervals are clipped to them.
+CRITERION_RANGE = {"ttft_p95_improvement": (-math.inf, 1.0), "prefill_reduction": (-math.inf, 1.0),
+                   "throughput_regression": (-math.inf, 1.0), "wasted_hints": (0.0, 1.0)}
+
 #: Bootstrap defaults: resamples, confidence level and the fixed RNG seed.
-BOOTSTRAP_RESAMPLES, BOOTSTRAP_LEVEL, BOOTSTRAP_SEED = 2000, 0.95, 20240607
-
-
 @attrs.frozen
 class GateThresholds:
     """Thresholds of the survival gate. Shares are fractions (0.05 = 5%);
@@ -111,46 +114,23 @@ class GateThresholds:
 
 @attrs.frozen
 class Roles:
-    """Which arm plays which part in the rule (arm = policy name).
+    """Which arm plays which part in the rule (arm = policy name); the seed's
+    are :data:`spfcore.presets.SEED_ROLES` (the rule names no policy).
 
     ``oracle`` may be ``None`` (a run without the ceiling arm, e.g. a timed run
     that leaves the slow oracle out): the harness check is then skipped and
     the verdict says so; the other roles are required.
     """
 
-    candidate: str = "spf_expected_utility"
-    baseline: str = "session_ttl"
-    floor: str = "lru"
-    oracle: str | None = "belady_oracle"
+    candidate: str
+    baseline: str
+    floor: str
+    oracle: str | None = None
 
     @property
     def arms(self) -> list[str]:
         """The role arms the verdict reads, in role order (no oracle when None)."""
         return [a for a in (self.candidate, self.baseline, self.floor, self.oracle) if a is not None]
-
-    def to_json(self) -> dict:
-        return attrs.asdict(self)
-
-
-@attrs.frozen
-class CI:
-    """A bootstrap confidence interval.
-
-    Attributes:
-        low, high: Interval bounds, in the unit of the criterion's value.
-        level: Confidence level (0.95).
-        resamples: Bootstrap resamples drawn.
-        method: ``"paired-requests"`` (requests resampled within each seed,
-            the same indices for both arms) or ``"paired-seeds"`` (seeds
-            resampled, both arms together) or ``"seeds"`` (one arm's
-            per-seed values resampled).
-    """
-
-    low: float
-    high: float
-    level: float
-    resamples: int
-    method: str
 
     def to_json(self) -> dict:
         return attrs.asdict(self)
@@ -242,56 +222,6 @@ def _passes(value: float | None, op: str, threshold: float) -> bool | None:
     return {">=": v >= threshold, "<": v < threshold, ">": v > threshold, "<=": v <= threshold}[op]
 
 
-# ------------------------------------------------------------------ bootstrap
-
-
-def bootstrap_ci(statistic: Callable[[list[np.ndarray]], np.ndarray], samples: Sequence[np.ndarray], *,
-                 resamples: int = BOOTSTRAP_RESAMPLES, level: float = BOOTSTRAP_LEVEL,
-                 seed: int = BOOTSTRAP_SEED, method: str = "paired-requests") -> CI:
-    """Percentile bootstrap interval of a statistic of paired, stratified samples.
-
-    Each stratum ``samples[g]`` (shape ``(n_g, k)``: ``n_g`` paired units, e.g.
-    the requests of one seed, with ``k`` columns, e.g. candidate and baseline
-    values) is resampled with replacement, rows kept whole (pairing), strata
-    independently (stratification). ``statistic`` gets the list of resampled
-    strata, each of shape ``(resamples, n_g, k)``, and returns ``resamples``
-    values. The RNG is ``numpy.random.default_rng(seed)``: same input, same
-    interval. Source: Efron & Tibshirani, *An Introduction to the Bootstrap*
-    (1993), ch. 13 (percentile interval).
-
-    Args:
-        statistic: Vectorised statistic, see above.
-        samples: Strata, each a 2-D array with at least one row.
-        resamples: Bootstrap resamples (> 0).
-        level: Confidence level in (0, 1).
-        seed: RNG seed.
-        method: Label stored in the result.
-
-    Returns:
-        :class:`CI` with the ``(1-level)/2`` and ``(1+level)/2`` quantiles.
-
-    Raises:
-        ValueError: on an empty stratum, no strata, or bad ``resamples``/``level``.
-    """
-    if resamples <= 0 or not 0.0 < level < 1.0:
-        raise ValueError(f"bootstrap needs resamples > 0 and 0 < level < 1, got {resamples}, {level}")
-    if not samples or any(len(s) == 0 for s in samples):
-        raise ValueError("bootstrap needs at least one non-empty stratum")
-    rng = np.random.default_rng(seed)
-    drawn = []
-    for s in samples:
-        s = np.asarray(s, dtype=float)
-        idx = rng.integers(0, len(s), size=(resamples, len(s)))
-        drawn.append(s[idx])
-    stats = np.asarray(statistic(drawn), dtype=float)
-    stats = stats[np.isfinite(stats)]
-    if stats.size == 0:
-        return CI(float("nan"), float("nan"), level, resamples, method)
-    lo, hi = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
-    return CI(float(lo), float(hi), level, resamples, method)
-
-
-# ------------------------------------------------------------------ helpers
 
 
 def _rel_drop(cand, base):
@@ -299,12 +229,6 @@ def _rel_drop(cand, base):
     cand, base = np.asarray(cand, dtype=float), np.asarray(base, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         return 1.0 - cand / base
-
-
-def wasted_share(cell: Mapping) -> float:
-    """``1 - hints_used / hints_issued`` of one cell; 0 when no hint was issued."""
-    issued = cell.get("hints_issued") or 0
-    return 0.0 if issued == 0 else 1.0 - (cell.get("hints_used") or 0) / issued
 
 
 def _by_arm_seed(cells: Iterable[Mapping]) -> tuple[dict, list]:
@@ -360,10 +284,9 @@ def _seed_ratio_stat(drawn):
     return _rel_drop(d[..., 0].mean(axis=1), d[..., 1].mean(axis=1))
 
 
-# ------------------------------------------------------------------ evaluate
 
 
-def evaluate(cells: Iterable[Mapping], *, sim: Mapping | None = None, roles: Roles = Roles(),
+def evaluate(cells: Iterable[Mapping], *, roles: Roles, sim: Mapping | None = None,
              thresholds: GateThresholds = GateThresholds(), seeds: Sequence[int] | None = None,
              resamples: int = BOOTSTRAP_RESAMPLES, ci_seed: int = BOOTSTRAP_SEED,
              settle: bool = False) -> Verdict:
@@ -394,7 +317,7 @@ def evaluate(cells: Iterable[Mapping], *, sim: Mapping | None = None, roles: Rol
         :class:`Verdict`.
 
     Repeats: a cell may carry ``repeat`` (0, 1, ...: a further interleaved
-    pass over the same seed, see :func:`spfcore.gate_runner.run_gate`); each
+    pass over the same seed, see :func:`spfcore.run.pipeline.run_gate`); each
     (seed, repeat) is one unit: "seed means" are means over units and each
     unit is one bootstrap stratum. ``min_seeds`` counts distinct seeds.
 
@@ -634,35 +557,6 @@ def evaluate(cells: Iterable[Mapping], *, sim: Mapping | None = None, roles: Rol
 
 #: Two-sided 95% quantiles of Student's t, df = 1..30 (any statistics table, e.g. NIST/SEMATECH
 #: e-Handbook of Statistical Methods, table 1.3.6.7.2); beyond 30, the Cornish-Fisher expansion.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042)
-
-
-def t975(df: int) -> float:
-    """The 0.975 quantile of Student's t with ``df`` >= 1 degrees of freedom
-    (table to 30, then ``z + (z^3 + z) / (4 df) + (5 z^5 + 16 z^3 + 3 z) / (96 df^2)``,
-    Abramowitz & Stegun 26.7.5, z = 1.959964)."""
-    if df < 1:
-        raise ValueError(f"t quantile needs df >= 1, got {df}")
-    if df <= len(_T975):
-        return _T975[df - 1]
-    z = 1.959964
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-
-
-def units_t_interval(deltas: Sequence[float]) -> tuple[float, float]:
-    """95% t-interval of the mean of per-unit paired deltas (one per
-    (seed, pass): the arms of a unit ran back to back, so machine spells
-    and workload draws hit both): ``mean +- t975(n - 1) * sd / sqrt(n)``
-    (Student 1908). ``(-inf, inf)`` with fewer than 2 units."""
-    d = np.asarray([x for x in deltas if x is not None and np.isfinite(x)], dtype=float)
-    if d.size < 2:
-        return -math.inf, math.inf
-    half = t975(d.size - 1) * d.std(ddof=1) / math.sqrt(d.size)
-    return float(d.mean() - half), float(d.mean() + half)
-
-
 def _with_unit_intervals(crit: list, arm_cells: Callable, roles: Roles) -> list:
     """Settled mode: widen each rule criterion's interval to cover also the
     t-interval of its per-unit deltas (:func:`units_t_interval`). The
@@ -684,6 +578,8 @@ def _with_unit_intervals(crit: list, arm_cells: Callable, roles: Roles) -> list:
     for c in crit:
         if c.name in per_unit and c.ci is not None and c.value is not None:
             lo, hi = units_t_interval(per_unit[c.name])
+            least, most = CRITERION_RANGE[c.name]  # a t-interval knows no bounds: +4.79 for 1 - p95/p95
+            lo, hi = min(max(lo, least), most), max(min(hi, most), least)
             c = attrs.evolve(c, ci=attrs.evolve(c.ci, low=float(min(c.ci.low, lo)), high=float(max(c.ci.high, hi)),
                                                  method=f"{c.ci.method} + units-t"))
         out.append(c)

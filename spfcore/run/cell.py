@@ -1,0 +1,114 @@
+"""A cell: one arm x seed (x pass) of a run, as the simulator and the engine
+record it, and what every part of the pipeline reads from one.
+
+A cell record is a dict of the fields the drivers write (``spfcore.sim.simulate``
+and ``spfcore.engine.runner.EngineSession.run``: ``num_requests``,
+``token_hit_rate``, ``prefill_tokens_recomputed`` (tokens), ``ttft_p95_s``
+(seconds), ...) plus ``arm``, ``seed``, ``status`` (``"ok"`` or ``"error"``)
+and, for a further pass, ``repeat``. A failed cell is :func:`error_cell`.
+:class:`StoredCell` is how the store (:mod:`spfcore.run.store`) keeps one,
+typed and versioned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+from spfcore.runtime import PolicyError
+
+#: Version of the stored cell line (:class:`StoredCell`); a store of another version is refused.
+CELL_SCHEMA_VERSION = 1
+#: Kinds of cells: a simulator arm, the simulator's ceilings of a seed, an engine arm.
+KINDS = ("sim", "ceilings", "engine")
+
+
+class CellFormatError(ValueError):
+    """A stored cell line that cannot be read: the message names the field."""
+
+
+@attrs.frozen
+class StoredCell:
+    """One finished (or failed) cell as the store keeps it.
+
+    Attributes:
+        kind: One of :data:`KINDS`.
+        arm: Policy name (``"*"`` for ceilings).
+        seed: Workload seed (int >= 0).
+        record: The cell record (see the module doc).
+        repeat: Pass over the seeds (0: the first).
+    """
+
+    kind: str = attrs.field(validator=attrs.validators.in_(KINDS))
+    arm: str = attrs.field(validator=attrs.validators.instance_of(str))
+    seed: int = attrs.field(validator=attrs.validators.instance_of(int))
+    record: dict = attrs.field(validator=attrs.validators.instance_of(dict))
+    repeat: int = attrs.field(default=0, validator=[attrs.validators.instance_of(int), attrs.validators.ge(0)])
+
+    @property
+    def key(self) -> tuple:
+        """``(kind, arm, seed)``, plus ``repeat`` for a further pass."""
+        return (self.kind, self.arm, self.seed) + ((self.repeat,) if self.repeat else ())
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.record.get("error"))
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "arm": self.arm, "seed": self.seed, "cell": self.record,
+                **({"repeat": self.repeat} if self.repeat else {})}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> StoredCell:
+        """Raises:
+            CellFormatError: a missing or ill-typed field (named)."""
+        for f in ("kind", "arm", "seed", "cell"):
+            if f not in d:
+                raise CellFormatError(f"field {f!r} missing")
+        try:
+            return cls(d["kind"], d["arm"], d["seed"], d["cell"], d.get("repeat") or 0)
+        except (TypeError, ValueError) as exc:
+            raise CellFormatError(str(exc).splitlines()[0]) from None
+
+
+def error_of(exc: BaseException, arm: str | None = None) -> dict:
+    """A failed cell's ``error``: ``{"policy", "hook", "message"}``.
+
+    The first :class:`~spfcore.runtime.PolicyError` in ``exc``'s chain
+    (``__cause__``/``__context__``, e.g. one the engine wrapped) gives the
+    policy and the hook; otherwise ``policy`` is ``arm`` and ``hook`` None
+    (a fault outside any hook: not installed, engine start, ...). ``message``
+    is one line.
+    """
+    e: BaseException | None = exc
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, PolicyError):
+            return {"policy": e.policy or arm, "hook": e.hook, "message": str(e).splitlines()[0]}
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    msg = str(exc).splitlines()[0] if str(exc) else ""
+    return {"policy": arm, "hook": None, "message": f"{type(exc).__name__}: {msg}".rstrip(": ")}
+
+
+def error_cell(arm: str, seed, exc: BaseException) -> dict:
+    """The cell of an arm x seed that failed with ``exc``: ``{"arm", "seed",
+    "status": "error", "error": error_of(exc, arm)}``."""
+    return {"arm": arm, "seed": seed, "status": "error", "error": error_of(exc, arm)}
+
+
+def error_text(err) -> str:
+    """One line for a cell's ``error`` (a dict of :func:`error_of`, or the
+    plain string of files written before it)."""
+    if isinstance(err, Mapping):
+        where = f" [hook {err['hook']}]" if err.get("hook") and err["hook"] not in err.get("message", "") else ""
+        return f"{err.get('message', '')}{where}"
+    return str(err)
+
+
+
+def wasted_share(cell: Mapping) -> float:
+    """``1 - hints_used / hints_issued`` of one cell; 0 when no hint was issued."""
+    issued = cell.get("hints_issued") or 0
+    return 0.0 if issued == 0 else 1.0 - (cell.get("hints_used") or 0) / issued
