@@ -232,7 +232,7 @@ def test_cli_prints_json_with_the_tier_sizes_and_fails_a_bad_arm_alone():
     lru = out["summary"]["lru"]
     direct = simulate_tiered(make("personas", seed=42, personas=2, prefix_tokens=64, sessions=4, turns=2,
                                   query_tokens=8), "lru", num_blocks=8, cpu_blocks=10, block_size=16,
-                             cost=CostModel(114_688, 50e9, 0.0, 5.5e-5, 0.015))
+                             cost=CostModel(114_688, 50e9, 0.0, 9.9e-6, 0.016))
     assert lru["cpu_hit_rate"] == direct["cpu_hit_rate"] and lru["ttft_mean_s"] == pytest.approx(direct["ttft_mean_s"])
     assert out["summary"]["nosuchpolicy"]["error"]
 

@@ -139,10 +139,12 @@ def cost_model(name: str) -> CostModel:
     * ``h200-llama-3.2-3b``: Llama-3.2-3B architecture (bf16, 114,688
       B/token from its config.json) on an H200 over PCIe 5.0 x16 (63 GB/s per
       direction; 50 GB/s assumed for pinned host-to-device copies) with 20 us
-      per transfer; prefill 5.5e-5 s/token and 0.015 s base: from the H200
-      gate run (results/gpu-h200/README.md: 8320-token prompts, mean TTFT of
-      the 0%-hit lru arm about 0.47 s). Both to be recalibrated by
-      ``benchmarks/calibrate_tier.py`` on the H200.
+      per transfer (assumed); prefill 9.9e-6 s/token and 0.016 s base, from
+      the H200 gate run (results/gpu-h200/README.md, vllm 0.24.0, 8320-token
+      prompts): belady_oracle's mean TTFT is 17.4 ms on requests that hit all
+      but 128 tokens and 98.7 ms on misses, so (98.7 - 17.4) ms / 8192 tokens
+      = 9.9 us/token and 17.4 - 128 x 0.0099 = 16.1 ms. The transfer figures
+      are to be measured by ``benchmarks/calibrate_tier.py`` on the H200.
 
     Raises:
         ValueError: unknown name (the message lists the known ones).
@@ -151,8 +153,8 @@ def cost_model(name: str) -> CostModel:
         return CostModel(kv_bytes_per_token(_model_config("tiny-llama")), 5e9, 20e-6, 0.33 / 8192, 0.01,
                          "tiny model on 2 CPU cores: prefill from DESIGN.md section 3; copy 5 GB/s assumed")
     if name == "h200-llama-3.2-3b":
-        return CostModel(kv_bytes_per_token(_model_config("llama-3.2-3b")), 50e9, 20e-6, 5.5e-5, 0.015,
-                         "H200 PCIe 5.0 x16, 50 GB/s assumed; prefill from results/gpu-h200")
+        return CostModel(kv_bytes_per_token(_model_config("llama-3.2-3b")), 50e9, 20e-6, 9.9e-6, 0.016,
+                         "H200 PCIe 5.0 x16, 50 GB/s and 20 us assumed; prefill and base from results/gpu-h200")
     raise ValueError(f"unknown cost model {name!r}: known are tiny-cpu, h200-llama-3.2-3b")
 
 
