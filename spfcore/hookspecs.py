@@ -49,7 +49,7 @@ Tests can call hooks directly with ``BlockBatch.of([BlockView(...), ...])``.
   as the cap on pinned free blocks (default 0.5).
 
 Observation hooks are called on every registered plugin. Decision hooks
-(score, admit, choose victims, evict blocks, prefetch) are ``firstresult``: the run's single
+(score, admit, choose victims, evict blocks, prefetch, tier admit, tier score) are ``firstresult``: the run's single
 selected policy answers, and ``None`` means "use the default".
 """
 
@@ -278,7 +278,10 @@ def spfcore_prefetch_hints(request, now):
 
     Resident free blocks named by a hint are pinned (subject to the pin cap)
     until the hint expires; a hint counts as *used* if one of its blocks is hit
-    before it expires, else as *wasted*.
+    before it expires, else as *wasted*. With a slower tier (see
+    :func:`spfcore_tier_admit`), hinted blocks that are in the tier but not on
+    the GPU are promoted (loaded to the GPU and pinned) now, in chain order
+    while each block's parent is on the GPU; the bytes moved are counted.
 
     Args:
         request: RequestView that just arrived.
@@ -286,6 +289,65 @@ def spfcore_prefetch_hints(request, now):
 
     Returns:
         Sequence[:class:`~spfcore.views.Hint`] or ``None``.
+    """
+
+
+# ------------------------------------------------------- slower tier (1.2)
+#
+# A slower KV tier (CPU memory) behind the GPU prefix cache: vLLM's KV
+# offloading connector (``vllm/v1/kv_offload/``), LMCache, SGLang HiCache. The
+# tier is *write-through*, as vLLM's ``OffloadingConnector`` is: each newly
+# computed full prompt block is offered to the tier when it is computed
+# (``OffloadingManager.prepare_store``), so a block evicted from the GPU
+# stays in the tier. A lookup that misses the GPU continues in the tier
+# (consecutive blocks from the GPU hit, ``OffloadingManager.lookup``); those
+# blocks are loaded instead of recomputed. A tier that is full evicts its
+# lowest-ranked free chunk (``CachePolicy.evict``). Prefetch hints
+# (:func:`spfcore_prefetch_hints`) whose blocks are in the tier but not on the
+# GPU are *promoted* (loaded to the GPU) at the hint, ahead of the predicted
+# request. Without a tier these two hooks are never called.
+
+
+@hookspec(firstresult=True)
+def spfcore_tier_admit(request, keys, now):
+    """Which newly computed blocks the slower tier keeps (vLLM: the keys the
+    offloading manager's ``prepare_store`` is offered). Called once per
+    request that computes new full prompt blocks, in chain order; blocks
+    already in the tier are not offered again.
+
+    Args:
+        request: RequestView of the request that computed them.
+        keys: Sequence of block hashes, chain order.
+        now: seconds.
+
+    Returns:
+        A numpy bool array or a sequence of ``bool`` of ``len(keys)``, or
+        ``None`` to admit all (vLLM's default). A block not admitted is not
+        copied to the tier (no bytes move). Anything else raises
+        :class:`spfcore.runtime.PolicyError`.
+    """
+
+
+@hookspec(firstresult=True)
+def spfcore_tier_score(request, keys, now):
+    """Retention priority of blocks in the slower tier; lowest is evicted
+    from the tier first. Called once per request that used the tier, at its
+    end (vLLM: ``CachePolicy.on_request_finished``, which vLLM signals in the
+    next request's first scheduler step), with the request's tier blocks:
+    loaded, offered and already there, or offered and admitted. Blocks
+    entering the tier rank by arrival until then (vLLM: ``insert``).
+
+    Args:
+        request: RequestView of the request that used them.
+        keys: Sequence of block hashes, chain order (some may have been
+            evicted from the tier since; their values are ignored).
+        now: seconds.
+
+    Returns:
+        A numpy array or sequence of ``len(keys)`` real numbers (not NaN), or
+        ``None`` for vLLM's ``LRUCachePolicy`` order (least recently stored or
+        reused first; a reused chain's head counts as the most recent). Ties
+        go to the least recently scored block.
     """
 
 

@@ -110,7 +110,9 @@ class Hint:
 
     Attributes:
         keys: Block hashes to protect (resident, free blocks are pinned) or to
-            promote (not resident: counted, nothing to do without a slower tier).
+            promote (not on the GPU but in the slower tier, when the run has
+            one: loaded to the GPU now, then pinned; see
+            :func:`spfcore.hookspecs.spfcore_tier_admit`).
         expires_at_arrival: Arrival index after which the protection lapses.
     """
 

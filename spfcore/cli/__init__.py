@@ -20,6 +20,7 @@ COMMANDS = {
     "make-trace": "spfcore.cli.make_trace:make_trace",
     "gate": "spfcore.cli.gate:gate_command",
     "simulate": "spfcore.sim.cli:simulate",
+    "simulate-tiered": "spfcore.sim.tiered_cli:simulate_tiered_command",
     "bench": "spfcore.bench:bench_command",
     "new-policy": "spfcore.new_policy:new_policy_command",
     "serve": "spfcore.serve:serve",

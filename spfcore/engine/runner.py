@@ -67,6 +67,9 @@ class EngineSpec:
         async_scheduling: vLLM async scheduling; off by default so that the
             stock and the policy arms run the same scheduler loop.
         extra: Further ``vllm.LLM`` keyword arguments, passed verbatim.
+        cpu_blocks: A CPU tier of this many blocks behind the prefix cache
+            (vLLM's KV offloading connector with spfcore's spec,
+            :func:`spfcore.engine.vllm_adapter.offload_config`), or ``None``.
     """
 
     model: str | None = None
@@ -81,6 +84,7 @@ class EngineSpec:
     engine_seed: int = 0
     async_scheduling: bool = False
     extra: dict = attrs.field(factory=dict)
+    cpu_blocks: int | None = None
 
     def __attrs_post_init__(self):
         if self.num_blocks is not None and self.num_blocks < 2:
@@ -113,6 +117,10 @@ def _llm_kwargs(spec: EngineSpec, block_size: int) -> dict:
         kw["num_gpu_blocks_override"] = spec.num_blocks
     if spec.max_num_batched_tokens is not None:
         kw["max_num_batched_tokens"] = spec.max_num_batched_tokens
+    if spec.cpu_blocks is not None:
+        from spfcore.engine.vllm_adapter import offload_config
+
+        kw["kv_transfer_config"] = offload_config(spec.cpu_blocks)
     kw.update(spec.extra)
     return kw
 
@@ -244,7 +252,9 @@ class EngineSession:
                 sched.finished_req_ids.add(rid)
                 del sched.requests[rid]
             aborted |= set(left)
-        if not self.llm.reset_prefix_cache():
+        ok = (self.llm.reset_prefix_cache(reset_connector=True) if self.spec.cpu_blocks is not None
+              else self.llm.reset_prefix_cache())
+        if not ok:
             pool = sched.kv_cache_manager.block_pool
             used = pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()
             raise RuntimeError(f"engine not clean: {used} KV blocks still held after aborting "
@@ -430,12 +440,35 @@ class EngineSession:
         qd = np.array([r["queue_s"] for r in rows if r.get("queue_s") is not None], dtype=float)
         cell.update({"queue_p50_s": q(qd, 50), "queue_p95_s": q(qd, 95),
                      "preemptions": sum(r.get("preemptions") or 0 for r in rows)})
+        if self.spec.cpu_blocks is not None:
+            cell.update(self._tier_fields(rows))
         cell.update({"ttft_p50_s": q(ttft, 50), "ttft_p95_s": q(ttft, 95), "ttft_p99_s": q(ttft, 99),
                      "ttft_mean_s": float(ttft.mean()) if ttft.size else math.nan,
                      "e2e_p50_s": q(e2e, 50), "e2e_p95_s": q(e2e, 95),
                      "throughput_rps": len(e2e) / wall if wall > 0 else math.nan, "wall_s": wall,
                      "requests": rows})
         return cell
+
+    def _tier_fields(self, rows: list) -> dict:
+        """With a CPU tier: per request ``cpu_hit_tokens`` (loaded from the
+        tier) and ``gpu_hit_tokens`` (cached - loaded), and the cell's totals
+        and tier counters (``tier_stored_blocks``, ``tier_not_admitted``)."""
+        from spfcore.engine.vllm_adapter import offload_manager
+
+        mgr = offload_manager(self.scheduler)
+        loaded: dict = {}
+        known = {r["request_id"] for r in rows}
+        for rid, n in (mgr.loaded if mgr is not None else {}).items():
+            ext = rid if rid in known else rid.rsplit("-", 1)[0]  # vLLM may suffix the id given to it
+            loaded[ext] = loaded.get(ext, 0) + n
+        for r in rows:
+            r["cpu_hit_tokens"] = loaded.get(r["request_id"], 0) * self.block_size
+            r["gpu_hit_tokens"] = (r["cached_tokens"] or 0) - r["cpu_hit_tokens"]
+        cpu = sum(r["cpu_hit_tokens"] for r in rows)
+        return {"cpu_blocks": self.spec.cpu_blocks, "cpu_hit_tokens": cpu,
+                "gpu_hit_tokens": sum(r["gpu_hit_tokens"] for r in rows),
+                "tier_stored_blocks": mgr.stored_chunks if mgr is not None else None,
+                "tier_not_admitted": mgr.not_admitted if mgr is not None else None}
 
     def close(self) -> None:
         """Shut the engine down and free its memory, so another engine can

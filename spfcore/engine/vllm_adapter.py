@@ -358,6 +358,8 @@ class PolicySchedulerMixin:
         self._spf_fault_kinds: set[tuple] = set()
         self._spf_check_pending = False
         self._spf_served = False
+        self._spf_okeys: dict = {}  # CPU tier: vLLM offload key -> spfcore block key
+        self._spf_tier_views: dict = {}  # CPU tier: request id -> RequestView, until the tier re-ranks it
         cfg = served_config(getattr(self.vllm_config, "additional_config", None))
         if cfg is not None:
             self._spf_serve(cfg)
@@ -467,6 +469,11 @@ class PolicySchedulerMixin:
         self._spf_requests.clear()
         self._spf_arrivals = 0
         self._spf_pending = None
+        self._spf_okeys.clear()
+        self._spf_tier_views.clear()
+        tier = offload_manager(self)
+        if tier is not None:
+            tier.tier_policy.owner = self
 
     def reset_prefix_cache(self, *args, **kwargs) -> bool:
         """vLLM's reset; with a policy installed, a successful reset also
@@ -547,7 +554,58 @@ class PolicySchedulerMixin:
         view = RequestView(ext, session_id, self._spf_arrivals, now, len(tokens), tuple(keys), group)
         self._spf_arrivals += 1
         self._spf_requests[rid] = _RequestState(view, keys)
+        if self.connector is not None and offload_manager(self) is not None:
+            okeys = self._spf_okeys
+            for bh, k in zip(request.block_hashes, keys):
+                okeys[make_offload_key(bh, 0)] = k
+            self._spf_tier_views[rid] = view
         self.spf_guarded("arrived", self.spf_queue.runtime.arrived, view, now)
+
+    # ------------------------------------------------------------ CPU tier
+    def _spf_tier_runtime(self):
+        q = self.spf_queue
+        return None if q is None or q.fallback is not None else q.runtime
+
+    def spf_tier_admit(self, req_id: str, keys: list, policy) -> list:
+        """The offered tier keys (vLLM offload keys) the policy admits
+        (``spfcore_tier_admit`` on the not yet resident ones, in spfcore keys);
+        all of them without a policy, after a fault, or for keys of an
+        unknown request. A fault fails open (recorded; everything admitted)."""
+        rt, view = self._spf_tier_runtime(), self._spf_tier_views.get(req_id)
+        fresh = [k for k in keys if policy.get(k) is None and k in self._spf_okeys]
+        if rt is None or view is None or not fresh:
+            return keys
+        from spfcore.sim.tiered import tier_admit
+
+        try:
+            ok = tier_admit(rt, view, [self._spf_okeys[k] for k in fresh], self._spf_clock())
+        except Exception as exc:  # noqa: BLE001 - fail open, recorded
+            self.spf_queue.fail_open("tier_admit", exc)
+            return keys
+        if ok is None:
+            return keys
+        refused = {k for k, y in zip(fresh, ok) if not y}
+        offload_manager(self).not_admitted += len(refused)
+        return [k for k in keys if k not in refused]
+
+    def spf_tier_rank(self, policy, req_id: str, keys: list) -> None:
+        """Re-rank a finished request's tier chunks ``keys`` (chain order) in
+        ``policy`` (:class:`SpfTierPolicy`) by ``spfcore_tier_score``; vLLM's
+        LRU order without a policy or after a fault (recorded)."""
+        rt, view = self._spf_tier_runtime(), self._spf_tier_views.pop(req_id, None)
+        known = [k for k in keys if k in self._spf_okeys]
+        if rt is None or view is None or len(known) != len(keys):
+            policy._set(keys[::-1])
+            return
+        from spfcore.sim.tiered import tier_ranks
+
+        try:
+            rev, vals = tier_ranks(rt, view, [self._spf_okeys[k] for k in keys], self._spf_clock())
+        except Exception as exc:  # noqa: BLE001 - fail open, recorded
+            self.spf_queue.fail_open("tier_score", exc)
+            policy._set(keys[::-1])
+            return
+        policy._set(keys[::-1], vals)
 
     def _spf_flush_hit(self) -> None:
         pending = self._spf_pending
@@ -794,3 +852,287 @@ def check_block_pool(scheduler) -> None:
     if errors:
         more = f"\n... and {len(errors) - 20} more" if len(errors) > 20 else ""
         raise AssertionError("block pool invariants violated:\n" + "\n".join(errors[:20]) + more)
+
+
+# ----------------------------------------------------------- slower tier
+#
+# vLLM's KV offloading connector (``kv_connector="OffloadingConnector"``) keeps
+# a CPU tier behind the GPU prefix cache. Its spec is chosen by name
+# (``kv_connector_extra_config["spec_name"]`` / ``["spec_module_path"]``), so
+# :class:`SpfOffloadingSpec` plugs in out of tree, no patch:
+#
+# * its manager (scheduler side) is vLLM's ``CPUOffloadingManager`` whose
+#   ``CachePolicy`` (:class:`SpfTierPolicy`) ranks chunks by
+#   ``spfcore_tier_score`` and whose ``prepare_store`` asks
+#   ``spfcore_tier_admit`` first, through the scheduler's PolicyRuntime;
+# * its worker is vLLM's on CUDA/XPU; on vLLM's CPU platform, where
+#   ``CPUOffloadingSpec.get_worker`` refuses ("CPU Offloading is currently
+#   only supported on CUDA-alike and XPU GPUs", vllm/v1/kv_offload/cpu/spec.py
+#   line 200 in 0.32.0), :class:`HostCopyWorker` copies pages between the KV
+#   cache tensors and a host buffer synchronously.
+#
+# The tier is sized in blocks (``extra_config["spfcore_cpu_blocks"]``), one
+# block per chunk. vLLM's public interfaces have no ahead-of-arrival load: a
+# tier block reaches the GPU only through a request's own lookup, so prefetch
+# hints are counted here but promote nothing (the simulator models promotion).
+
+try:
+    from vllm.v1.kv_offload.base import OffloadingWorker, TransferResult, make_offload_key
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+    from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
+    from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
+except ImportError as _exc:  # pragma: no cover - vLLM versions without the pluggable CPU tier
+    OFFLOAD_IMPORT_ERROR: str | None = f"vLLM's KV offloading API is not available: {_exc}"
+else:
+    OFFLOAD_IMPORT_ERROR = None
+
+    class HostCopyWorker(OffloadingWorker):
+        """Transfers between vLLM's KV cache tensors and a host buffer, done at
+        once (synchronous ``index_copy``), for vLLM's CPU platform.
+
+        Args:
+            kv_caches: vLLM's ``CanonicalKVCaches`` (tensors of
+                ``(num_blocks, page bytes)``).
+            num_chunks: Tier size, chunks.
+            blocks_per_chunk: Must be 1 (one GPU block per tier chunk).
+
+        Raises:
+            ValueError: ``blocks_per_chunk`` is not 1.
+        """
+
+        def __init__(self, kv_caches, num_chunks: int, blocks_per_chunk: int) -> None:
+            import torch
+
+            if blocks_per_chunk != 1:
+                raise ValueError(f"HostCopyWorker copies whole blocks: blocks_per_chunk must be 1, got "
+                                 f"{blocks_per_chunk} (offloaded block size = the KV block size)")
+            self._torch = torch
+            self.dev = [t.tensor.view(torch.int8).view((-1, t.page_size_bytes)) for t in kv_caches.tensors]
+            self.host = [torch.zeros((num_chunks, t.page_size_bytes), dtype=torch.int8) for t in kv_caches.tensors]
+            self.bytes_per_block = sum(t.page_size_bytes for t in kv_caches.tensors)
+            self._done: list = []
+
+        def _copy(self, job_id: int, src_ids, dst_ids, to_host: bool) -> bool:
+            t = time.perf_counter()
+            src = self._torch.from_numpy(src_ids.astype("int64"))
+            dst = self._torch.from_numpy(dst_ids.astype("int64"))
+            for d, h in zip(self.dev, self.host):
+                if to_host:
+                    h.index_copy_(0, dst, d.index_select(0, src))
+                else:
+                    d.index_copy_(0, dst, h.index_select(0, src))
+            self._done.append(TransferResult(job_id, True, len(src_ids) * self.bytes_per_block,
+                                             time.perf_counter() - t))
+            return True
+
+        def submit_store(self, job_id, src_spec, dst_spec) -> bool:
+            """GPU (here: the KV tensors) -> host, done before returning."""
+            return self._copy(job_id, src_spec.block_ids, dst_spec.block_ids, True)
+
+        def submit_load(self, job_id, src_spec, dst_spec) -> bool:
+            """Host -> the KV tensors, done before returning."""
+            return self._copy(job_id, src_spec.block_ids, dst_spec.block_ids, False)
+
+        def get_finished(self) -> list:
+            out, self._done = self._done, []
+            return out
+
+        def wait(self, job_ids) -> None:
+            return None
+
+    class SpfTierPolicy(CachePolicy):
+        """vLLM's CPU-tier ``CachePolicy`` ranked by spfcore: the lowest rank
+        ``(value, sequence)`` of an evictable chunk goes first, as in vLLM's
+        ``LRUCachePolicy`` (a lazily invalidated min-heap). At a request's end
+        its chunks are re-ranked tail first (the head most recent), values
+        from ``spfcore_tier_score`` (:func:`spfcore.sim.tiered.tier_ranks`);
+        without a policy attached (``owner`` None) every value is 0: vLLM's LRU.
+
+        Attributes:
+            owner: The :class:`PolicySchedulerMixin` whose runtime decides, or None.
+        """
+
+        def __init__(self, cache_capacity: int) -> None:
+            super().__init__(cache_capacity)
+            self.chunks: dict = {}
+            self._rank: dict = {}
+            self._evictable: set = set()
+            self._heap: list = []
+            self._seq = 0
+            self.owner = None
+
+        def _set(self, keys, values=None) -> None:
+            import heapq
+
+            for j, k in enumerate(keys):
+                if k not in self.chunks:
+                    continue
+                self._seq += 1
+                r = (0.0 if values is None else values[j], self._seq)
+                self._rank[k] = r
+                if k in self._evictable:
+                    heapq.heappush(self._heap, (r, k))
+
+        def get(self, key):
+            return self.chunks.get(key)
+
+        def insert(self, key, chunk) -> None:
+            self.chunks[key] = chunk
+            self._set([key])
+            if chunk.ref_cnt == 0:
+                self.mark_evictable(key)
+
+        def remove(self, key) -> None:
+            del self.chunks[key]
+            self._rank.pop(key, None)
+            self._evictable.discard(key)
+
+        def touch(self, keys, req_context) -> None:
+            self._set(list(keys)[::-1])
+
+        def on_request_finished(self, key_groups, insertion_only_keys, reused_keys, req_context) -> None:
+            keys = [k for g in key_groups for k in g]
+            owner = self.owner
+            if owner is None or not keys:
+                self._set(keys[::-1])
+                return
+            owner.spf_tier_rank(self, req_context.req_id, keys)
+
+        def evict(self, n, protected):
+            import heapq
+
+            if n == 0:
+                return []
+            got, skipped, heap = [], [], self._heap
+            while heap and len(got) < n:
+                r, k = heapq.heappop(heap)
+                if k not in self._evictable or self._rank.get(k) != r or any(k == g for _, g in got):
+                    continue
+                (skipped if k in protected else got).append((r, k))
+            if len(got) < n:
+                for e in got + skipped:
+                    heapq.heappush(heap, e)
+                return None
+            for e in skipped:
+                heapq.heappush(heap, e)
+            out = []
+            for _, k in got:
+                self._evictable.discard(k)
+                del self._rank[k]
+                out.append((k, self.chunks.pop(k)))
+            return out
+
+        def clear(self) -> None:
+            self.chunks.clear()
+            self._rank.clear()
+            self._evictable.clear()
+            self._heap.clear()
+            self._seq = 0
+
+        def mark_evictable(self, key) -> None:
+            import heapq
+
+            self._evictable.add(key)
+            heapq.heappush(self._heap, (self._rank[key], key))
+
+        def mark_non_evictable(self, key) -> None:
+            self._evictable.discard(key)
+
+    class SpfOffloadingManager(CPUOffloadingManager):
+        """vLLM's CPU offloading manager with :class:`SpfTierPolicy`, an
+        admission step (``spfcore_tier_admit``) before ``prepare_store``, and
+        per-request counts of chunks loaded (``loaded``: request id -> chunks)
+        and stored (``stored_chunks``, ``not_admitted``)."""
+
+        def __init__(self, num_chunks: int, **kwargs) -> None:
+            super().__init__(num_chunks, cache_policy="lru", **kwargs)
+            self._policy = SpfTierPolicy(num_chunks)
+            self.loaded: dict[str, int] = {}
+            self.stored_chunks = 0
+            self.not_admitted = 0
+
+        @property
+        def tier_policy(self) -> SpfTierPolicy:
+            """The CachePolicy spfcore ranks."""
+            return self._policy
+
+        def prepare_load(self, keys, req_context):
+            self.loaded[req_context.req_id] = self.loaded.get(req_context.req_id, 0) + len(keys)
+            return super().prepare_load(keys, req_context)
+
+        def prepare_store(self, keys, req_context):
+            keys = list(keys)
+            owner = self._policy.owner
+            if owner is not None:
+                keys = owner.spf_tier_admit(req_context.req_id, keys, self._policy)
+            out = super().prepare_store(keys, req_context)
+            if out is not None:
+                self.stored_chunks += len(out.keys_to_store)
+            return out
+
+        def reset_cache(self) -> None:
+            super().reset_cache()
+            self.loaded.clear()
+            self.stored_chunks = self.not_admitted = 0
+
+    class SpfOffloadingSpec(CPUOffloadingSpec):
+        """vLLM's ``CPUOffloadingSpec`` with :class:`SpfOffloadingManager`, a
+        tier of ``extra_config["spfcore_cpu_blocks"]`` chunks of one block
+        (``cpu_bytes_to_use`` is then only checked to be set), and
+        :class:`HostCopyWorker` on vLLM's CPU platform.
+
+        Select with ``kv_transfer_config={"kv_connector": "OffloadingConnector",
+        "kv_role": "kv_both", "kv_connector_extra_config": {"spec_name":
+        "SpfOffloadingSpec", "spec_module_path": "spfcore.engine.vllm_adapter",
+        "spfcore_cpu_blocks": N, "cpu_bytes_to_use": 1}}`` (see
+        :func:`offload_config`).
+        """
+
+        def __init__(self, config) -> None:
+            super().__init__(config)
+            n = self.extra_config.get("spfcore_cpu_blocks")
+            if n is not None:
+                if self.blocks_per_chunk != 1:
+                    raise ValueError(f"spfcore's tier counts blocks: blocks_per_chunk must be 1, got "
+                                     f"{self.blocks_per_chunk}")
+                self.num_chunks = int(n)
+
+        def get_manager(self):
+            if not self._manager:
+                self._manager = SpfOffloadingManager(
+                    self.num_chunks, enable_events=self.kv_events_config.enable_kv_cache_events)
+            return self._manager
+
+        def get_worker(self, kv_caches):
+            from vllm.platforms import current_platform
+
+            if current_platform.is_cuda_alike() or current_platform.is_xpu():
+                return super().get_worker(kv_caches)
+            if not self._worker:
+                self._worker = HostCopyWorker(kv_caches, self.num_chunks, self.blocks_per_chunk)
+            return self._worker
+
+
+def offload_config(cpu_blocks: int) -> dict:
+    """``vllm.LLM(kv_transfer_config=...)`` for a CPU tier of ``cpu_blocks``
+    blocks run by :class:`SpfOffloadingSpec`.
+
+    Raises:
+        RuntimeError: this vLLM lacks the pluggable offloading API
+            (:data:`OFFLOAD_IMPORT_ERROR` says what is missing).
+    """
+    if OFFLOAD_IMPORT_ERROR is not None:
+        raise RuntimeError(OFFLOAD_IMPORT_ERROR)
+    return {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+            "kv_connector_extra_config": {"spec_name": "SpfOffloadingSpec",
+                                          "spec_module_path": "spfcore.engine.vllm_adapter",
+                                          "spfcore_cpu_blocks": int(cpu_blocks), "cpu_bytes_to_use": 1}}
+
+
+def offload_manager(scheduler):
+    """The :class:`SpfOffloadingManager` of a scheduler's offloading
+    connector, or ``None`` (no connector, or another spec)."""
+    conn = getattr(scheduler, "connector", None)
+    cs = getattr(conn, "connector_scheduler", None)
+    mgr = getattr(cs, "manager", None)
+    return mgr if OFFLOAD_IMPORT_ERROR is None and isinstance(mgr, SpfOffloadingManager) else None
