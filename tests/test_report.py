@@ -221,3 +221,29 @@ def test_results_page_includes_a_markdown_file_as_markdown(results, tmp_path):
     md = report.results_page([p], include=[tmp_path / "arms.md"])
     assert md.endswith("\n## Every arm\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
     assert "```text\n## Every arm" not in md
+
+
+def test_verdict_table_marks_unsettled_criteria():
+    """In a settled verdict, a criterion whose interval contains its threshold reads
+    "unsettled" (with the point estimate's answer), one wholly on a side reads yes/no."""
+    from spfcore.report.tables import make_console, verdict_table
+
+    def crit(name, value, op, thr, low, high, passed):
+        return {"name": name, "value": value, "op": op, "threshold": thr, "passed": passed, "note": "",
+                "ci": {"low": low, "high": high, "method": "t"}}
+
+    v = {"status": "INCONCLUSIVE", "settled": True, "passes": 1, "criteria": [
+        crit("prefill_reduction", 0.11, ">=", 0.1, 0.09, 0.13, True),
+        crit("throughput_regression", -0.02, "<", 0.01, -0.03, -0.01, True),
+        crit("ttft_p95_improvement", -0.2, ">=", 0.05, -0.6, 0.0, False)]}
+    c = make_console()
+    with c.capture() as cap:
+        c.print(verdict_table(v))
+    rows = {line.split("│")[1].strip(): line.split("│")[5].strip() for line in cap.get().splitlines()
+            if line.startswith("│") and line.split("│")[1].strip()}
+    assert rows == {"prefill_reduction": "unsettled (yes)", "throughput_regression": "yes",
+                    "ttft_p95_improvement": "no"}
+    v["settled"] = False  # point-estimate mode: the point estimate decides
+    with c.capture() as cap:
+        c.print(verdict_table(v))
+    assert "unsettled" not in cap.get()

@@ -83,6 +83,18 @@ def table(results: Mapping) -> Table:
     return t
 
 
+def _straddles(c: Mapping) -> bool:
+    """Whether criterion ``c``'s finite 95% interval contains its threshold: in a
+    settled verdict its point estimate then decides nothing (the "pass" column says
+    "unsettled", with the point estimate's answer in brackets)."""
+    ci = c.get("ci")
+    if not ci or c.get("passed") is None or not all(math.isfinite(ci[k]) for k in ("low", "high")):
+        return False
+    ok = {">=": lambda x: x >= c["threshold"], ">": lambda x: x > c["threshold"],
+          "<": lambda x: x < c["threshold"], "<=": lambda x: x <= c["threshold"]}.get(c["op"])
+    return ok is not None and ok(ci["low"]) != ok(ci["high"])
+
+
 def verdict_table(verdict: Mapping) -> Table:
     """A rich table of the verdict: one row per criterion (value, threshold, CI, pass)."""
     color = {"SURVIVES": "green", "FAILS": "red"}.get(verdict["status"], "yellow")
@@ -96,6 +108,8 @@ def verdict_table(verdict: Mapping) -> Table:
         ci = c.get("ci")
         ci_s = f"[{ci['low']:+.4f}, {ci['high']:+.4f}] ({ci['method']})" if ci else "-"
         p = {True: "[green]yes[/green]", False: "[red]no[/red]", None: "-"}[c["passed"]]
+        if verdict.get("settled") and _straddles(c):
+            p = f"[yellow]unsettled[/yellow] ({'yes' if c['passed'] else 'no'})"
         t.add_row(c["name"], fmt(c["value"], "+.4f"), f"{c['op']} {c['threshold']:.4g}", ci_s, p, c["note"])
     if verdict.get("info"):
         t.add_section()
