@@ -46,7 +46,7 @@ ORACLE = "belady_oracle"
 SHAPES = {"personas": {}, "personas-shuffled": {"order": "shuffled"}, "zipf": {}, "bursty": {},
           "revisit": {}, "multiturn": {}}
 #: shapes spf was never tuned on (benchmarks/tune_spf.py reports them apart)
-HELD_OUT = {"agents": {}, "rag": {}, "scan": {}, "mix": {}}
+HELD_OUT = {name: {} for name in ("agents", "rag", "scan", "mix")}  # = generators.HELD_OUT, in table order
 
 
 def _seeds(s: str) -> list[int]:

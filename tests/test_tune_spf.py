@@ -42,3 +42,13 @@ def test_summarize_and_objective():
     assert tune.objective(list(rows.values())) == pytest.approx(0.5)
     md = tune.table("t", list(rows.values()))
     assert "no (-0.0250)" in md and "| flat | 1 |" in md
+
+
+def test_held_out_shapes_are_the_generators_held_out():
+    """The tune/report split's held-out shapes are exactly the generators marked
+    held out (which `spfcore bench`'s suite v1 leaves out), and none is tuned on."""
+    from spfcore.workloads import generators
+
+    assert set(tune.HELD_OUT) == generators.HELD_OUT
+    assert generators.HELD_OUT <= set(generators.GENERATORS)
+    assert not generators.HELD_OUT & set(tune.SHAPES)

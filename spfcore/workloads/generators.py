@@ -387,6 +387,12 @@ GENERATORS: dict[str, Generator] = {
     )
 }
 
+#: Generators added as held-out shapes (issue 14): no shipped policy's
+#: parameters were chosen on them (``benchmarks/tune_spf.py`` reports on them
+#: apart), and ``spfcore bench``'s suite v1 leaves them out so its figures stay
+#: comparable across versions.
+HELD_OUT: frozenset[str] = frozenset({"agents", "rag", "scan", "mix"})
+
 
 def defaults(name: str) -> dict:
     """Every flag of generator ``name`` with its default.
