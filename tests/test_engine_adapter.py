@@ -13,10 +13,13 @@ import pytest
 
 pytest.importorskip("vllm")
 
+from types import MethodType
+
+from vllm.v1.core.kv_cache_manager import KVCacheManager
 from vllm.v1.core.kv_cache_utils import KVCacheBlock
 
 from spfcore.engine.runner import EngineSpec, open_engine
-from spfcore.engine.vllm_adapter import PolicyFreeQueue
+from spfcore.engine.vllm_adapter import PolicyFreeQueue, arg_reader
 from spfcore.keys import chain_keys
 from spfcore.runtime import PolicyRuntime
 from spfcore.views import RequestView
@@ -82,6 +85,21 @@ def test_queue_remove_touch_and_errors():
     with pytest.raises(ValueError, match="asked for 5, 4 free"):
         q.popleft_n(5)
     assert sorted(b.block_id for b in q.get_all_free_blocks()) == [2, 3, 4, 5]
+
+
+def test_arg_reader_binds_allocate_slots_by_name():
+    # vLLM's own signature (bound to a placeholder instance; only the signature is read)
+    read = arg_reader(MethodType(KVCacheManager.allocate_slots, object()), "new_computed_blocks")
+    blocks = object()
+    assert read("req", 16, 32, blocks) is blocks  # positional (older schedulers)
+    assert read("req", 16, num_new_computed_tokens=32, new_computed_blocks=blocks) is blocks  # keyword (0.32)
+    assert read(request="req", num_new_tokens=16, new_computed_blocks=blocks) is blocks
+    assert read("req", 16, num_lookahead_tokens=2) is None  # left out: vLLM's default, None
+    assert read("req", 16, 32) is None
+    with pytest.raises(TypeError, match="num_new_tokens"):
+        read("req", new_computed_blocks=blocks)
+    with pytest.raises(RuntimeError, match="has no parameter 'new_computed_blocks'"):
+        arg_reader(MethodType(KVCacheManager.free, object()), "new_computed_blocks")
 
 
 # ----------------------------------------------------------------- engine tests

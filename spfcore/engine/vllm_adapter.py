@@ -67,6 +67,7 @@ after every scheduler step.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -624,15 +625,14 @@ class PolicySchedulerMixin:
         pool = mgr.block_pool
         requests = self._spf_requests
         orig_allocate, orig_cache, orig_free = mgr.allocate_slots, pool.cache_full_blocks, mgr.free
+        computed_blocks = arg_reader(orig_allocate, "new_computed_blocks")
         bs = self.spf_block_size
 
         def allocate_slots(request, *args, **kwargs):
             state = requests.get(request.request_id)
             if state is None or state.hit_done:
                 return orig_allocate(request, *args, **kwargs)
-            # allocate_slots(request, num_new_tokens, num_new_computed_tokens, new_computed_blocks, ...)
-            computed = kwargs["new_computed_blocks"] if "new_computed_blocks" in kwargs else (
-                args[2] if len(args) > 2 else None)
+            computed = computed_blocks(request, *args, **kwargs)
             hit = [b.block_id for b in computed.blocks[0]] if computed is not None and computed.blocks else []
             self._spf_pending = (state, hit)  # reported before this allocation evicts (popleft_n)
             try:
@@ -682,6 +682,32 @@ class PolicySchedulerMixin:
         mgr.allocate_slots = allocate_slots
         pool.cache_full_blocks = cache_full_blocks
         mgr.free = free
+
+
+def arg_reader(method: Callable, name: str) -> Callable[..., object]:
+    """A reader of argument ``name`` of calls to ``method``, positional or keyword.
+
+    The signature is read once, here; ``read(*args, **kwargs)`` (the
+    arguments of one call, as given) binds them to it and returns the value
+    given for ``name``, or ``None`` when the call leaves it out. The adapter
+    reads ``new_computed_blocks`` of vLLM's ``KVCacheManager.allocate_slots``
+    this way, whichever way the scheduler passes it.
+
+    Raises:
+        RuntimeError: ``method`` has no parameter ``name`` (a vLLM version
+            whose signature the adapter does not know).
+        TypeError: from ``read``, when the arguments do not fit the signature
+            (the same call would fail in ``method`` too).
+    """
+    sig = inspect.signature(method)
+    if name not in sig.parameters:
+        raise RuntimeError(f"{getattr(method, '__qualname__', method)}{sig} has no parameter {name!r}: "
+                           "this vLLM version is not supported by the spfcore adapter")
+
+    def read(*args, **kwargs):
+        return sig.bind(*args, **kwargs).arguments.get(name)
+
+    return read
 
 
 class PolicyScheduler(PolicySchedulerMixin, Scheduler):
