@@ -25,7 +25,7 @@ class _Params:
 
 
 class EveryHook:
-    """Implements every hook of the scoring mode (all but spfcore_evict_blocks)."""
+    """Implements every hook of the scoring mode (all but spfcore_evict_blocks), the tier hooks included."""
 
     name = "every_hook"
     capabilities = frozenset({"needs-future", "prefetch", "scoring", "admission", "sessions"})
@@ -82,6 +82,14 @@ class EveryHook:
     def spfcore_prefetch_hints(self, request, now):
         return [Hint(keys=tuple(request.block_keys[:1]), expires_at_arrival=request.arrival_index + 2)]
 
+    @hookimpl
+    def spfcore_tier_admit(self, request, keys, now):
+        return [True] * len(keys)
+
+    @hookimpl
+    def spfcore_tier_score(self, request, keys, now):
+        return [float(i) for i in range(len(keys))]
+
 
 class OrderedEveryHook(EveryHook):
     """The policy-ordered mode: spfcore_evict_blocks instead of score/admit/choose."""
@@ -107,6 +115,12 @@ def _drive(policy_cls) -> collections.Counter:
     for session, keys in prompts:
         cache.serve(keys, session)
     assert cache.evicted, "the scenario must evict, or the eviction hooks are never asked"
+    # the slower tier's hooks, through the helpers both tier drivers call (sim.tiered, the engine's tier)
+    from spfcore.sim.tiered import tier_admit, tier_ranks
+
+    req = cache.view(("a", "b", "c"), "s1", index=cache.next_index)
+    assert tier_admit(rt, req, list(req.block_keys), 9.0) == [True, True, True]
+    assert tier_ranks(rt, req, list(req.block_keys), 9.0) == (["c", "b", "a"], [2.0, 1.0, 0.0])
     return calls
 
 
