@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import math
 import logging
 import os
 import shutil
@@ -215,7 +216,10 @@ def out_of_vocabulary(payload, vocab_size: int) -> tuple[str, int] | None:
         rows = value if value and all(isinstance(v, list) for v in value) else [value]
         for row in rows:
             for tok in row:
-                if isinstance(tok, int) and not isinstance(tok, bool) and not 0 <= tok < vocab_size:
+                if isinstance(tok, bool) or not isinstance(tok, (int, float)):
+                    continue  # not a token id: vLLM's own validation answers it
+                # a JSON number with a fraction or exponent (32000.0, 1e10) is cast to int by vLLM
+                if not (math.isfinite(tok) and 0 <= tok < vocab_size):
                     return field, tok
     return None
 

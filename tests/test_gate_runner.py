@@ -237,10 +237,12 @@ def test_plots_are_written_beside_the_results(tmp_path):
         "cache.png", "results.cells.jsonl", "results.json", "ttft_cdf.png"]
 
 
-def test_cli_errors_exit_non_zero_with_a_clear_message(tmp_path):
+def test_cli_errors_exit_non_zero_with_a_clear_message(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     from spfcore.cli import main
+
+    monkeypatch.chdir(tmp_path)  # the default --output (runs/...) is relative: never the checkout's runs/
 
     r = CliRunner().invoke(main, ["gate", "--preset", "quick", "--seeds", "42,x"])
     assert r.exit_code == 2 and "comma-separated ints" in r.output

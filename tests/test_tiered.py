@@ -299,3 +299,13 @@ def test_engine_cpu_tier_loads_the_kv_pages_that_were_computed():
             ids = [rt.by_key[k] for k in keys]
             same = all(bool((d[ids] == x).all()) for d, x in zip(worker.dev, pages))
             assert same is not zeroed and all(bool(x.any()) for x in pages)
+
+
+@pytest.mark.parametrize("ratio", ["nan", "inf"])
+def test_cli_refuses_a_cpu_ratio_that_is_not_finite(ratio):
+    from click.testing import CliRunner
+
+    from spfcore.cli import main
+
+    r = CliRunner().invoke(main, ["simulate-tiered", "--cpu-ratio", ratio])
+    assert r.exit_code == 2 and "'--cpu-ratio': expected a finite number >= 0" in r.output

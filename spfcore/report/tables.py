@@ -100,7 +100,8 @@ def verdict_table(verdict: Mapping) -> Table:
     color = {"SURVIVES": "green", "FAILS": "red"}.get(verdict["status"], "yellow")
     how = ""
     if verdict.get("settled"):
-        how = f" (95% CIs on one side of each threshold; {verdict.get('passes', 1)} pass(es) per seed)"
+        how = (f" (settled rule: a criterion decides only when its 95% CI lies on one side of its threshold; "
+               f"{verdict.get('passes', 1)} pass(es) per seed)")
     t = Table(title=f"verdict: [{color}]{verdict['status']}[/{color}]{how}")
     for col in ("criterion", "value", "threshold", "95% CI", "pass", "what"):
         t.add_column(col)

@@ -4,6 +4,8 @@ TTFT split into load and recompute, hints and promotions, bytes moved."""
 
 from __future__ import annotations
 
+import math
+
 import json
 import statistics
 
@@ -68,6 +70,8 @@ def simulate_tiered_command(workload_spec: WorkloadSpec, cache_spec: CacheSpec, 
     tier through spfcore_tier_admit and spfcore_tier_score (default: vLLM's
     LRU tier). Faults fail their own arm (exit status 4), as in simulate.
     """
+    if not math.isfinite(cpu_ratio):
+        raise click.BadParameter(f"expected a finite number >= 0, got {cpu_ratio}", param_hint="'--cpu-ratio'")
     hold_output_lock(output)
     try:
         options = registry.parse_options(policy_opt)
