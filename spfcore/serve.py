@@ -50,6 +50,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import click
 
@@ -341,11 +342,18 @@ def serve(policy: str, policy_opts: tuple[str, ...], vllm_args: tuple[str, ...])
                         json.dumps({"policy": policy, "options": options, "argv": list(vllm_args)})]))
 
 
-def supervise(cmd: list[str]) -> int:
+#: Seconds a child that was passed SIGTERM / SIGINT has to stop before it is
+#: killed (vLLM still starting up, e.g. loading the model, does not always act
+#: on SIGTERM).
+STOP_GRACE_S = 20.0
+
+
+def supervise(cmd: list[str], grace_s: float = STOP_GRACE_S) -> int:
     """Run vLLM's server (``cmd``) as a child process until it exits.
 
-    SIGTERM and SIGINT sent to this process are passed on to the child; on
-    Linux the child also gets SIGTERM if this process dies.
+    SIGTERM and SIGINT sent to this process are passed on to the child; a
+    child still running ``grace_s`` seconds after that is killed (SIGKILL,
+    said on stderr). On Linux the child also gets SIGTERM if this process dies.
 
     Returns:
         The exit status for ``spfcore serve``: the child's when non-zero
@@ -363,7 +371,19 @@ def supervise(cmd: list[str]) -> int:
 
     old = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        rc = child.wait()
+        first = killed = None
+        while True:
+            try:
+                rc = child.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                if asked and first is None:
+                    first = time.monotonic()
+                if first is not None and not killed and time.monotonic() - first > grace_s:
+                    click.echo(f"spfcore serve: vLLM's server did not stop within {grace_s:g} s of the "
+                               "signal; killing it", err=True)
+                    child.kill()
+                    killed = True
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)

@@ -168,6 +168,33 @@ def test_supervise_exit_status():
     assert signal.getsignal(signal.SIGTERM) is before  # restored
 
 
+def test_supervise_kills_a_child_that_ignores_the_signal(capfd):
+    """A server that does not act on the passed-on SIGTERM (vLLM still starting up)
+    is killed after the grace period: 128 + SIGKILL, said on stderr."""
+    import threading
+
+    ready = Path(os.environ.get("TMPDIR", "/tmp")) / f"spfcore-supervise-ign-{os.getpid()}"
+    ready.unlink(missing_ok=True)
+    code = ("import signal, time, pathlib; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            f"pathlib.Path({str(ready)!r}).touch(); time.sleep(60)")
+
+    def term_when_ready():
+        for _ in range(600):
+            if ready.exists():
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.05)
+
+    t = threading.Thread(target=term_when_ready)
+    t.start()
+    try:
+        assert supervise(_child(code), grace_s=1.0) == 128 + signal.SIGKILL
+    finally:
+        t.join()
+        ready.unlink(missing_ok=True)
+    assert "did not stop within 1 s of the signal; killing it" in capfd.readouterr().err
+
+
 def test_supervised_server_stops_with_a_killed_parent(tmp_path):
     """A SIGKILLed spfcore serve does not leave its server running (Linux)."""
     import psutil
