@@ -1025,22 +1025,15 @@ else:
             owner.spf_tier_rank(self, req_context.req_id, keys)
 
         def evict(self, n, protected):
-            import heapq
+            from spfcore.sim.tiered import pop_ranked
 
             if n == 0:
                 return []
-            got, skipped, heap = [], [], self._heap
-            while heap and len(got) < n:
-                r, k = heapq.heappop(heap)
-                if k not in self._evictable or self._rank.get(k) != r or any(k == g for _, g in got):
-                    continue
-                (skipped if k in protected else got).append((r, k))
-            if len(got) < n:
-                for e in got + skipped:
-                    heapq.heappush(heap, e)
+
+            evictable, rank = self._evictable, self._rank
+            got = pop_ranked(self._heap, n, lambda k, r: k in evictable and rank.get(k) == r, protected)
+            if got is None:
                 return None
-            for e in skipped:
-                heapq.heappush(heap, e)
             out = []
             for _, k in got:
                 self._evictable.discard(k)

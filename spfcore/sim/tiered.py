@@ -210,19 +210,10 @@ class CpuTier:
         ``None`` (nothing changed) if there are not that many."""
         if n <= 0:
             return []
-        got, skipped = [], []
-        heap, rank = self._heap, self.rank
-        while heap and len(got) < n:
-            r, k = heapq.heappop(heap)
-            if rank.get(k) != r:
-                continue  # stale entry
-            (skipped if k in protected else got).append((r, k))
-        if len(got) < n:
-            for e in got + skipped:
-                heapq.heappush(heap, e)
+        rank = self.rank
+        got = pop_ranked(self._heap, n, lambda k, r: rank.get(k) == r, protected)
+        if got is None:
             return None
-        for e in skipped:
-            heapq.heappush(heap, e)
         for _, k in got:
             del rank[k], self.meta[k]
         self.evictions += n
@@ -270,6 +261,31 @@ def _reals(res, n: int, policy: str) -> list | None:
         raise PolicyError(f"policy {policy!r}: hook {hook} returned {res!r:.80}: need {n} real numbers (not NaN)",
                           policy=policy, hook=hook)
     return a.tolist()
+
+
+def pop_ranked(heap: list, n: int, live, protected) -> list | None:
+    """Pop the ``n`` lowest ``(rank, key)`` entries of the min-heap ``heap``
+    whose ``live(key, rank)`` holds (stale entries of a lazily re-ranked heap
+    are dropped) and whose key is not in ``protected`` (kept in the heap).
+    Shared by this simulator's tier and the engine's
+    (:mod:`spfcore.engine.vllm_adapter`), so both evict in one order.
+
+    Returns:
+        The ``n`` entries, lowest first; ``None`` (the heap as it was, less
+        stale entries) when fewer than ``n`` qualify.
+    """
+    got, skipped = [], []
+    while heap and len(got) < n:
+        r, k = heapq.heappop(heap)
+        if not live(k, r) or any(k == g for _, g in got):
+            continue
+        (skipped if k in protected else got).append((r, k))
+    if len(got) < n:
+        skipped += got
+        got = None
+    for e in skipped:
+        heapq.heappush(heap, e)
+    return got
 
 
 def tier_admit(rt: PolicyRuntime, request, keys: list, now: float) -> list | None:
