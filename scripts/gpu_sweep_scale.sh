@@ -2,7 +2,8 @@
 # Issue 19's scale figure on the CPUs of a device host (no GPU used): `spfcore sweep` over a synthetic
 # 1M-request Mooncake-format trace x 6 policies x 8 cache sizes (log-spaced 1%..50% of the distinct
 # blocks) + Belady at each size + the infinite cache = 57 cells, once with N local worker processes
-# and once on a local Ray cluster of N CPUs; then a check that both gave the same cells.
+# and on a local Ray cluster of N CPUs, side by side on one host (N = (CPUs - 2) / 2 each, so the two
+# runs share no core; memory bandwidth they do share), then a check that both gave the same cells.
 # One worker is not run (hours): its time is the sum of the cells' own replay seconds, printed as such.
 #   bash scripts/gpu_sweep_scale.sh start   # in the background; returns at once (device calls last <= 600 s)
 #   bash scripts/gpu_sweep_scale.sh wait S  # wait up to S seconds, print progress; pack $OUT when done
@@ -12,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 W=${WORK:-/tmp/scale}
 O=${OUT:-/tmp/out}
-N=${WORKERS:-$(( $(nproc) - 2 ))}
+N=${WORKERS:-$(( ($(nproc) - 2) / 2 ))}
 REQ=${REQUESTS:-1000000}
 POL=${POLICIES:-lru,session_ttl,frequency,sieve,s3fifo,arc}
 FR=0.01,0.01749,0.03058,0.05347,0.09351,0.1635,0.2859,0.5
@@ -24,12 +25,13 @@ driver() {
   t() { python3 -c "import time; print(f'{time.time():.1f}')"; }
   s=$(t); $SP make-trace "$W/trace.jsonl" --requests "$REQ"; e=$(t)
   echo "make-trace wall_s $(python3 -c "print(round($e-$s,1))") bytes $(stat -c %s "$W/trace.jsonl")"
-  for ex in local ray; do
-    if [ $ex = ray ]; then X=(--ray-address local --workers "$N"); else X=(--workers "$N"); fi
+  one() {
+    ex=$1; if [ $ex = ray ]; then X=(--ray-address local --workers "$N"); else X=(--workers "$N"); fi
     s=$(t); rc=0
     $SP sweep -o "$W/$ex" --trace "$W/trace.jsonl" --policies "$POL" --fractions "$FR" "${X[@]}" > "$W/$ex.log" 2>&1 || rc=$?
     e=$(t); echo "sweep $ex rc $rc wall_s $(python3 -c "print(round($e-$s,1))") load1 $(cut -d' ' -f1 /proc/loadavg)"
-  done
+  }
+  one local & one ray & wait
   python3 - "$W" <<'PY'
 import json, sys, pathlib
 w = pathlib.Path(sys.argv[1])
