@@ -7,6 +7,7 @@
 # One worker is not run (hours): its time is the sum of the cells' own replay seconds, printed as such.
 #   bash scripts/gpu_sweep_scale.sh start   # in the background; returns at once (device calls last <= 600 s)
 #   bash scripts/gpu_sweep_scale.sh wait S  # wait up to S seconds, print progress; pack $OUT when done
+# EXECUTORS=local: the local workers only (then WORKERS=CPUs - 2 makes sense).
 # Policies: the six fastest shipped online arms (spf_expected_utility needs ~30 min per cell at 1M on one
 # core, longer than a device call); POLICIES= overrides. Requests: REQUESTS= (default 1000000).
 set -euo pipefail
@@ -31,7 +32,7 @@ driver() {
     $SP sweep -o "$W/$ex" --trace "$W/trace.jsonl" --policies "$POL" --fractions "$FR" "${X[@]}" > "$W/$ex.log" 2>&1 || rc=$?
     e=$(t); echo "sweep $ex rc $rc wall_s $(python3 -c "print(round($e-$s,1))") load1 $(cut -d' ' -f1 /proc/loadavg)"
   }
-  one local & one ray & wait
+  for ex in ${EXECUTORS:-local ray}; do one $ex & done; wait
   python3 - "$W" <<'PY'
 import json, sys, pathlib
 w = pathlib.Path(sys.argv[1])
@@ -43,7 +44,8 @@ def cells(ex):
         out[p.name + ":secs"] = {"seconds": r.get("seconds"), "cpu_seconds": r.get("cpu_seconds"),
                                  "wall_seconds": r["cell"].get("wall_seconds")}
     return out
-a, b = cells("local"), cells("ray")
+a = cells("local")
+b = cells("ray") if (w / "ray" / "cells").is_dir() else {}
 ka = sorted(k for k in a if not k.endswith(":secs"))
 same = [k for k in ka if k in b and a[k] == b[k]]
 print(f"cells local {len(ka)}, ray {sum(1 for k in b if not k.endswith(':secs'))}, identical less timings: {len(same)}")
