@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Issue 19's scale figure on the CPUs of a device host (no GPU used): `spfcore sweep` over a synthetic
 # 1M-request Mooncake-format trace x 6 policies x 8 cache sizes (log-spaced 1%..50% of the distinct
-# blocks) + Belady at each size + the infinite cache = 57 cells, once with N local worker processes
-# and on a local Ray cluster of N CPUs, side by side on one host (N = (CPUs - 2) / 2 each, so the two
-# runs share no core; memory bandwidth they do share), then a check that both gave the same cells.
-# One worker is not run (hours): its time is the sum of the cells' own replay seconds, printed as such.
-#   bash scripts/gpu_sweep_scale.sh start   # in the background; returns at once (device calls last <= 600 s)
-#   bash scripts/gpu_sweep_scale.sh wait S  # wait up to S seconds, print progress; pack $OUT when done
+# blocks) + Belady at each size + the infinite cache = 57 cells, with N local worker processes and/or
+# on a local Ray cluster of N CPUs (EXECUTORS="local ray": side by side, N = (CPUs - 2) / 2 each, so
+# the two share no core; memory bandwidth they do share), then a check that both gave the same cells.
+# One worker is not run (hours): its time is the sum of the cells' own seconds, printed as such.
+#   bash scripts/gpu_sweep_scale.sh         # in the foreground: a device call ends every process it
+#                                           # started (a background job dies with the call)
 # EXECUTORS=local: the local workers only (then WORKERS=CPUs - 2 makes sense).
 # Policies: the six fastest shipped online arms (spf_expected_utility needs ~30 min per cell at 1M on one
 # core, longer than a device call); POLICIES= overrides. Requests: REQUESTS= (default 1000000).
@@ -14,14 +14,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 W=${WORK:-/tmp/scale}
 O=${OUT:-/tmp/out}
-N=${WORKERS:-$(( ($(nproc) - 2) / 2 ))}
+EX=${EXECUTORS:-local ray}
+if [ "$EX" = local ] || [ "$EX" = ray ]; then N=${WORKERS:-$(( $(nproc) - 2 ))}; else N=${WORKERS:-$(( ($(nproc) - 2) / 2 ))}; fi
 REQ=${REQUESTS:-1000000}
 POL=${POLICIES:-lru,session_ttl,frequency,sieve,s3fifo,arc}
 FR=0.01,0.01749,0.03058,0.05347,0.09351,0.1635,0.2859,0.5
 SP="python3 -m spfcore.cli"
 mkdir -p "$W" "$O"
 driver() {
-  exec > "$W/driver.log" 2>&1
   echo "host: $(nproc) CPUs, $(free -g | awk '/Mem/{print $2}') GiB; workers $N; requests $REQ; policies $POL"
   t() { python3 -c "import time; print(f'{time.time():.1f}')"; }
   s=$(t); $SP make-trace "$W/trace.jsonl" --requests "$REQ"; e=$(t)
@@ -32,7 +32,7 @@ driver() {
     $SP sweep -o "$W/$ex" --trace "$W/trace.jsonl" --policies "$POL" --fractions "$FR" "${X[@]}" > "$W/$ex.log" 2>&1 || rc=$?
     e=$(t); echo "sweep $ex rc $rc wall_s $(python3 -c "print(round($e-$s,1))") load1 $(cut -d' ' -f1 /proc/loadavg)"
   }
-  for ex in ${EXECUTORS:-local ray}; do one $ex & done; wait
+  for ex in $EX; do one $ex & done; wait
   python3 - "$W" <<'PY'
 import json, sys, pathlib
 w = pathlib.Path(sys.argv[1])
@@ -54,16 +54,6 @@ for key in ("seconds", "cpu_seconds", "wall_seconds"):
     print(f"sum over the local run's cells of {key}: {tot:.1f} s")
 print("(seconds: the whole cell incl. opening the input; cpu_seconds: its process CPU; wall_seconds: the replay alone.\n one worker would take about the sum of seconds: an estimate from measured cells, not a 1-worker run)")
 PY
-  echo DONE
 }
-case "${1:?start|wait}" in
-start) nohup bash "$0" _driver > /dev/null 2>&1 & sleep 2; cat "$W/driver.log" ;;
-_driver) driver ;;
-wait)
-  end=$(( $(date +%s) + ${2:-540} ))
-  while [ "$(date +%s)" -lt "$end" ] && ! grep -q DONE "$W/driver.log" 2>/dev/null; do sleep 10; done
-  cat "$W/driver.log"; for ex in local ray; do [ -d "$W/$ex/cells" ] && echo "$ex cells: $(ls "$W/$ex/cells" | wc -l)"; done
-  if grep -q DONE "$W/driver.log"; then
-    tar czf "$O/scale.tgz" -C "$W" driver.log local.log ray.log $(cd "$W" && ls -d local/*.json local/*.png ray/*.json ray/*.png local/cells ray/cells 2>/dev/null) || true
-  fi ;;
-esac
+driver 2>&1 | tee "$W/driver.log"
+tar czf "$O/scale.tgz" -C "$W" driver.log $(cd "$W" && ls -d ./*.log local/*.json local/*.png ray/*.json ray/*.png local/cells ray/cells 2>/dev/null) || true
