@@ -107,3 +107,22 @@ def test_gate_cli_cpu_ratio_option(tmp_path, monkeypatch):
     res = CliRunner().invoke(main, ["gate", "--preset", "quick", "--cpu-ratio", "2", "--mode", "timed",
                                     "--output", str(tmp_path / "r.json")])
     assert res.exit_code == 1 and "sequential" in res.output
+
+
+def test_without_the_oracle_arm_the_ceiling_is_a_tiered_belady_run(tmp_path):
+    cfg = config(cpu_ratio=2.0, arms=("lru", "session_ttl", "spf_expected_utility"), seeds=(2,),
+                 roles=gate.Roles("spf_expected_utility", "lru", "lru", None),
+                 policy_options={"spf_expected_utility": {"variant": "seed", "mode": "prefetch"}},
+                 thresholds=gate.GateThresholds(min_seeds=1))
+    res = run_gate(cfg, tmp_path / "r.json", engine_factory=factory([]), progress=False, plots=False)
+    nb, cpu = res["config"]["num_blocks"], res["config"]["cpu_blocks"]
+    wl = __import__("spfcore.run.spec", fromlist=["x"]).load_workload(cfg, 2)
+    bel = simulate_tiered(wl, "belady_oracle", num_blocks=nb, cpu_blocks=cpu, block_size=16, promote=False)
+    assert res["sim"]["ceilings"][0]["belady"]["token_hit_rate"] == bel["token_hit_rate"]
+    spf = next(c for c in res["sim"]["cells"] if c["arm"] == "spf_expected_utility")
+    assert spf["hints_issued"] > 0  # the seed variant hints: the promoted run is kept beside it
+    pro = simulate_tiered(wl, "spf_expected_utility", options={"variant": "seed", "mode": "prefetch"},
+                          num_blocks=nb, cpu_blocks=cpu, block_size=16, promote=True)
+    assert spf["sim_promote"]["promoted_blocks"] == pro["promoted_blocks"]
+    assert spf["sim_promote"]["gpu_hit_tokens"] == pro["gpu_hit_tokens"]
+    assert "sim_promote" not in next(c for c in res["sim"]["cells"] if c["arm"] == "lru")
