@@ -126,3 +126,27 @@ def test_without_the_oracle_arm_the_ceiling_is_a_tiered_belady_run(tmp_path):
     assert spf["sim_promote"]["promoted_blocks"] == pro["promoted_blocks"]
     assert spf["sim_promote"]["gpu_hit_tokens"] == pro["gpu_hit_tokens"]
     assert "sim_promote" not in next(c for c in res["sim"]["cells"] if c["arm"] == "lru")
+
+
+@pytest.mark.engine
+def test_tiered_gate_on_the_real_engine_agrees_with_the_simulator(tmp_path):
+    # vLLM's CPU build with the offloading connector (tier of 24 blocks behind 16 GPU blocks), the real
+    # simulator, the gate's own pipeline: every request's GPU hit and tier load agree for vLLM's LRU tier
+    # and for frequency's tier hooks (test_tiered.py's workload: lru loads 2,560 tokens from the tier).
+    from spfcore.run.spec import GateConfig
+
+    cfg = GateConfig(workload="personas", workload_flags={"personas": 4, "prefix_tokens": 128, "sessions": 8,
+                                                          "turns": 3, "query_tokens": 40, "output_tokens": 4},
+                     arms=("lru", "frequency"), seeds=(43,), block_size=32, num_blocks=16, cpu_ratio=1.6,
+                     engine={"model": "tiny"}, roles=gate.Roles("frequency", "lru", "lru", None),
+                     thresholds=gate.GateThresholds(min_seeds=1), command="test")
+    res = run_gate(cfg, tmp_path / "r.json", progress=False, plots=False)
+    assert res["config"]["cpu_blocks"] == 24
+    sims = {c["arm"]: c for c in res["sim"]["cells"]}
+    for c in res["cells"]:
+        assert c["status"] == "ok" and c["cpu_blocks"] == 24 and c["policy_faults"] == 0
+        assert tier_agreement(c, sims[c["arm"]]) is True, c["arm"]
+        assert c["tier_stored_blocks"] == sims[c["arm"]]["tier_stored_blocks"]
+    eng = {c["arm"]: c for c in res["cells"]}
+    assert eng["lru"]["cpu_hit_tokens"] == 2560 and eng["frequency"]["tier_not_admitted"] > 0
+    assert res["summary"]["lru"]["cpu_hit_tokens"] == 2560
