@@ -245,12 +245,9 @@ def default_ceilings(workload, *, num_blocks, block_size, belady_record=None, cp
     results/cpu-tiered-quick). The infinite cache bounds both tiers."""
     from spfcore.sim import ceilings
 
-    if cpu_blocks is not None and belady_record is None:
-        try:
-            belady_record = tiered_sim(workload, BELADY, num_blocks=num_blocks, block_size=block_size,
-                                       cpu_blocks=cpu_blocks, cost=cost)
-        except Exception:  # noqa: BLE001 - not installed or failing: ceilings() records the error
-            belady_record = None
+    if cpu_blocks is not None and belady_record is None:  # (a failure fails the seed's ceilings cell, recorded)
+        belady_record = tiered_sim(workload, BELADY, num_blocks=num_blocks, block_size=block_size,
+                                   cpu_blocks=cpu_blocks, cost=cost)
 
     return ceilings(workload, num_blocks=num_blocks, block_size=block_size, belady_record=belady_record)
 
