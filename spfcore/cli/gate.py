@@ -15,6 +15,7 @@ from spfcore import gate, presets, registry, report
 from spfcore.cli.options import RecordingCommand, cache_options, command_line, csv, seed_list, workload_options
 from spfcore.fileio import hold_output_lock
 from spfcore.run import pipeline, spec, store
+from spfcore.sim.tiered import COST_MODELS
 
 
 def _threshold_options(f):
@@ -77,7 +78,7 @@ def _threshold_options(f):
 @click.option("--cpu-ratio", type=click.FloatRange(min=0, min_open=True), default=None, metavar="R",
               help="Tiered arms: a CPU KV tier of R x the GPU cache's usable blocks behind the prefix cache, in the "
                    "engine (vLLM's offloading connector, the policy's tier hooks) and the simulator; sequential mode.")
-@click.option("--tier-cost", type=click.Choice(["tiny-cpu", "h200-llama-3.2-3b"]), default=None,
+@click.option("--tier-cost", type=click.Choice(COST_MODELS), default=None,
               help="Cost model of the simulator's tiered TTFT estimate [by --model].")
 @workload_options
 @cache_options(default_block_size=None, default_pressure=2.3)
