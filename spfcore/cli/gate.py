@@ -15,6 +15,7 @@ from spfcore import gate, presets, registry, report
 from spfcore.cli.options import RecordingCommand, cache_options, command_line, csv, seed_list, workload_options
 from spfcore.fileio import hold_output_lock
 from spfcore.run import pipeline, spec, store
+from spfcore.sim.tiered import COST_MODELS
 
 
 def _threshold_options(f):
@@ -74,6 +75,11 @@ def _threshold_options(f):
 @click.option("--time-limit", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="Start no engine cell after this many seconds; the verdict is then INCOMPLETE and the "
                    "same command later resumes (machines lent by the minute).")
+@click.option("--cpu-ratio", type=click.FloatRange(min=0, min_open=True), default=None, metavar="R",
+              help="Tiered arms: a CPU KV tier of R x the GPU cache's usable blocks behind the prefix cache, in the "
+                   "engine (vLLM's offloading connector, the policy's tier hooks) and the simulator; sequential mode.")
+@click.option("--tier-cost", type=click.Choice(COST_MODELS), default=None,
+              help="Cost model of the simulator's tiered TTFT estimate [by --model].")
 @workload_options
 @cache_options(default_block_size=None, default_pressure=2.3)
 @_threshold_options
@@ -81,7 +87,8 @@ def _threshold_options(f):
 def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, baseline, floor_, oracle,
                  policy_opt, mode, output, fresh, no_sim, no_progress, check, budget, loads, capacity, judge_load,
                  ttft_slo_ms, capacity_only, point_estimates,
-                 hook_budget_ms, time_limit, merge_from, workload_spec, cache_spec, **thresholds):
+                 hook_budget_ms, time_limit, merge_from, cpu_ratio, tier_cost, workload_spec, cache_spec,
+                 **thresholds):
     """Run the survival gate: every arm x seed through a real vLLM engine and
     the simulator, then judge the candidate (SURVIVES, FAILS, INVALID-HARNESS,
     NO-HEADROOM, INCOMPLETE or INCONCLUSIVE).
@@ -113,7 +120,7 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
     if loads:
         mode = "timed"
     out = Path(output or f"runs/gate-{preset}-{candidate}{'' if mode == 'sequential' else '-' + mode}"
-                         f"{'-load' if loads else ''}/results.json")
+                         f"{'-load' if loads else ''}{f'-cpu{cpu_ratio:g}' if cpu_ratio else ''}/results.json")
     hold_output_lock(out)  # one writer per results file (and its sidecar, plots), resume included
     if hook_budget_ms is not None:  # read by every PolicyRuntime.for_policy of this process (engine and simulator)
         from spfcore.runtime import BUDGET_ENV
@@ -137,7 +144,8 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
             policy_options=options,
             roles=gate.Roles(candidate, baseline, floor_, oracle), thresholds=gate.GateThresholds(**thr),
             preset=preset, command=command_line(ctx),
-            simulate=not no_sim, settle=not point_estimates, max_passes=passes, budget_s=budget_s)
+            simulate=not no_sim, settle=not point_estimates, max_passes=passes, budget_s=budget_s,
+            cpu_ratio=cpu_ratio, tier_cost=tier_cost)
         if loads:
             doc = pipeline.run_load_gate(cfg, out, loads, capacity=capacity, judge_load=judge_load,
                                             ttft_slo_s=None if ttft_slo_ms is None else ttft_slo_ms / 1e3,

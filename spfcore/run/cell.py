@@ -112,3 +112,27 @@ def wasted_share(cell: Mapping) -> float:
     """``1 - hints_used / hints_issued`` of one cell; 0 when no hint was issued."""
     issued = cell.get("hints_issued") or 0
     return 0.0 if issued == 0 else 1.0 - (cell.get("hints_used") or 0) / issued
+
+
+#: Fields of a cell of a run with a CPU tier (``GateConfig.cpu_ratio``), engine and simulator alike
+#: (tokens are prompt tokens, counts per cell): ``cpu_blocks`` (tier size, blocks), ``gpu_hit_tokens``
+#: (hit in the GPU prefix cache), ``cpu_hit_tokens`` (loaded from the tier instead of recomputed),
+#: ``tier_stored_blocks`` (blocks copied to the tier), ``tier_not_admitted`` (offered blocks refused by
+#: ``spfcore_tier_admit``). ``prefill_tokens_recomputed`` is prompt - GPU hit - CPU hit in both.
+#: The simulator's cell adds ``tokens_loaded`` (= ``cpu_hit_tokens``), the estimated TTFT split
+#: ``load_s_mean`` / ``recompute_s_mean`` (seconds), ``promoted_blocks`` / ``promoted_used`` /
+#: ``promoted_wasted`` and ``sim_promote`` (:func:`spfcore.run.pipeline.tiered_sim`).
+TIER_FIELDS = ("cpu_blocks", "gpu_hit_tokens", "cpu_hit_tokens", "tier_stored_blocks", "tier_not_admitted",
+               "load_s_mean", "recompute_s_mean", "promoted_blocks", "promoted_used", "promoted_wasted")
+
+
+def tier_agreement(engine: Mapping, sim: Mapping) -> bool | None:
+    """Whether every request's GPU hit and CPU-tier load in the engine cell
+    equal the simulator's (``requests`` rows, same order, fields
+    ``gpu_hit_tokens`` and ``cpu_hit_tokens``); ``None`` when either cell
+    lacks per-request tier rows (no tier, a failed cell)."""
+    er, sr = engine.get("requests") or (), sim.get("requests") or ()
+    if not er or len(er) != len(sr) or any("cpu_hit_tokens" not in r for r in (*er, *sr)):
+        return None
+    return all(a["gpu_hit_tokens"] == b["gpu_hit_tokens"] and a["cpu_hit_tokens"] == b["cpu_hit_tokens"]
+               for a, b in zip(er, sr))

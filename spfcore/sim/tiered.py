@@ -517,7 +517,8 @@ def simulate_tiered(workload, arm: str, *, num_blocks: int, cpu_blocks: int, blo
         ``gpu_hit_tokens, cpu_hit_tokens, miss_tokens`` (prompt tokens hit on
         the GPU, loaded from the tier, recomputed) and their shares of prompt
         tokens ``gpu_hit_rate, cpu_hit_rate``; ``token_hit_rate`` (both
-        tiers), ``cached_tokens``, ``prefill_tokens_recomputed``;
+        tiers), ``block_hit_rate`` (hit blocks of both tiers / block
+        references), ``cached_tokens``, ``prefill_tokens_recomputed``;
         ``tokens_loaded``; ``bytes_loaded, bytes_stored, bytes_promoted``;
         ``tier_stored_blocks, tier_store_skipped, tier_not_admitted,
         tier_evictions``; ``promoted_blocks, promoted_used,
@@ -560,6 +561,7 @@ def simulate_tiered(workload, arm: str, *, num_blocks: int, cpu_blocks: int, blo
            "gpu_hit_tokens": g, "cpu_hit_tokens": cpu, "miss_tokens": p - g - cpu,
            "gpu_hit_rate": g / p if p else 0.0, "cpu_hit_rate": cpu / p if p else 0.0,
            "token_hit_rate": (g + cpu) / p if p else 0.0, "cached_tokens": g + cpu,
+           "block_hit_rate": (T["gpu_hit_blocks"] + T["cpu_hit_blocks"]) / T["block_refs"] if T["block_refs"] else 0.0,
            "prefill_tokens_recomputed": p - g - cpu, "tokens_loaded": cpu,
            "bytes_loaded": T["cpu_hit_blocks"] * bpb, "bytes_stored": T["tier_stored_blocks"] * bpb,
            "bytes_promoted": T["promoted_blocks"] * bpb,
