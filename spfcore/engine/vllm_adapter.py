@@ -99,7 +99,7 @@ logger = logging.getLogger("vllm.spfcore")
 class PolicyFreeQueue:
     """vLLM's ``FreeKVCacheBlockQueue`` interface over a PolicyRuntime.
 
-    Holds no linked list: the free blocks live in ``runtime.evictor`` as
+    Holds no linked list: the free blocks live in the runtime's evictor as
     physical block ids, and this class maps ids to vLLM's ``KVCacheBlock``
     objects (``blocks[i].block_id == i``). It also keeps the free ids in the
     order vLLM's own queue would hold them (an ``OrderedDict``, O(1) per
@@ -133,7 +133,7 @@ class PolicyFreeQueue:
         self.blocks = blocks
         self.runtime = runtime
         self.clock = clock
-        self._order: OrderedDict[int, None] = OrderedDict.fromkeys(runtime.evictor.free_ids())
+        self._order: OrderedDict[int, None] = OrderedDict.fromkeys(runtime.free_ids())
         self.num_free_blocks = len(self._order)
         self.before_evict: Callable[[], None] | None = None  # set by PolicyScheduler
         self.on_fault: Callable[[dict], None] | None = None  # set by PolicyScheduler
@@ -249,7 +249,7 @@ class PolicyFreeQueue:
         del self._order[i]
         self.num_free_blocks -= 1
         try:
-            self.runtime.evictor.remove(i)
+            self.runtime.touch((i,))
         except Exception as exc:  # noqa: BLE001 - the runtime lost track: fail open
             self.fail_open("remove", exc)
 
@@ -870,11 +870,11 @@ def check_block_pool(scheduler) -> None:
                 break
             prev = b
     if isinstance(q, PolicyFreeQueue) and q.fallback is None:
-        ev = q.runtime.evictor
-        held_ids = set(ev.free_ids())
-        if held_ids != free_set or len(ev) != len(free_set):
+        rt = q.runtime
+        held_ids = set(rt.free_ids())
+        if held_ids != free_set or rt.num_free != len(free_set):
             errors.append(f"the policy's evictor holds {sorted(held_ids ^ free_set)} differently from the free queue "
-                          f"({len(ev)} vs {len(free_set)} blocks)")
+                          f"({rt.num_free} vs {len(free_set)} blocks)")
     if errors:
         more = f"\n... and {len(errors) - 20} more" if len(errors) > 20 else ""
         raise AssertionError("block pool invariants violated:\n" + "\n".join(errors[:20]) + more)
