@@ -242,6 +242,10 @@ def admit_column(res, n: int, policy: str = "?"):
     if res is None:
         return None
     hook = "spfcore_admit_blocks"
+    if isinstance(res, np.ndarray) and res.dtype == np.bool_ and res.ndim == 1:
+        if len(res) != n:
+            raise _bad(policy, hook, f"{len(res)} results for {n} blocks")
+        return res.tolist()  # bools already: no per-entry check
     try:
         out = res.tolist() if isinstance(res, np.ndarray) else list(res)
     except Exception as exc:
@@ -779,23 +783,21 @@ class PolicyRuntime:
             self.evict_seconds += _perf() - t0
             self.evict_calls += 1
             key, by_key = self.table.key, self.by_key
-            if self._evicted_hook:  # first: the hook sees only the keys; if it fails, undo the pop
-                gone = [k for i in ids if (k := key[i]) is not None]
-                if gone:
-                    try:
-                        self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
-                    except BaseException:
-                        self.evictor.unpop(ids)
-                        raise
-            n = 0
-            for i in ids:
-                k = key[i]
+            ks = list(map(key.__getitem__, ids))  # the victims' keys (None: hashless)
+            gone = [k for k in ks if k is not None] if None in ks else ks
+            if self._evicted_hook and gone:  # first: the hook sees only the keys; if it fails, undo the pop
+                try:
+                    self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
+                except BaseException:
+                    self.evictor.unpop(ids)
+                    raise
+            owners = list(map(by_key.get, ks))
+            for i, k, o in zip(ids, ks, owners):
                 if k is not None:
                     key[i] = None
-                    n += 1
-                    if by_key.get(k) == i:  # a recomputed duplicate may own the key now
+                    if o == i:  # a recomputed duplicate may own the key now
                         del by_key[k]
-            self.evictions += n
+            self.evictions += len(gone)
             return ids
         finally:
             self.policy_seconds += _perf() - t0
