@@ -48,6 +48,7 @@ NROWS = 7
 HN, TN, AN, VERSION, LIVE, NPIN, REFUSED, HSEQ, DSEQ = range(9)
 NCOUNTERS = 9
 nb = None  # spfcore._evictor_nb, once loaded
+_INT = frozenset({int})
 
 #: ``(values, expires_at, expires_at_arrival, pinned)``: one list or array per
 #: field, one entry per block (``None``: the default for every block): the
@@ -446,15 +447,16 @@ class Evictor:
             try:
                 got = self._evict(need, MappingProxyType(lru), now)  # read-only view, O(1)
                 got = got.tolist() if hasattr(got, "tolist") else list(got)
+                plain = set(map(type, got)) <= _INT  # plain ints (the runtime's answer): checked in C
                 if (len(got) != need or len(set(got)) != need
-                        or not all(isinstance(i, Integral) and i in lru for i in got)):
+                        or not (plain or all(isinstance(i, Integral) for i in got))
+                        or not all(map(lru.__contains__, got))):
                     raise ValueError(f"evict_blocks returned {got!r:.200}: need {need} distinct free cached block ids")
             except BaseException:  # a failed choice takes nothing: every block stays free
                 self._hashless.extendleft(reversed(out))
                 raise
-            for i in got:
-                del lru[i]
-            out += [int(i) for i in got]
+            deque(map(lru.__delitem__, got), maxlen=0)
+            out += got if plain else [int(i) for i in got]
             self._popped = (out, nh, None)
             return out
         state = (self._ib, self._val, self._hv, self._hi, self._c)

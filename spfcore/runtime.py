@@ -38,6 +38,8 @@ _SMALL = 8
 #: only the keys kept.
 _READS_BLOCKS = ("spfcore_blocks_hit", "spfcore_blocks_stored", "spfcore_score_blocks", "spfcore_admit_blocks",
                  "spfcore_choose_victims", "spfcore_evict_blocks")
+#: The type of a block id as the evictor hands it out.
+_INT = frozenset({int})
 #: The numpy columns of :class:`~spfcore.views.BlockTable`.
 _NUMERIC = ("depth", "num_tokens", "session", "access_count", "last_access", "stored_at")
 
@@ -417,11 +419,12 @@ class PolicyRuntime:
                     ids = res.tolist() if isinstance(res, np.ndarray) else list(res)
                 except TypeError:
                     raise _bad(self.policy_name, hook, f"{res!r:.80}: need a sequence of {n} block ids") from None
+                plain = set(map(type, ids)) <= _INT  # the usual answer: plain ints, checked in C
                 if (len(ids) != n or len(set(ids)) != n
-                        or not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) and i in free
-                                   for i in ids)):
+                        or not (plain or all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in ids))
+                        or not all(map(free.__contains__, ids))):
                     raise _bad(self.policy_name, hook, f"{ids!r:.200}: need {n} distinct ids of free cached blocks")
-                return [int(i) for i in ids]
+                return ids if plain else [int(i) for i in ids]
         self.evictor = Evictor(num_blocks, score=score, admit=admit, choose=choose, evict=evict,
                                pin_cap_fraction=pin_cap_fraction)
         self._call("spfcore_cache_configured", None, num_blocks=num_blocks, block_size=block_size)
@@ -783,21 +786,23 @@ class PolicyRuntime:
             self.evict_seconds += _perf() - t0
             self.evict_calls += 1
             key, by_key = self.table.key, self.by_key
-            ks = list(map(key.__getitem__, ids))  # the victims' keys (None: hashless)
-            gone = [k for k in ks if k is not None] if None in ks else ks
-            if self._evicted_hook and gone:  # first: the hook sees only the keys; if it fails, undo the pop
-                try:
-                    self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
-                except BaseException:
-                    self.evictor.unpop(ids)
-                    raise
-            owners = list(map(by_key.get, ks))
-            for i, k, o in zip(ids, ks, owners):
+            if self._evicted_hook:  # first: the hook sees only the keys; if it fails, undo the pop
+                gone = [k for i in ids if (k := key[i]) is not None]
+                if gone:
+                    try:
+                        self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
+                    except BaseException:
+                        self.evictor.unpop(ids)
+                        raise
+            n = 0
+            for i in ids:
+                k = key[i]
                 if k is not None:
                     key[i] = None
-                    if o == i:  # a recomputed duplicate may own the key now
+                    n += 1
+                    if by_key.get(k) == i:  # a recomputed duplicate may own the key now
                         del by_key[k]
-            self.evictions += len(gone)
+            self.evictions += n
             return ids
         finally:
             self.policy_seconds += _perf() - t0
