@@ -194,23 +194,36 @@ def _t_filter(ib, tk, ti, n, clock, live_only):
 @_jit
 def place(ids, tiers, values, exp_t, exp_a, pins, orders, cap, ib, val, hv, hi, tk, ti, ak, ai, c):
     """(Re-)insert blocks in sequence (see ``Evictor._place``); returns the
-    number of pins granted."""
+    number of pins granted, or -1 (nothing done) if an id is outside ``ib``
+    or a heap lacks room for ``len(ids)`` more entries. An empty
+    ``values``, ``exp_t``, ``exp_a`` or ``pins`` stands for the default of
+    every block (0, no expiry, no expiry, no pin)."""
+    n = ids.shape[0]
+    if max(c[HN], c[TN], c[AN]) + n > hv.shape[0]:
+        return -1
+    nblk = ib.shape[1]
+    for k in range(n):
+        if ids[k] < 0 or ids[k] >= nblk:
+            return -1
+    has_v, has_t, has_a, has_p = values.shape[0] > 0, exp_t.shape[0] > 0, exp_a.shape[0] > 0, pins.shape[0] > 0
     v = c[VERSION]
     granted = 0
     tn, an = c[TN], c[AN]
-    for k in range(ids.shape[0]):
+    for k in range(n):
         i = ids[k]
         tier = tiers[k]
-        value = values[k]
+        value = values[k] if has_v else 0.0
         v += 1
-        x = exp_t[k]
-        if x != np.inf:
-            tn = _t_push(tk, ti, tn, x, v, i)
-        y = exp_a[k]
-        if y < NEVER_ARRIVAL_F:
-            an = _t_push(ak, ai, an, y, v, i)
+        if has_t:
+            x = exp_t[k]
+            if x != np.inf:
+                tn = _t_push(tk, ti, tn, x, v, i)
+        if has_a:
+            y = exp_a[k]
+            if y < NEVER_ARRIVAL_F:
+                an = _t_push(ak, ai, an, y, v, i)
         pin = False
-        if pins[k]:
+        if has_p and pins[k]:
             if c[NPIN] < cap or ib[PIN, i]:
                 pin = True
             else:
@@ -396,6 +409,8 @@ def warm() -> None:
     ids = np.arange(4, dtype=np.int64)
     ones = np.ones(4)
     place(ids, np.ones(4, np.int64), ones, ones, ones, np.zeros(4, np.bool_), ids, 2, ib, val, hv, hi, tk, ti, ak, ai, c)
+    e = np.empty(0)
+    place(ids, np.ones(4, np.int64), e, e, e, np.empty(0, np.bool_), ids, 2, ib, val, hv, hi, tk, ti, ak, ai, c)
     live_unique(ids, True, ib, c)
     d, _, _ = due(2.0, 2.0, ib, tk, ti, ak, ai, c)
     drain(2.0, 2.0, ib, tk, ti, ak, ai, c)

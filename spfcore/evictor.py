@@ -49,6 +49,7 @@ HN, TN, AN, VERSION, LIVE, NPIN, REFUSED, HSEQ, DSEQ = range(9)
 NCOUNTERS = 9
 nb = None  # spfcore._evictor_nb, once loaded
 _INT = frozenset({int})
+_NONE_F, _NONE_B = np.empty(0), np.empty(0, np.bool_)  # a score column at its default for every block
 
 #: ``(values, expires_at, expires_at_arrival, pinned)``: one list or array per
 #: field, one entry per block (``None``: the default for every block): the
@@ -304,16 +305,21 @@ class Evictor:
             in ``pins_refused``).
         """
         ids = ids if isinstance(ids, np.ndarray) else self._ids(ids)
-        n = len(ids)
         values, exp_t, exp_a, pins = cols if cols is not None else (None, None, None, None)
-        values = np.zeros(n) if values is None else np.asarray(values, np.float64)
-        exp_t = np.full(n, math.inf) if exp_t is None else np.asarray(exp_t, np.float64)
-        exp_a = np.full(n, math.inf) if exp_a is None else np.asarray(exp_a, np.float64)
-        pins = np.zeros(n, np.bool_) if pins is None else np.asarray(pins, np.bool_)
-        self._ensure(ids, n)
-        return int(nb.place(ids, np.asarray(tiers, np.int64), values, exp_t, exp_a, pins,
-                            np.asarray(orders, np.int64), self.pin_cap, self._ib, self._val,
-                            self._hv, self._hi, self._tk, self._ti, self._ak, self._ai, self._c))
+        args = (ids, np.asarray(tiers, np.int64),
+                _NONE_F if values is None else np.asarray(values, np.float64),
+                _NONE_F if exp_t is None else np.asarray(exp_t, np.float64),
+                _NONE_F if exp_a is None else np.asarray(exp_a, np.float64),
+                _NONE_B if pins is None else np.asarray(pins, np.bool_),
+                np.asarray(orders, np.int64), self.pin_cap)
+        granted = nb.place(*args, *self._all())
+        if granted < 0:  # an id beyond the arrays, or a heap without room: grow, then again
+            self._ensure(ids, len(ids))
+            granted = nb.place(*args, *self._all())
+        return int(granted)
+
+    def _all(self) -> tuple:
+        return (self._ib, self._val, self._hv, self._hi, self._tk, self._ti, self._ak, self._ai, self._c)
 
     # ------------------------------------------------------------ removals
     def remove(self, block_id: int) -> None:

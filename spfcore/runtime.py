@@ -384,6 +384,8 @@ class PolicyRuntime:
         if self._has["spfcore_admit_blocks"]:
             def admit(ids, now):
                 res = self._call("spfcore_admit_blocks", None, blocks=BlockBatch(table, ids), now=now)
+                if isinstance(res, np.ndarray) and res.dtype == np.bool_ and res.shape == (len(ids),):
+                    return res  # bools already, as the evictor takes them
                 return admit_column(res, len(ids), self.policy_name)
         if self._has["spfcore_choose_victims"]:
             def choose(ids, n, now):

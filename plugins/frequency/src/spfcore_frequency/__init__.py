@@ -8,7 +8,7 @@ hash has been seen often enough, and the history of evicted hashes is kept
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict, deque
+from collections import Counter, OrderedDict
 from itertools import repeat
 
 import attrs
@@ -80,15 +80,13 @@ class FrequencyPolicy:
     @hookimpl
     def spfcore_blocks_evicted(self, keys, now):
         count, ghost, cap = self.count, self.ghost, self.ghost_cap
-        cs = list(map(count.pop, keys, repeat(None)))  # in C; a repeated key pops once
-        if cap:
-            left = [(k, c) for k, c in zip(keys, cs) if c is not None]
-            # as ghost[k] = c; ghost.move_to_end(k) per key: out, then appended in order
-            deque(map(ghost.pop, [k for k, _ in left], repeat(None)), maxlen=0)
-            ghost.update(left)
-        popitem = ghost.popitem
-        for _ in range(len(ghost) - cap):
-            popitem(last=False)
+        for k in keys:
+            c = count.pop(k, None)
+            if c is not None and cap:
+                ghost[k] = c
+                ghost.move_to_end(k)
+        while len(ghost) > cap:
+            ghost.popitem(last=False)
 
     def counts(self, blocks) -> np.ndarray:
         """Access count per block of a batch (float64 array, 1 for an unknown hash)."""
