@@ -63,12 +63,48 @@ EvictFn = Callable[[int, "Mapping[int, None]", float], Sequence[int]]
 
 
 def _load_nb():
+    """Import (and compile, or load from numba's cache) the scored evictor's
+    numba loops, once per process."""
     global nb
     if nb is None:
         from spfcore import _evictor_nb
+        _scannable_llvmlite()
         _evictor_nb.warm()
         nb = _evictor_nb
     return nb
+
+
+def _scannable_llvmlite() -> None:
+    """Let vLLM's CPU build start in a process that loaded numba first (the
+    simulator's scored cells before the gate's engine cells; the engine
+    runner's fail-fast runtime). When vLLM's worker starts it scans every
+    attribute of every loaded module and calls ``vars(value).get(...)``;
+    ``llvmlite.binding.ffi.lib`` answers ``__dict__`` with a wrapped C
+    function (its ``__getattr__`` forwards every name to the CDLL), so the
+    scan raised AttributeError and the engine did not start. Its class is
+    swapped for a subclass, same layout, whose ``__dict__`` is an empty dict:
+    nothing else changes (every other attribute still reaches the library)."""
+    try:
+        from llvmlite.binding import ffi
+    except ImportError:  # pragma: no cover - another llvmlite layout: nothing to fix
+        return
+    lib = getattr(ffi, "lib", None)
+    base = type(lib)
+    if lib is None or getattr(base, "_spfcore_scannable", False) or isinstance(vars(base).get("__dict__"), property):
+        return
+
+    class _Scannable(base):
+        __slots__ = ()
+        _spfcore_scannable = True
+
+        @property
+        def __dict__(self):
+            return {}
+
+    try:
+        lib.__class__ = _Scannable
+    except TypeError:  # pragma: no cover - a layout that forbids it: leave llvmlite as it is
+        pass
 
 
 class Evictor:

@@ -160,3 +160,24 @@ def test_failing_score_hook_leaves_both_as_before():
     assert new.snapshot() == before
     assert _state(new) == _state(old)
     assert new.pop(10, 50.0, 50) == old.pop(10, 50.0, 50)
+
+
+def test_loaded_numba_survives_vllms_module_scan():
+    """vLLM's CPU worker, when it starts, reads ``vars(value).get("kernel")``
+    for every attribute of every loaded module (vllm/triton_utils/dispatcher.py);
+    with numba loaded by a scored evictor first, llvmlite's ``ffi.lib`` made
+    that raise and the engine did not start (the engine runner builds a
+    scored runtime before the engine; the gate runs sim cells first)."""
+    import sys
+
+    Evictor(8, score=lambda ids, now: None)  # loads numba + llvmlite
+    assert "llvmlite.binding.ffi" in sys.modules
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if not namespace:
+            continue
+        for value in list(namespace.values()):
+            if hasattr(value, "__dict__"):
+                vars(value).get("kernel")  # raises AttributeError without the fix
+    from llvmlite.binding import ffi
+    assert ffi.lib.LLVMPY_GetVersionInfo() > 0  # the library still answers
