@@ -14,10 +14,7 @@ import numbers
 import signal
 import threading
 import time
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from functools import partial
-from itertools import chain, repeat
 
 import numpy as np
 import pluggy
@@ -32,7 +29,6 @@ from spfcore.hookspecs import HOOK_NAMES
 from spfcore.views import BlockBatch, BlockTable, BlockView, RequestView, Score, Scores
 
 _perf = time.perf_counter
-_drain = partial(deque, maxlen=0)  # runs an iterator (a map of setters) in C
 
 
 #: Blocks up to which :meth:`PolicyRuntime.stored` writes the table with scalar stores.
@@ -87,8 +83,7 @@ def _column(x, n: int, default, policy: str, field: str, arrays: bool = False):
         if x == default or (x != x and default != default):
             return None
         return [x.item() if isinstance(x, np.generic) else x] * n
-    if arrays and isinstance(x, np.ndarray) and x.dtype.kind in ("fiub" if field == "pinned" else "fiu") \
-            and x.ndim == 1:
+    if arrays and isinstance(x, np.ndarray) and x.dtype.kind in "fiu" and x.ndim == 1:
         if len(x) != n:
             raise _bad(policy, "spfcore_score_blocks", f"Scores.{field} of length {len(x)} for {n} blocks")
         return x
@@ -683,13 +678,18 @@ class PolicyRuntime:
                         [(i, key[i], par[i], req[i], [getattr(t, c)[i] for c in _NUMERIC])
                          for i in ids if key[i] is not None])
             if not self.track:  # no hook reads a block's other columns (lru): keys only
-                _drain(map(key.__setitem__, ids, keys))  # per block in C
-                by_key.update(zip(keys, ids))
+                for i, k in zip(ids, keys):
+                    key[i] = k
+                    by_key[k] = i
             elif n:
-                _drain(map(key.__setitem__, ids, keys))
-                _drain(map(t.parent.__setitem__, ids, chain((parent,), keys)))  # each block's parent key
-                _drain(map(t.request_id.__setitem__, ids, repeat(request.request_id)))
-                by_key.update(zip(keys, ids))
+                par, req = t.parent, t.request_id
+                rid = request.request_id
+                for i, k in zip(ids, keys):
+                    key[i] = k
+                    par[i] = parent
+                    req[i] = rid
+                    by_key[k] = i
+                    parent = k
                 sid = t.session_id(request.session_id)
                 if n <= _SMALL:  # numpy scalar stores beat fancy indexing on a few blocks (decode: one)
                     depth, ntok, sess, acc, last, st = (t.depth, t.num_tokens, t.session, t.access_count,
