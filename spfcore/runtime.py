@@ -83,7 +83,8 @@ def _column(x, n: int, default, policy: str, field: str, arrays: bool = False):
         if x == default or (x != x and default != default):
             return None
         return [x.item() if isinstance(x, np.generic) else x] * n
-    if arrays and isinstance(x, np.ndarray) and x.dtype.kind in "fiu" and x.ndim == 1:
+    if arrays and isinstance(x, np.ndarray) and x.dtype.kind in ("fiub" if field == "pinned" else "fiu") \
+            and x.ndim == 1:
         if len(x) != n:
             raise _bad(policy, "spfcore_score_blocks", f"Scores.{field} of length {len(x)} for {n} blocks")
         return x
