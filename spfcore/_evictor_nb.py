@@ -340,21 +340,43 @@ def live_unique(ids, unpinned, ib, c):
 
 
 @_jit
+def _due_at(tk, n, clock):
+    """Positions of the heap entries with key <= ``clock``: a pruned walk
+    from the root (an entry above the clock hides its subtree), O(due)."""
+    idx = np.empty(n, np.int64)
+    m = 0
+    if n == 0 or tk[0] > clock:
+        return idx[:0]
+    stack = np.empty(n, np.int64)
+    stack[0] = 0
+    sp = 1
+    while sp:
+        sp -= 1
+        j = stack[sp]
+        idx[m] = j
+        m += 1
+        ch = 2 * j + 1
+        if ch < n and tk[ch] <= clock:
+            stack[sp] = ch
+            sp += 1
+        if ch + 1 < n and tk[ch + 1] <= clock:
+            stack[sp] = ch + 1
+            sp += 1
+    return idx[:m]
+
+
+@_jit
 def _due_of(tk, ti, n, clock):
     """The entries of an expiry heap with key <= ``clock``, as ``(keys,
     versions, ids)`` in ``(key, version)`` order; changes nothing."""
-    m = 0
-    for j in range(n):
-        if tk[j] <= clock:
-            m += 1
+    idx = _due_at(tk, n, clock)
+    m = idx.shape[0]
     bk = np.empty(m, np.float64)
     bv = np.empty(m, np.int64)
     bi = np.empty(m, np.int64)
-    m = 0
-    for j in range(n):
-        if tk[j] <= clock:
-            bk[m], bv[m], bi[m] = tk[j], ti[0, j], ti[1, j]
-            m += 1
+    for q in range(m):
+        j = idx[q]
+        bk[q], bv[q], bi[q] = tk[j], ti[0, j], ti[1, j]
     o = np.argsort(bv, kind="mergesort")
     o = o[np.argsort(bk[o], kind="mergesort")]
     return bk[o], bv[o], bi[o]
@@ -388,11 +410,31 @@ def due(now, arrival, ib, tk, ti, ak, ai, c):
 
 
 @_jit
+def _t_drop(ib, tk, ti, n, clock):
+    """Drop the entries with key <= ``clock`` from a heap of ``n``; returns
+    the new size. Few due: popped one by one (O(k log n)); else one filter
+    pass and a re-heapify (O(n))."""
+    if n == 0 or tk[0] > clock:
+        return n
+    k = _due_at(tk, n, clock).shape[0]
+    if k > 64:
+        return _t_filter(ib, tk, ti, n, clock, False)
+    for _ in range(k):
+        n -= 1
+        if n > 0:
+            tk[0] = tk[n]
+            ti[0, 0] = ti[0, n]
+            ti[1, 0] = ti[1, n]
+            _t_down(tk, ti, 0, n)
+    return n
+
+
+@_jit
 def drain(now, arrival, ib, tk, ti, ak, ai, c):
     """Drop every expiry entry due by ``now`` / ``arrival`` (the ones
     :func:`due` saw)."""
-    c[TN] = _t_filter(ib, tk, ti, c[TN], now, False)
-    c[AN] = _t_filter(ib, ak, ai, c[AN], arrival, False)
+    c[TN] = _t_drop(ib, tk, ti, c[TN], now)
+    c[AN] = _t_drop(ib, ak, ai, c[AN], arrival)
 
 
 def warm() -> None:
