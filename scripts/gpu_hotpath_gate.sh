@@ -13,6 +13,11 @@
 #   bash scripts/gpu_hotpath_gate.sh seeds   # ~9 min: engines start, cells run (resumable)
 #   bash scripts/gpu_hotpath_gate.sh seeds   # resumes each job's unfinished cells
 #   bash scripts/gpu_hotpath_gate.sh merge   # every job's cells into one run, judged (no engine: the cells are reused)
+# With 1-2 H200s set GPUS (seeds 42.. two per GPU: GPUS=2 runs 42..45), e.g.
+#   GPUS=2 bash scripts/gpu_hotpath_gate.sh seeds ; GPUS=2 bash scripts/gpu_hotpath_gate.sh merge
+# The hot path alone, no engine and no GPU (~1-2 min, the numba wheels must be installed:
+# numba 0.68.1 + llvmlite 0.50.0 cp312 on the device's Python 3.12):
+#   bash scripts/gpu_hotpath_gate.sh cost    # -> $OUT/policy_cost.txt (spfcore ms/request per arm)
 # What comes back: $OUT/hotpath.tgz (results.json, cells, logs, plots). Then here:
 #   spfcore results-page <results.json> --title "..." -o results/gpu-h200-<commit>/README.md
 # The table's "policy ms/req" column is spfcore's time per request on the engine path
@@ -24,13 +29,14 @@ W=${WORK:-/tmp/gpu-hotpath}   # survives between calls while the machine is warm
 O=${OUT:-/tmp/out}
 ARGS=(--model llama-3.2-3b --no-progress --num-blocks 3561)  # stated so every per-seed job shares one fingerprint
 GATE="python3 -m spfcore.cli gate"
-PAIRS=("42,43" "44,45" "46,47" "48,49")
+G=${GPUS:-4}
+SEEDS=$(seq -s, 42 $((41 + 2 * G)))
 mkdir -p "$W" "$O"
 pack() { tar czf "$O/hotpath.tgz" -C "$(dirname "$W")" "$(basename "$W")" 2>/dev/null || true; }
-case "${1:?seeds|merge}" in
+case "${1:?seeds|merge|cost}" in
 seeds)
-  for g in 0 1 2 3; do
-    s=${PAIRS[$g]}
+  for g in $(seq 0 $((G - 1))); do
+    s="$((42 + 2 * g)),$((43 + 2 * g))"
     CUDA_VISIBLE_DEVICES=$g $GATE "${ARGS[@]}" --seeds "$s" --min-seeds 1 --time-limit 480 \
       --output "$W/job-$g/results.json" >> "$W/job-$g.log" 2>&1 &
   done
@@ -38,18 +44,22 @@ seeds)
   pack; tail -n 3 "$W"/job-*.log
   ;;
 merge)
-  python3 - "$W" <<'PY'
+  python3 - "$W" "$G" <<'PY'
 import sys, pathlib
 w = pathlib.Path(sys.argv[1])
 out = w / "all" / "results.cells.jsonl"
 out.parent.mkdir(parents=True, exist_ok=True)
 lines = []
-for g in range(4):
+for g in range(int(sys.argv[2])):
     src = (w / f"job-{g}" / "results.cells.jsonl").read_text().splitlines()
     lines += src[1:] if lines else src   # the header (fingerprint) once
 out.write_text("\n".join(lines) + "\n")
 PY
-  $GATE "${ARGS[@]}" --seeds 42,43,44,45,46,47,48,49 --output "$W/all/results.json" | tee "$W/verdict.txt" || true
+  $GATE "${ARGS[@]}" --seeds "$SEEDS" --output "$W/all/results.json" | tee "$W/verdict.txt" || true
   pack; tail -n 60 "$W/verdict.txt"
+  ;;
+cost)
+  python3 -c "import spfcore._evictor_nb as nb; nb.warm()"  # numba compiles once, untimed
+  python3 benchmarks/bench_policy_cost.py --repeat 3 --wall-clock | tee "$O/policy_cost.txt"
   ;;
 esac

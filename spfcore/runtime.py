@@ -38,6 +38,8 @@ _SMALL = 8
 #: only the keys kept.
 _READS_BLOCKS = ("spfcore_blocks_hit", "spfcore_blocks_stored", "spfcore_score_blocks", "spfcore_admit_blocks",
                  "spfcore_choose_victims", "spfcore_evict_blocks")
+#: The type of a block id as the evictor hands it out.
+_INT = frozenset({int})
 #: The numpy columns of :class:`~spfcore.views.BlockTable`.
 _NUMERIC = ("depth", "num_tokens", "session", "access_count", "last_access", "stored_at")
 
@@ -73,13 +75,19 @@ def _bad(policy: str, hook: str, what: str) -> PolicyError:
     return PolicyError(f"policy {policy!r}: hook {hook} returned {what}", policy=policy, hook=hook)
 
 
-def _column(x, n: int, default, policy: str, field: str):
+def _column(x, n: int, default, policy: str, field: str, arrays: bool = False):
     """One :class:`Scores` field as a list of ``n`` entries, or ``None`` when
-    it is the default for every block."""
+    it is the default for every block. ``arrays``: a numeric numpy array is
+    kept as it is (checked for shape and, for reals, NaN by the caller)."""
     if np.ndim(x) == 0:
         if x == default or (x != x and default != default):
             return None
         return [x.item() if isinstance(x, np.generic) else x] * n
+    if arrays and isinstance(x, np.ndarray) and x.dtype.kind in ("fiub" if field == "pinned" else "fiu") \
+            and x.ndim == 1:
+        if len(x) != n:
+            raise _bad(policy, "spfcore_score_blocks", f"Scores.{field} of length {len(x)} for {n} blocks")
+        return x
     lst = x.tolist() if isinstance(x, np.ndarray) else list(x)
     if len(lst) != n:
         raise _bad(policy, "spfcore_score_blocks", f"Scores.{field} of length {len(lst)} for {n} blocks")
@@ -91,6 +99,9 @@ def score_columns(res, n: int, policy: str = "?"):
     evictor's columns ``(values, expires_at, expires_at_arrival, pinned)``
     (lists, or ``None`` for a field at its default for every block).
 
+    The runtime itself uses :func:`score_arrays` (the same checks; numpy
+    fields stay numpy arrays).
+
     Accepted answers: ``None`` (vLLM's order); a :class:`~spfcore.views.Scores`;
     a numpy array of reals; a sequence of ``float``, ``int``, ``None`` (0.0) or
     :class:`~spfcore.views.Score` (the per-block form).
@@ -100,6 +111,25 @@ def score_columns(res, n: int, policy: str = "?"):
             NaN (NaN has no order), or a pin without an expiry; the message
             names the policy, the hook and the position.
     """
+    cols = _score_cols(res, n, policy, False)
+    if cols is None:
+        return None
+    return tuple(c.tolist() if isinstance(c, np.ndarray) else c for c in cols)
+
+
+def score_arrays(res, n: int, policy: str = "?"):
+    """:func:`score_columns` with numpy fields kept as numpy arrays (values
+    float64; expiries, pins as the policy gave them; lists elsewhere): the
+    form the runtime hands its :class:`Evictor`, with no per-block Python
+    work for a policy answering :class:`~spfcore.views.Scores` of arrays.
+
+    Raises:
+        PolicyError: as :func:`score_columns`.
+    """
+    return _score_cols(res, n, policy, True)
+
+
+def _score_cols(res, n: int, policy: str, arrays: bool):
     hook = "spfcore_score_blocks"
     if res is None:
         return None
@@ -108,15 +138,33 @@ def score_columns(res, n: int, policy: str = "?"):
         if vals.ndim == 0:
             vals = np.full(n, vals)
         values = _values(vals, n, policy)
-        exp_t = _column(res.expires_at, n, math.inf, policy, "expires_at")
-        exp_a = _column(res.expires_at_arrival, n, NEVER_ARRIVAL, policy, "expires_at_arrival")
+        exp_t = _column(res.expires_at, n, math.inf, policy, "expires_at", arrays)
+        exp_a = _column(res.expires_at_arrival, n, NEVER_ARRIVAL, policy, "expires_at_arrival", arrays)
         if exp_t is not None:
             _reals(exp_t, policy, "expires_at")
         if exp_a is not None:
             _reals(exp_a, policy, "expires_at_arrival")
-            exp_a = [NEVER_ARRIVAL if x >= NEVER_ARRIVAL else int(x) for x in exp_a]
-        pins = _column(res.pinned, n, False, policy, "pinned")
-        if pins is not None:
+            if isinstance(exp_a, np.ndarray):
+                if exp_a.dtype.kind == "f":
+                    if np.isneginf(exp_a).any():
+                        raise OverflowError("cannot convert float infinity to integer")
+                    exp_a = np.where(exp_a >= NEVER_ARRIVAL, float(NEVER_ARRIVAL), np.trunc(exp_a))
+                else:
+                    exp_a = np.minimum(exp_a, NEVER_ARRIVAL)
+            else:
+                exp_a = [NEVER_ARRIVAL if x >= NEVER_ARRIVAL else int(x) for x in exp_a]
+        pins = _column(res.pinned, n, False, policy, "pinned", arrays)
+        if isinstance(pins, np.ndarray):
+            pins = pins.astype(np.bool_)
+            bad = pins.copy()
+            if exp_t is not None:
+                bad &= np.asarray(exp_t, np.float64) == math.inf
+            if exp_a is not None:
+                bad &= np.asarray(exp_a) >= NEVER_ARRIVAL
+            if bad.any():
+                raise _bad(policy, hook, f"a pin without an expiry at position {int(bad.argmax())} "
+                           "(it could hold its block forever)")
+        elif pins is not None:
             for j, p in enumerate(pins):
                 if p and (exp_t is None or exp_t[j] == math.inf) and (exp_a is None or exp_a[j] >= NEVER_ARRIVAL):
                     raise _bad(policy, hook, f"a pin without an expiry at position {j} (it could hold its block forever)")
@@ -169,6 +217,14 @@ def score_columns(res, n: int, policy: str = "?"):
 
 def _reals(xs, policy: str, field: str, at: int = 0) -> None:
     """Raise :class:`PolicyError` unless every ``xs`` is a real number, not NaN."""
+    if isinstance(xs, np.ndarray):  # numeric (see _column): only NaN to find
+        if xs.dtype.kind == "f":
+            nan = np.isnan(xs)
+            if nan.any():
+                j = int(nan.argmax())
+                raise _bad(policy, "spfcore_score_blocks",
+                           f"{field}={float(xs[j])!r} at position {at + j}: an expiry must be a real number (not NaN)")
+        return
     for j, x in enumerate(xs):
         t = type(x)
         if (t is float or t is int) and x == x:
@@ -189,6 +245,10 @@ def admit_column(res, n: int, policy: str = "?"):
     if res is None:
         return None
     hook = "spfcore_admit_blocks"
+    if isinstance(res, np.ndarray) and res.dtype == np.bool_ and res.ndim == 1:
+        if len(res) != n:
+            raise _bad(policy, hook, f"{len(res)} results for {n} blocks")
+        return res.tolist()  # bools already: no per-entry check
     try:
         out = res.tolist() if isinstance(res, np.ndarray) else list(res)
     except Exception as exc:
@@ -201,7 +261,7 @@ def admit_column(res, n: int, policy: str = "?"):
     return [bool(x) for x in out]
 
 
-def _values(a: np.ndarray, n: int, policy: str) -> list:
+def _values(a: np.ndarray, n: int, policy: str) -> np.ndarray:
     hook = "spfcore_score_blocks"
     if a.shape != (n,):
         raise _bad(policy, hook, f"an array of shape {a.shape} for {n} blocks")
@@ -212,7 +272,7 @@ def _values(a: np.ndarray, n: int, policy: str) -> list:
         if nan.any():
             j = int(nan.argmax())
             raise _bad(policy, hook, f"{float(a[j])!r} at position {j}: a score must be a real number (not NaN)")
-    return a.astype(np.float64, copy=False).tolist()
+    return a.astype(np.float64, copy=False)
 
 
 def _budgeted(hook, kw: dict, budget: float):
@@ -319,12 +379,14 @@ class PolicyRuntime:
             def score(ids, now):
                 res = self._call("spfcore_score_blocks", None, blocks=BlockBatch(table, ids), now=now)
                 try:
-                    return score_columns(res, len(ids), self.policy_name)
+                    return score_arrays(res, len(ids), self.policy_name)
                 except (TypeError, ValueError, OverflowError) as exc:  # e.g. a bare number: not a sequence
                     raise _bad(self.policy_name, "spfcore_score_blocks", f"{res!r:.80}: {exc}") from exc
         if self._has["spfcore_admit_blocks"]:
             def admit(ids, now):
                 res = self._call("spfcore_admit_blocks", None, blocks=BlockBatch(table, ids), now=now)
+                if isinstance(res, np.ndarray) and res.dtype == np.bool_ and res.shape == (len(ids),):
+                    return res  # bools already, as the evictor takes them
                 return admit_column(res, len(ids), self.policy_name)
         if self._has["spfcore_choose_victims"]:
             def choose(ids, n, now):
@@ -360,11 +422,12 @@ class PolicyRuntime:
                     ids = res.tolist() if isinstance(res, np.ndarray) else list(res)
                 except TypeError:
                     raise _bad(self.policy_name, hook, f"{res!r:.80}: need a sequence of {n} block ids") from None
+                plain = set(map(type, ids)) <= _INT  # the usual answer: plain ints, checked in C
                 if (len(ids) != n or len(set(ids)) != n
-                        or not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) and i in free
-                                   for i in ids)):
+                        or not (plain or all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in ids))
+                        or not all(map(free.__contains__, ids))):
                     raise _bad(self.policy_name, hook, f"{ids!r:.200}: need {n} distinct ids of free cached blocks")
-                return [int(i) for i in ids]
+                return ids if plain else [int(i) for i in ids]
         self.evictor = Evictor(num_blocks, score=score, admit=admit, choose=choose, evict=evict,
                                pin_cap_fraction=pin_cap_fraction)
         self._call("spfcore_cache_configured", None, num_blocks=num_blocks, block_size=block_size)

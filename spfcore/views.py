@@ -259,8 +259,7 @@ class BlockBatch:
     def keys(self) -> list:
         c = self._cols.get("keys")
         if c is None:
-            k = self.table.key
-            c = self._cols["keys"] = [k[i] for i in self._ids]
+            c = self._cols["keys"] = list(map(self.table.key.__getitem__, self._ids))
         return c
 
     @property

@@ -152,24 +152,27 @@ def check_pool(rt: PolicyRuntime, c: _Cache, num_blocks: int) -> None:
 
 
 def check_evictor(ev: Evictor) -> None:
-    """The evictor's own structure: every entry sits in exactly the group of
-    its (heap tier, value), at its order; nothing else is in a group."""
-    if ev.fifo:
+    """The evictor's own structure: every free cached block has exactly one
+    live entry in the order heap, at its (heap tier, value, order); nothing
+    else is live there; the counters match the per-block rows."""
+    if ev._flat:
         assert not set(ev._lru) & set(ev._hashless)
         return
+    from spfcore.evictor import HN, HST, IN, LIVE, NPIN, ORD, PIN, TIER
+    ib, hv, hi, c = ev._ib, ev._hv, ev._hi, ev._c
+    inn = set(np.flatnonzero(ib[IN]).tolist())
     seen = {}
-    for ht, groups in enumerate(ev._groups):
-        for v, (orders, ids) in groups.items():
-            assert orders == sorted(orders) and len(orders) == len(ids)
-            for o, i in zip(orders, ids):
-                assert i not in seen
-                seen[i] = (ht, v, o)
-    assert seen.keys() == ev._entry.keys()
-    for i, (tier, v, o, _) in ev._entry.items():
-        assert seen[i] == (2 if i in ev._pinned else tier, v, o)
-    assert ev._pinned <= ev._entry.keys() and not set(ev._hashless) & ev._entry.keys()
-    for heap, at in ((ev._exp_t, ev._exp_t_at), (ev._exp_a, ev._exp_a_at)):
-        assert sorted(heap) == sorted(at)
+    for j in range(int(c[HN])):
+        i = int(hi[2, j])
+        if ib[IN, i] and ib[HST, i] == hi[3, j]:
+            assert i not in seen
+            seen[i] = (int(hi[0, j]), float(hv[j]), int(hi[1, j]))
+    assert seen.keys() == inn
+    for i in inn:
+        assert seen[i] == (2 if ib[PIN, i] else int(ib[TIER, i]), float(ev._val[i]), int(ib[ORD, i]))
+    pinned = set(np.flatnonzero(ib[PIN]).tolist())
+    assert pinned <= inn and not set(ev._hashless) & inn
+    assert (int(c[LIVE]), int(c[NPIN])) == (len(inn), len(pinned))
 
 
 # ------------------------------------------------------------------ evictor

@@ -9,7 +9,7 @@ every other block, the rest are evicted in vLLM's LRU order. Pins are capped
 from __future__ import annotations
 
 import math
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict, defaultdict, deque
 from itertools import repeat
 
 import attrs
@@ -159,9 +159,10 @@ class SessionTTLPolicy:
     @hookimpl
     def spfcore_blocks_evicted(self, keys, now):
         session_keys = self.session_keys
-        for k in keys:
-            self.until.pop(k, None)
-            for s in self.key_sessions.pop(k, ()):
+        deque(map(self.until.pop, keys, repeat(None)), maxlen=0)  # in C
+        owners = map(self.key_sessions.pop, keys, repeat(()))
+        for k, ss in zip(keys, owners):
+            for s in ss:
                 mine = session_keys.get(s)
                 if mine is not None:
                     mine.pop(k, None)
