@@ -132,14 +132,15 @@ def test_the_calibrated_simulator_predicts_the_cpu_engines_hit_rate_under_load(t
     simulator's concurrent model (vLLM's scheduling, the prefix cache, the
     policy) replays that clock (:class:`spfcore.sim.calibrate.EngineClock`),
     so how long the machine took per step is the run's own, however noisy, and
-    what is compared is the model's scheduling and cache: spf's token hit rate
-    within 1 point and 22 of the 24 requests with the engine's own
-    cached-token count. With the constant step costs fitted on the same cell
-    instead, a run on a loaded 2-core machine (load average 8-24, steps of
-    13 ms to 0.4 s) read 19.9% simulated against the engine's 2.8%. A model
-    that frees a finished request's blocks head first instead of tail first,
-    or that admits a request when only its first chunk fits, misses this by
-    2-21 requests (docs: results/sim-vs-engine-load/README.md)."""
+    what is compared is the model's scheduling and cache: each arm's token hit
+    rate within 2 points and at least 22 of the 24 requests with the engine's
+    own cached-token count. With the constant step costs fitted on the same cell
+    instead, a run on a loaded 2-core machine (load average 8-24) read 19.9%
+    simulated against the engine's 2.8%. Replayed on the engine's clock, every
+    request matched in runs with steps of 13 ms to 1.3 s (3 CPU burners beside
+    the test), lru's and spf's alike; a model that frees a finished request's
+    blocks head first instead of tail first matched 14 (lru) and 20 (spf) of
+    them (results/sim-vs-engine-load/README.md)."""
     pytest.importorskip("vllm")
     from spfcore import gate
     from spfcore.run.pipeline import run_load_gate
@@ -168,8 +169,11 @@ def test_the_calibrated_simulator_predicts_the_cpu_engines_hit_rate_under_load(t
     if not e["preemptions"]:
         assert sum(e["steps"]["tokens"]) == computed
     assert timing["policy_s_per_step"] == pytest.approx(e["policy_seconds"] / e["num_steps"])
-    assert abs(s["token_hit_rate"] - e["token_hit_rate"]) <= 0.01, (s["token_hit_rate"], e["token_hit_rate"])
-    same = sum(x["cached_tokens"] == y["cached_tokens"] for x, y in zip(e["requests"], s["requests"]))
-    assert same >= 22, same
+    for arm in ("lru", "spf_expected_utility"):
+        e, s = eng[arm], sim[arm]
+        assert s["timing"]["clock"]["source"] == f"steps of engine {arm} seed 5"
+        assert abs(s["token_hit_rate"] - e["token_hit_rate"]) <= 0.02, (arm, s["token_hit_rate"], e["token_hit_rate"])
+        same = sum(x["cached_tokens"] == y["cached_tokens"] for x, y in zip(e["requests"], s["requests"]))
+        assert same >= 22, (arm, same)
     row = doc["levels"][0]["summary"]["spf_expected_utility"]
     assert row["sim_token_hit_rate"] == s["token_hit_rate"]
