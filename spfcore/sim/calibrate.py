@@ -86,12 +86,16 @@ class EngineClock:
     ``step_time(t, n)`` (:func:`spfcore.sim.simulate`).
 
     A step starting at virtual time ``t`` (s after the run's start, as the
-    engine's ``start_s``) that schedules ``n`` tokens lasts ``dur_s[k] *
+    engine's ``start_s``) that schedules ``n`` tokens takes ``d = dur_s[k] *
     (a + b * n) / (a + b * tokens[k])`` with ``k`` the engine step whose start
     is nearest ``t``, and ``(a, b)`` (:attr:`step_overhead_s`,
     :attr:`per_token_s`) the least-squares fit of ``dur_s = a + b * tokens``
-    over the log (``b`` clipped at 0). After the log's last step ends it is
-    ``a + b * n``.
+    over the log (``b`` clipped at 0); it ends at ``start_s[k] + d``, where the
+    engine's step ended, so the small offsets between the two clocks (the
+    engine's first step starts some ms after the first arrival) do not
+    accumulate and move an arrival to another step, unless that leaves less
+    than ``d / 2`` (then it lasts ``d``). After the log's last step ends it
+    lasts ``a + b * n``.
 
     Attributes:
         start_s, dur_s, tokens: The engine's step log (``cell["steps"]``), one
@@ -142,7 +146,9 @@ class EngineClock:
         k = int(np.searchsorted(st, t))
         if k == len(st) or (k > 0 and t - st[k - 1] <= st[k] - t):
             k -= 1
-        return float(self.dur_s[k]) * base / (self.step_overhead_s + self.per_token_s * self.tokens[k])
+        d = float(self.dur_s[k]) * base / (self.step_overhead_s + self.per_token_s * self.tokens[k])
+        snapped = float(st[k]) + d - t  # end where the engine's step ended: no drift from offsets
+        return snapped if snapped > 0.5 * d else d
 
 
 @attrs.frozen
