@@ -101,7 +101,6 @@ def run(name: str, events: int, num_blocks: int, seed: int, running: int, marks)
                        pin_cap_fraction=getattr(policy.params, "pin_cap_fraction", 0.5))
     if rt.needs_future:
         rt.set_future(_future(seed, events))  # >= the requests this run can reach (>= 1 event each)
-    ev = rt.evictor
     rt.release([], range(1, num_blocks), 0.0)  # block 0 is vLLM's null block
     ref = [0] * num_blocks
     block_of: dict[int, int] = {}  # key -> block holding it
@@ -133,13 +132,13 @@ def run(name: str, events: int, num_blocks: int, seed: int, running: int, marks)
                 break
             hits.append(b)
         need = len(view.block_keys) - len(hits) + (1 if part else 0)
-        while held and need + sum(1 for b in hits if ref[b] == 0) > len(ev):
+        while held and need + sum(1 for b in hits if ref[b] == 0) > rt.num_free:
             finish()
         if held and len(held) >= running:
             finish()
         for b in hits:
             if ref[b] == 0:
-                ev.remove(b)
+                rt.touch((b,))
             ref[b] += 1
         rt.hit(view, hits, now)
         new = rt.evict(need, now) if need else []

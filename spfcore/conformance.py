@@ -367,10 +367,10 @@ def check_pins(name: str, options=None, *, num_blocks: int = 12, n: int = 400) -
         stream = random_stream(11, n, sessions=4)
         big = (None, _chain([f"big{j}" for j in range(num_blocks - 1)]))
         c = mini_cache(name, num_blocks, [*stream, big], opts)
-        cap = c.rt.evictor.pin_cap
+        cap = c.rt.pin_cap
 
         def after(i, c, cap=cap, opts=opts):
-            pinned = c.rt.evictor.num_pinned
+            pinned = c.rt.num_pinned
             if pinned > cap:
                 raise ConformanceError(f"policy {name!r} ({opts or 'defaults'}): {pinned} pinned free blocks "
                                        f"after request {i}, over the cap of {cap}")
@@ -452,7 +452,7 @@ def check_sim_matches_minicache(name: str, options=None, *, num_blocks: int = 10
     rt = PolicyRuntime.for_policy(name, num_blocks, block_size, options)
     keyed = [(s, v.block_keys) for (s, _), v in zip(stream, prep.views)]
     c = mini_cache(name, num_blocks, keyed, runtime=rt)
-    rt.evictor.remove(0)  # MiniCache freed blocks 0..n-1: hold block 0 as vLLM's null block, as the simulator does
+    rt.touch((0,))  # MiniCache freed blocks 0..n-1: hold block 0 as vLLM's null block, as the simulator does
     serve_stream(c, keyed, name)
     sim_hits = [r["cached_tokens"] // block_size for r in sim["requests"]]
     for i, (a, b) in enumerate(zip(sim_hits, c.hits)):

@@ -469,12 +469,17 @@ class PolicyRuntime:
         self._future_set = True
         self._call("spfcore_future_requests", None, requests=requests)
 
-    def arrived(self, request: RequestView, now: float) -> None:
+    def arrived(self, request: RequestView, now: float) -> Sequence[tuple]:
         """A request arrived (before its cache lookup).
 
         Every hook of the arrival is called (and its answer checked) before
         anything changes, so a hook that raises or answers wrongly leaves the
         runtime as before the call.
+
+        Returns:
+            The prefetch hints the policy issued at this arrival (already
+            applied to resident blocks), as ``(keys, expires_at_arrival)``
+            pairs; empty if none. A driver with a slower tier promotes from them.
         """
         t0 = _perf()
         try:
@@ -485,7 +490,7 @@ class PolicyRuntime:
             arrival = request.arrival_index
             if self._quiet_arrival:  # no arrival hook, no score to expire (lru, policy-ordered mode)
                 self.arrival = arrival
-                return
+                return ()
             if self._has["spfcore_request_arrived"]:
                 self._call("spfcore_request_arrived", None, request=request, now=now)
             # Re-score expired scores now (the policy has seen this arrival), not
@@ -514,6 +519,7 @@ class PolicyRuntime:
             for plan in plans:
                 ev.commit(plan)
             self._apply_hints(hints)
+            return hints
         finally:
             self.policy_seconds += _perf() - t0
 
@@ -757,6 +763,121 @@ class PolicyRuntime:
                 key[i] = None
                 if by_key.get(k) == i:
                     del by_key[k]
+
+    # ------------------------------------------------- driver steps and queries
+    # The drivers (simulator, tiered simulator, engine adapter, MiniCache,
+    # object replay) call only these and the events above, never the evictor
+    # or the hook relay directly.
+    def touch(self, ids: Iterable[int]) -> None:
+        """Hit blocks that were free leave the free queue (vLLM's ``touch``:
+        ref count 0 -> 1). A driver calls it for the free blocks among a
+        request's hits (a block another request holds is not free); the
+        order of this call and :meth:`hit` does not matter to the policy.
+
+        Raises:
+            KeyError: a block is not free (a driver bug; the blocks before it
+                have left the free queue).
+        """
+        remove = self.evictor.remove
+        for i in ids:
+            remove(i)
+
+    @property
+    def num_free(self) -> int:
+        """Free blocks now (hashless and cached), blocks."""
+        return len(self.evictor)
+
+    def free_ids(self) -> list[int]:
+        """Every free block id: hashless first, then cached in no fixed order. O(blocks)."""
+        return self.evictor.free_ids()
+
+    def is_free(self, block_id: int) -> bool:
+        """Whether physical block ``block_id`` is free (in the free queue)."""
+        return block_id in self.evictor
+
+    def block_of(self, key) -> int | None:
+        """The physical id of the cached block with block hash ``key``, or
+        ``None`` if no block holds it."""
+        return self.by_key.get(key)
+
+    def key_of(self, block_id: int):
+        """The block hash of physical block ``block_id``, or ``None`` (hashless
+        or evicted)."""
+        return self.table.key[block_id]
+
+    def cached_keys(self) -> list:
+        """Block hashes of every cached block now (free or held), in no fixed order. O(blocks)."""
+        return list(self.by_key)
+
+    def implements(self, hook: str) -> bool:
+        """Whether the policy implements hook ``hook`` (a name in
+        :data:`spfcore.hookspecs.HOOK_NAMES`).
+
+        Raises:
+            KeyError: ``hook`` is not an spfcore hook.
+        """
+        return self._has[hook]
+
+    def call_hook(self, hook: str, **kwargs):
+        """Call hook ``hook`` of the policy with keyword arguments, timed and
+        budgeted like every event's hooks, and return its raw answer (the
+        driver checks it). For hooks a driver owns outside the block events:
+        the tier hooks ``spfcore_tier_admit`` / ``spfcore_tier_score``.
+
+        Raises:
+            PolicyError: the hook raised or overran its budget (names the
+                policy and the hook).
+        """
+        return self._call(hook, None, **kwargs)
+
+    def pin(self, ids: Iterable[int], expires_at_arrival: int) -> int:
+        """Pin free cached blocks until arrival index ``expires_at_arrival``,
+        as a prefetch hint does (the pin cap applies). Does nothing for a
+        policy with no decision hook (vLLM's order) or in policy-ordered mode.
+
+        Returns:
+            Blocks pinned.
+        """
+        if self.evictor.fifo:
+            return 0
+        return self.evictor.pin(ids, expires_at_arrival)
+
+    @property
+    def num_pinned(self) -> int:
+        """Pinned free blocks now."""
+        return self.evictor.num_pinned
+
+    @property
+    def pin_cap(self) -> int:
+        """Most pinned free blocks, blocks (``pin_cap_fraction x num_blocks``)."""
+        return self.evictor.pin_cap
+
+    #: Attributes :meth:`checkpoint` saves: spfcore's state (the stats counters
+    #: are left to count failed work too).
+    _STATE = ("table", "by_key", "_hints", "arrival", "_future_set", "evictions", "hints_issued",
+              "hints_used", "evictor")
+
+    def checkpoint(self) -> dict:
+        """A deep copy of spfcore's state of this runtime, for :meth:`restore`
+        (O(blocks): for tests and transactional drivers, not a hot path).
+        Hook callbacks held by the evictor are functions, shared, not copied;
+        the policy's own state is not saved."""
+        import copy
+
+        return copy.deepcopy({a: getattr(self, a) for a in self._STATE})
+
+    def restore(self, saved: dict) -> None:
+        """Put a :meth:`checkpoint` back, in place (the table and evictor stay
+        the same objects: the evictor's callbacks and drivers hold them)."""
+        for a, v in saved.items():
+            if a == "table":
+                for slot in type(v).__slots__:
+                    setattr(self.table, slot, getattr(v, slot))
+            elif a == "evictor":
+                self.evictor.__dict__.clear()
+                self.evictor.__dict__.update(v.__dict__)
+            else:
+                setattr(self, a, v)
 
     def snapshot(self) -> dict:
         """spfcore's whole state of this runtime as plain values, for tests

@@ -462,9 +462,10 @@ def check_inputs(grid: Grid, sources: Iterable[Source] | None = None) -> None:
         except SweepError:
             raise
         except ValueError as exc:  # TraceError (FILE:LINE: field ...) or keys not computable at this block size
+            from spfcore.workloads.options import WorkloadOptionError
             from spfcore.workloads.traces import TraceError
 
-            if isinstance(exc, TraceError):
+            if isinstance(exc, (TraceError, WorkloadOptionError)):  # its message names the file already
                 raise InputError(str(exc), param) from None
             where = src.trace if src.trace is not None else src.label
             bs = grid.block_size

@@ -10,7 +10,7 @@ import click
 from spfcore import registry, sweep
 from spfcore.report import make_console
 from spfcore.workloads import generators
-from spfcore.cli.options import RecordingCommand, command_line, parse_sets
+from spfcore.cli.options import RecordingCommand, command_line, parse_sets, seed_list
 
 #: Exit status when a cell failed (its file and the table say why; the other cells ran).
 EXIT_CELL_FAILED = 4
@@ -49,13 +49,6 @@ def _fractions(ctx, param, value):
     return out
 
 
-def _seeds(ctx, param, value):
-    out = _list(ctx, param, value, int, "comma-separated seeds, e.g. 42,43")
-    if not out or any(s < 0 for s in out):
-        raise click.BadParameter(f"{value!r}: need at least one seed >= 0")
-    return out
-
-
 @click.command("sweep", cls=RecordingCommand)
 @click.option("--out", "-o", "folder", type=click.Path(file_okay=False), required=True,
               help="Results folder: one JSON per cell, sweep.json, summary.json, mrc.png.")
@@ -74,7 +67,7 @@ def _seeds(ctx, param, value):
               help="A generated workload (repeatable).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Generator flag for every --workload (repeatable).")
-@click.option("--seeds", default="42", show_default=True, callback=_seeds, help="Comma-separated seeds.")
+@click.option("--seeds", default="42", show_default=True, callback=seed_list, help="Comma-separated seeds.")
 @click.option("--policy-opt", multiple=True, metavar="NAME.KEY=V1[,V2...]",
               help="Policy parameter values (repeatable); each value is its own line of the curves "
                    "(several keys of one policy: every combination).")
@@ -127,7 +120,7 @@ def sweep_command(folder, policies, blocks, fractions, traces, limit, tokens_per
     sources += [sweep.Source(workload=w, flags=parse_sets(w, sets)) for w in workloads]
     sizes = [{"blocks": b} for b in blocks] + [{"fraction": f} for f in fractions]
     try:
-        grid = sweep.Grid(tuple(sources), seeds, tuple(vs), tuple(sizes), block_size=block_size,
+        grid = sweep.Grid(tuple(sources), tuple(seeds), tuple(vs), tuple(sizes), block_size=block_size,
                           hook_budget_ms=hook_budget_ms, ceilings=not no_ceilings)
     except sweep.SweepError as exc:
         raise click.ClickException(str(exc)) from None

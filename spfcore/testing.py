@@ -9,7 +9,6 @@ equal prefixes, as with real block hashes.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 
 from spfcore.runtime import PolicyRuntime
@@ -30,7 +29,7 @@ class MiniCache:
     long streams whose cache is dropped on a failure anyway).
 
     Attributes:
-        rt: The runtime (``rt.evictor`` is the free queue).
+        rt: The runtime (every call goes through its public methods).
         evicted: Keys of evicted cached blocks, in eviction order, all requests.
         hits: Per request, the number of full blocks hit.
 
@@ -69,7 +68,7 @@ class MiniCache:
 
     def cached(self) -> set:
         """Keys of the cached (resident) full blocks."""
-        return set(self.rt.by_key)
+        return set(self.rt.cached_keys())
 
     def serve(self, keys: Sequence, session: str | None = None, *, extra_tokens: int = 1) -> list:
         """Run one request through the protocol (arrive, lookup + hit, allocate,
@@ -92,22 +91,22 @@ class MiniCache:
         cap = (req.num_prompt_tokens - 1) // bs
         hit_ids: list[int] = []
         for k in keys[:cap]:
-            i = rt.by_key.get(k)
+            i = rt.block_of(k)
             if i is None:
                 break
             hit_ids.append(i)
         h = len(hit_ids)
         partial = 1 if req.num_prompt_tokens % bs else 0
         need = len(keys) - h + partial
-        if need > len(rt.evictor) - h:  # every block is free between requests, hit blocks included
-            raise ValueError(f"cannot take {need} blocks: only {len(rt.evictor) - h} free "
+        if need > rt.num_free - h:  # every block is free between requests, hit blocks included
+            raise ValueError(f"cannot take {need} blocks: only {rt.num_free - h} free "
                              f"beside the {h} hit blocks of a {len(keys)}-block request")
-        saved = _checkpoint(rt) if self.transactional else None
+        saved = rt.checkpoint() if self.transactional else None
         try:
             gone = self._serve(req, keys, hit_ids, need)
         except BaseException:
             if saved is not None:
-                _restore(rt, saved)
+                rt.restore(saved)
             raise
         self.next_index += 1
         self.hits.append(h)
@@ -117,12 +116,11 @@ class MiniCache:
     def _serve(self, req: RequestView, keys: Sequence, hit_ids: list[int], need: int) -> list:
         rt, bs, now, h = self.rt, self.block_size, req.arrival_time, len(hit_ids)
         rt.arrived(req, now)
-        for i in hit_ids:
-            rt.evictor.remove(i)  # vLLM touch: ref count 0 -> 1
+        rt.touch(hit_ids)  # vLLM touch: ref count 0 -> 1
         rt.hit(req, hit_ids, now)
-        key_of = {i: m.key for i, m in rt.meta.items()}
+        key_of = [rt.key_of(i) for i in range(rt.num_blocks)]  # before eviction drops the victims' keys
         new = rt.evict(need, now)
-        gone = [key_of[i] for i in new if i in key_of]
+        gone = [key_of[i] for i in new if key_of[i] is not None]
         full, hashless = new[: len(keys) - h], new[len(keys) - h:]
         if full:
             rt.stored(req, full, keys[h:], h, keys[h - 1] if h else None, bs, now)
@@ -130,28 +128,3 @@ class MiniCache:
         rt.release(list(reversed(hit_ids + full)), hashless, now)
         return gone
 
-
-#: PolicyRuntime attributes that :func:`_checkpoint` saves (spfcore's state;
-#: the stats counters are left to count the failed work too).
-_STATE = ("table", "by_key", "_hints", "arrival", "_future_set", "evictions", "hints_issued",
-          "hints_used", "evictor")
-
-
-def _checkpoint(rt: PolicyRuntime) -> dict:
-    """A deep copy of ``rt``'s state (O(blocks): for tests, not a hot path).
-    Hook callbacks held by the evictor are functions, shared, not copied."""
-    return copy.deepcopy({a: getattr(rt, a) for a in _STATE})
-
-
-def _restore(rt: PolicyRuntime, saved: dict) -> None:
-    """Put a :func:`_checkpoint` back into ``rt``, in place (the table and
-    evictor objects stay the same objects: callbacks and drivers hold them)."""
-    for a, v in saved.items():
-        if a == "table":
-            for slot in type(v).__slots__:
-                setattr(rt.table, slot, getattr(v, slot))
-        elif a == "evictor":
-            rt.evictor.__dict__.clear()
-            rt.evictor.__dict__.update(v.__dict__)
-        else:
-            setattr(rt, a, v)

@@ -157,10 +157,24 @@ def test_gate_cli_merge_from_option(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pipeline, "run_gate", fake_run_gate)
     (tmp_path / "a").mkdir()
+    out = ["--output", str(tmp_path / "o" / "results.json")]
+    # not a run folder: a usage error naming the path and what is missing, before anything runs or is written
     res = CliRunner().invoke(main, ["gate", "--preset", "quick", "--no-progress", "--merge-from", str(tmp_path / "a"),
-                                    "--output", str(tmp_path / "o" / "results.json")])
+                                    *out])
+    assert res.exit_code == 2 and not seen and not (tmp_path / "o").exists()
+    msg = " ".join(res.output.split())
+    assert f"Invalid value for --merge-from: {tmp_path / 'a'}: not a gate run" in msg
+    assert str(tmp_path / "a" / "results.cells.jsonl") in msg
+    (tmp_path / "a" / "results.cells.jsonl").write_text("")
+    res = CliRunner().invoke(main, ["gate", "--preset", "quick", "--no-progress", "--merge-from", str(tmp_path / "a"),
+                                    *out])
     assert res.exit_code == 1 and "stop here" in res.output
     assert [str(p) for p in seen["merge_from"]] == [str(tmp_path / "a")]
+    # a load run needs one of its levels' cells
+    seen.clear()
+    res = CliRunner().invoke(main, ["gate", "--preset", "quick", "--no-progress", "--merge-from", str(tmp_path / "a"),
+                                    "--load", "0.5", "--capacity", "2", *out])
+    assert res.exit_code == 2 and "not a load run's levels" in res.output and not seen
 
 
 def test_device_name_follows_cuda_visible_devices(tmp_path, monkeypatch):

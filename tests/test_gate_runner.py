@@ -247,7 +247,7 @@ def test_cli_errors_exit_non_zero_with_a_clear_message(tmp_path, monkeypatch):
     r = CliRunner().invoke(main, ["gate", "--preset", "quick", "--seeds", "42,x"])
     assert r.exit_code == 2 and "comma-separated ints" in r.output
     r = CliRunner().invoke(main, ["gate", "--preset", "quick", "--policy-opt", "lru"])
-    assert r.exit_code == 1 and "expected NAME.KEY=VALUE" in r.output
+    assert r.exit_code == 2 and "Invalid value for --policy-opt" in r.output and "expected NAME.KEY=VALUE" in r.output
     out = tmp_path / "results.json"
     store.sidecar_path(out).write_text(json.dumps({"sidecar": 1, "fingerprint": {"block_size": 16}}) + "\n")
     r = CliRunner().invoke(main, ["gate", "--preset", "quick", "--output", str(out), "--no-progress"])

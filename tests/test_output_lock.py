@@ -69,6 +69,13 @@ def test_live_process_holds_simulate_and_gate_off_and_its_kill_frees_the_output(
         assert f"{out}: another run is writing this output (pid {p.pid} " in msg and f"lock {out}.lock" in msg
         r = CliRunner().invoke(main, ["gate", "--preset", "quick", "--output", str(out), "--no-progress"])
         assert r.exit_code == 1 and f"(pid {p.pid} " in " ".join(r.output.split())
+        # a bad argument is named first, not the lock
+        for bad, words in ((["--policy-opt", "frequency.nope=1"], "unknown parameter 'nope'"),
+                           (["--policy-opt", "lru"], "expected NAME.KEY=VALUE"),
+                           (["--merge-from", str(tmp_path)], "not a gate run")):
+            r = CliRunner().invoke(main, ["gate", "--preset", "quick", "--output", str(out), "--no-progress", *bad])
+            assert r.exit_code == 2, r.output
+            assert words in r.output and "another run" not in r.output and bad[0] in r.output
         assert not sidecar_path(out).exists()  # refused before the gate wrote its sidecar
         assert out.read_text() == '{"old": true}\n'
     finally:

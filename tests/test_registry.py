@@ -69,7 +69,7 @@ def test_parse_options_and_make_params():
     with pytest.raises(PolicyConfigError, match=r"^bad --policy-opt 'frequency=3': expected NAME.KEY=VALUE$"):
         registry.parse_options(["frequency=3"])
     with pytest.raises(PolicyConfigError, match=r"^policy 'frequency': unknown parameter 'count' "
-                                                r"\(allowed: min_count, ghost_factor\)$"):
+                                                r"\(allowed: min_count, ghost_factor, tier_order\)$"):
         registry.make_params(registry.get("frequency"), {"count": "2"})
     with pytest.raises(PolicyConfigError, match=r"^policy 'spf_expected_utility': bad value 'maybe' for 'hints'"):
         registry.make_params(registry.get("spf_expected_utility"), {"hints": "maybe"})

@@ -235,19 +235,23 @@ def test_build_args_refuses_scheduler_cls_and_late_model():
         build_args(None, "lru", {}, ["--port", "1", "tiny"])
 
 
-def test_served_config_channels(monkeypatch):
+def test_served_config_has_one_channel(monkeypatch):
     pytest.importorskip("vllm")
     from spfcore.engine.vllm_adapter import served_config
 
+    assert served_config({"spfcore": {"policy": "frequency", "options": {"min_count": 2}}}) == {
+        "policy": "frequency", "options": {"min_count": "2"}, "metrics": False}
+    assert served_config({"spfcore": {"policy": "lru", "metrics": True}}) == {
+        "policy": "lru", "options": {}, "metrics": True}
+    assert served_config({"spfcore": {"policy": "stock"}}) is None
+    # the environment variables of an earlier channel are not read: stock vLLM without additional_config
     monkeypatch.setenv("SPFCORE_POLICY", "frequency")
     monkeypatch.setenv("SPFCORE_POLICY_OPTIONS", '{"min_count": 2}')
-    assert served_config({}) == {"policy": "frequency", "options": {"min_count": "2"}, "metrics": False}
-    assert served_config({"spfcore": {"policy": "lru", "metrics": True}}) == {
-        "policy": "lru", "options": {}, "metrics": True}  # additional_config wins over the environment
-    monkeypatch.setenv("SPFCORE_POLICY", "stock")
-    assert served_config(None) is None
+    assert served_config({}) is None and served_config(None) is None
     with pytest.raises(ValueError, match="must be"):
         served_config({"spfcore": "lru"})
+    with pytest.raises(ValueError, match="options must be a JSON object"):
+        served_config({"spfcore": {"policy": "lru", "options": ["min_count"]}})
 
 
 # ------------------------------------------------------------------ metrics

@@ -131,7 +131,7 @@ def test_cli_refuses_a_request_that_does_not_fit_and_writes_nothing(tmp_path):
     out = tmp_path / "o.json"
     res = CliRunner().invoke(main, ["simulate", "--trace", str(trace), "--num-blocks", str(worst.worst_blocks),
                                     "--arms", "lru", "-o", str(out)])
-    assert res.exit_code == 1 and not out.exists()
+    assert res.exit_code == 2 and not out.exists() and "Invalid value for --num-blocks" in res.output  # a usage error
     assert (f"request {worst.worst_request} needs {worst.worst_blocks} blocks of 512 tokens but the cache has "
             f"{worst.worst_blocks - 1} usable" in res.output)
     # the same message as the in-memory path, and from simulate_stream itself when the request is reached

@@ -174,6 +174,8 @@ def test_cli_local_ray_and_report(tmp_path, trace):
     (["--num-blocks", "30,30"], "--num-blocks", "given twice"),
     (["--num-blocks", "3x"], "--num-blocks", "'3x'"),
     (["--seeds", "-1"], "--seeds", "seed >= 0"),
+    (["--seeds", "1,x"], "--seeds", "comma-separated ints"),
+    (["--seeds", "1,1"], "--seeds", "given twice"),
     (["--policy-opt", "frequency.nope=1"], "--policy-opt", "unknown parameter 'nope'"),
     (["--policy-opt", "frequency.min_count=abc"], "--policy-opt", "frequency"),
     (["--policy-opt", "session_ttl.ttl_arrivals=1"], "--policy-opt", "not in the sweep"),
@@ -247,7 +249,10 @@ def test_bad_inputs_refused_up_front(tmp_path, trace):
     empty.write_text("")
     base = ["sweep", "-o", str(tmp_path / "sw"), "--policies", "lru", "--num-blocks", "100"]
     res = CliRunner().invoke(main, [*base, "--trace", str(empty)])
-    assert res.exit_code == 2 and "Invalid value for --trace: " in res.output and "empty trace" in res.output
+    assert res.exit_code == 2 and f"Invalid value for --trace: {empty.name}: empty trace\n" in res.output
+    assert res.output.count("empty.jsonl") == 1  # the file named once
+    res = CliRunner().invoke(main, [*base, "--trace", str(empty), "--block-size", "16"])
+    assert res.exit_code == 2 and "Invalid value for --trace: empty.jsonl: empty trace\n" in res.output
     # hash-id trace lines cannot be keyed at another block size than the trace's
     mooncake = tmp_path / "mc.jsonl"
     assert CliRunner().invoke(main, ["make-trace", str(mooncake), "--requests", "20"]).exit_code == 0

@@ -309,3 +309,20 @@ def test_cli_refuses_a_cpu_ratio_that_is_not_finite(ratio):
 
     r = CliRunner().invoke(main, ["simulate-tiered", "--cpu-ratio", ratio])
     assert r.exit_code == 2 and "'--cpu-ratio': expected a finite number >= 0" in r.output
+
+
+@pytest.mark.parametrize("command", ["simulate-tiered", "simulate"])
+@pytest.mark.parametrize("size, hint", [(["--num-blocks", "2"], "--num-blocks"),
+                                        (["--cache-pressure", "1"], "--cache-pressure")])
+def test_cli_refuses_a_cache_too_small_for_a_request_as_a_usage_error(tmp_path, command, size, hint):
+    from click.testing import CliRunner
+
+    from spfcore.cli import main
+
+    out = tmp_path / "o" / "r.json"
+    r = CliRunner().invoke(main, [command, "--set", "personas=2", "--set", "prefix_tokens=64", "--set", "sessions=2",
+                                  "--set", "turns=2", "--arms", "lru", *size, "-o", str(out)])
+    assert r.exit_code == 2, r.output
+    msg = " ".join(r.output.split())
+    assert f"Invalid value for {hint}: request s0-t0 needs 14 blocks of 16 tokens but the cache has" in msg
+    assert list(tmp_path.iterdir()) == []  # nothing written

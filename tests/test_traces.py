@@ -69,7 +69,9 @@ GOOD = '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1
     ('{"timestamp": 5, "input_length": -1, "output_length": 5, "hash_ids": []}',
      "bad.jsonl:2: field 'input_length': expected an int >= 1"),
     ('{"timestamp": 5, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]',
-     "bad.jsonl:2: not valid JSON"),
+     r"bad.jsonl:2: not valid JSON \(Expecting ',' delimiter at column 77\)"),  # just past the truncated end (was: column 1)
+    ('{"timestamp": 5, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}}',
+     r"bad.jsonl:2: not valid JSON \(Extra data at column 78\)"),
 ])
 def test_malformed_mooncake_line_names_file_line_field(tmp_path, line, msg):
     p = _write(tmp_path, "bad.jsonl", [GOOD, line])

@@ -120,6 +120,39 @@ def test_bad_flags_name_the_flag():
         make("nope", seed=0)
 
 
+@pytest.mark.parametrize("name, flag, value, words", [
+    ("rag", "followup_p", "1.5", "flag 'followup_p': must be in [0, 1], got '1.5'"),
+    ("rag", "followup_p", "-0.1", "flag 'followup_p': must be in [0, 1]"),
+    ("personas", "rate", "0", "flag 'rate': must be > 0, got '0'"),
+    ("personas", "rate", "nan", "flag 'rate': must be a finite number > 0, got 'nan'"),
+    ("personas", "rate", "inf", "flag 'rate': must be a finite number > 0"),
+    ("scan", "scan_length", "0", "flag 'scan_length': must be >= 1, got '0'"),
+    ("scan", "scan_tokens", "0", "flag 'scan_tokens': must be >= 1"),
+    ("zipf", "alpha", "nan", "flag 'alpha': must be a finite number >= 0"),
+    ("bursty", "turn_gap_s", "-1", "flag 'turn_gap_s': must be >= 0"),
+    ("personas", "sessions", "-1", "flag 'sessions': must be >= 0"),
+])
+def test_out_of_range_flags_name_the_flag_and_the_range(name, flag, value, words, tmp_path):
+    with pytest.raises(ValueError) as err:
+        make(name, seed=0, **{flag: value})
+    assert words in str(err.value)
+    # the command line: a usage error on --set naming the flag and range, exit 2, nothing written
+    from click.testing import CliRunner
+
+    from spfcore.cli import main
+
+    out = tmp_path / "never" / "r.json"
+    res = CliRunner().invoke(main, ["simulate", "--workload", name, "--set", f"{flag}={value}", "-o", str(out)])
+    assert res.exit_code == 2 and "Invalid value for --set" in res.output and words in res.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_in_range_edges_are_accepted():
+    assert len(make("rag", seed=0, followup_p="1", requests=4, docs=8, doc_tokens=16).requests) > 4
+    assert make("personas", seed=0, rate="0.001", arrival="rate", **SMALL).requests[1].arrival_s == 1000.0
+    assert make("scan", seed=0, scan_length=1, requests=4, scan_every=2, prefix_tokens=16).params["scan_length"] == 1
+
+
 def test_string_flags_are_converted():
     assert digest(make("personas", seed=2, personas="4", prefix_tokens="64", sessions="8", turns="3",
                        query_tokens="16", output_tokens="4")) == digest(make("personas", seed=2, **SMALL))

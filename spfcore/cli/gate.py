@@ -15,6 +15,7 @@ from spfcore import gate, presets, registry, report
 from spfcore.cli.options import RecordingCommand, cache_options, command_line, csv, seed_list, workload_options
 from spfcore.fileio import hold_output_lock
 from spfcore.run import pipeline, spec, store
+from spfcore.sim.tiered import COST_MODELS
 
 
 def _threshold_options(f):
@@ -74,6 +75,11 @@ def _threshold_options(f):
 @click.option("--time-limit", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="Start no engine cell after this many seconds; the verdict is then INCOMPLETE and the "
                    "same command later resumes (machines lent by the minute).")
+@click.option("--cpu-ratio", type=click.FloatRange(min=0, min_open=True), default=None, metavar="R",
+              help="Tiered arms: a CPU KV tier of R x the GPU cache's usable blocks behind the prefix cache, in the "
+                   "engine (vLLM's offloading connector, the policy's tier hooks) and the simulator; sequential mode.")
+@click.option("--tier-cost", type=click.Choice(COST_MODELS), default=None,
+              help="Cost model of the simulator's tiered TTFT estimate [by --model].")
 @workload_options
 @cache_options(default_block_size=None, default_pressure=2.3)
 @_threshold_options
@@ -81,7 +87,8 @@ def _threshold_options(f):
 def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, baseline, floor_, oracle,
                  policy_opt, mode, output, fresh, no_sim, no_progress, check, budget, loads, capacity, judge_load,
                  ttft_slo_ms, capacity_only, point_estimates,
-                 hook_budget_ms, time_limit, merge_from, workload_spec, cache_spec, **thresholds):
+                 hook_budget_ms, time_limit, merge_from, cpu_ratio, tier_cost, workload_spec, cache_spec,
+                 **thresholds):
     """Run the survival gate: every arm x seed through a real vLLM engine and
     the simulator, then judge the candidate (SURVIVES, FAILS, INVALID-HARNESS,
     NO-HEADROOM, INCOMPLETE or INCONCLUSIVE).
@@ -96,8 +103,9 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
     INCOMPLETE; 5 for INCONCLUSIVE (not settled: run again with a larger
     --budget); with --check, 3 for any verdict but SURVIVES and INCONCLUSIVE;
     else 4 when a cell failed (a policy fault: its arm's cells say status "error"
-    with the policy, hook and message; the other arms ran); 1: bad input;
-    130: interrupted."""
+    with the policy, hook and message; the other arms ran); 2: a bad argument
+    (checked before the output is locked; nothing written); 1: bad input found
+    later (a trace, a model, an output held by another run); 130: interrupted."""
     p = presets.PRESETS[preset]
     # vLLM logs at INFO by default (and a harmless tokenizer warning per engine); keep the
     # verdict readable unless the user asked otherwise.
@@ -113,22 +121,22 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
     if loads:
         mode = "timed"
     out = Path(output or f"runs/gate-{preset}-{candidate}{'' if mode == 'sequential' else '-' + mode}"
-                         f"{'-load' if loads else ''}/results.json")
-    hold_output_lock(out)  # one writer per results file (and its sidecar, plots), resume included
-    if hook_budget_ms is not None:  # read by every PolicyRuntime.for_policy of this process (engine and simulator)
-        from spfcore.runtime import BUDGET_ENV
-
-        os.environ[BUDGET_ENV] = f"{hook_budget_ms:g}"
+                         f"{'-load' if loads else ''}{f'-cpu{cpu_ratio:g}' if cpu_ratio else ''}/results.json")
+    # the arguments first (usage errors, exit 2), then the lock: a bad argument is named even when
+    # another run holds the output
     try:
         options = registry.parse_options(policy_opt)
-        ws = workload_spec
-        flags = {**(p["workload_flags"] if ws.name == p["workload"] else {}), **ws.flags}
-        engine = dict(p["engine"])
-        if model is not None:
-            engine["model"] = model
-        if max_model_len is not None:
-            engine["max_model_len"] = max_model_len
-        thr = {k: v for k, v in thresholds.items() if v is not None}
+    except registry.PolicyConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--policy-opt") from None
+    ws = workload_spec
+    flags = {**(p["workload_flags"] if ws.name == p["workload"] else {}), **ws.flags}
+    engine = dict(p["engine"])
+    if model is not None:
+        engine["model"] = model
+    if max_model_len is not None:
+        engine["max_model_len"] = max_model_len
+    thr = {k: v for k, v in thresholds.items() if v is not None}
+    try:
         cfg = spec.GateConfig(
             workload=ws.name, workload_flags=flags, trace=ws.trace, limit=ws.limit,
             tokens_per_block=ws.tokens_per_block, arms=arms or presets.DEFAULT_ARMS,
@@ -137,7 +145,21 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
             policy_options=options,
             roles=gate.Roles(candidate, baseline, floor_, oracle), thresholds=gate.GateThresholds(**thr),
             preset=preset, command=command_line(ctx),
-            simulate=not no_sim, settle=not point_estimates, max_passes=passes, budget_s=budget_s)
+            simulate=not no_sim, settle=not point_estimates, max_passes=passes, budget_s=budget_s,
+            cpu_ratio=cpu_ratio, tier_cost=tier_cost)
+    except (spec.GateConfigError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from None
+    try:  # an arm not installed or broken is skipped here: its cells say why
+        registry.check_options(cfg.arms, cfg.policy_options)
+    except registry.PolicyConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--policy-opt") from None
+    _check_merge_from(merge_from, loads)
+    hold_output_lock(out)  # one writer per results file (and its sidecar, plots), resume included
+    if hook_budget_ms is not None:  # read by every PolicyRuntime.for_policy of this process (engine and simulator)
+        from spfcore.runtime import BUDGET_ENV
+
+        os.environ[BUDGET_ENV] = f"{hook_budget_ms:g}"
+    try:
         if loads:
             doc = pipeline.run_load_gate(cfg, out, loads, capacity=capacity, judge_load=judge_load,
                                             ttft_slo_s=None if ttft_slo_ms is None else ttft_slo_ms / 1e3,
@@ -211,6 +233,23 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
         sys.exit(EXIT_INCONCLUSIVE)
     if failed:
         sys.exit(4)
+
+
+def _check_merge_from(paths, loads) -> None:
+    """Each ``--merge-from`` must be a gate run: a results file (or its
+    folder) with its cells beside it (``results.cells.jsonl``); for a
+    ``--load`` run, a load run with the cells of at least one of ``loads``.
+
+    Raises:
+        click.BadParameter: naming the path and the file that is missing.
+    """
+    for p in map(Path, paths):
+        res = p / "results.json" if p.is_dir() else p
+        want = [store.sidecar_path(store.level_path(res, x)) for x in loads] if loads else [store.sidecar_path(res)]
+        if not any(w.is_file() for w in want):
+            what = "a load run's levels" if loads else "a gate run"
+            raise click.BadParameter(f"{p}: not {what} (no finished cells: {', '.join(map(str, want))} "
+                                     f"{'is' if len(want) == 1 else 'are'} missing)", param_hint="--merge-from")
 
 
 #: Exit status of a run whose verdict is INCONCLUSIVE (distinct from 3, --check's "not SURVIVES").

@@ -56,9 +56,11 @@ Selecting a policy: in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) call
 :func:`engine_scheduler`). In a served engine (``spfcore serve``, which
 uses :func:`policy_scheduler` as ``scheduler_cls``) the scheduler reads
 vLLM's ``additional_config["spfcore"]`` = ``{"policy": NAME, "options":
-{KEY: VALUE}, "metrics": bool}``; with plain ``vllm serve --scheduler-cls
-spfcore.engine.vllm_adapter.PolicyScheduler`` set ``SPFCORE_POLICY=<name>``
-and optionally ``SPFCORE_POLICY_OPTIONS='{"key": "value"}'`` (JSON) instead.
+{KEY: VALUE}, "metrics": bool}``, also with plain ``vllm serve
+--scheduler-cls spfcore.engine.vllm_adapter.policy_scheduler
+--additional-config '{"spfcore": {...}}'``. That is the one channel: vLLM
+hands its config to the EngineCore process that builds the scheduler, so no
+environment variable is needed (nor read).
 A scheduler that installs a policy this way logs one line naming it (logger
 ``vllm.spfcore``, so vLLM's log format and level apply), logs each kind of
 fault once, and with ``metrics`` publishes :mod:`spfcore.engine.metrics`
@@ -70,7 +72,6 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import os
 import re
 import time
 from collections import OrderedDict
@@ -99,7 +100,7 @@ logger = logging.getLogger("vllm.spfcore")
 class PolicyFreeQueue:
     """vLLM's ``FreeKVCacheBlockQueue`` interface over a PolicyRuntime.
 
-    Holds no linked list: the free blocks live in ``runtime.evictor`` as
+    Holds no linked list: the free blocks live in the runtime's evictor as
     physical block ids, and this class maps ids to vLLM's ``KVCacheBlock``
     objects (``blocks[i].block_id == i``). It also keeps the free ids in the
     order vLLM's own queue would hold them (an ``OrderedDict``, O(1) per
@@ -133,7 +134,7 @@ class PolicyFreeQueue:
         self.blocks = blocks
         self.runtime = runtime
         self.clock = clock
-        self._order: OrderedDict[int, None] = OrderedDict.fromkeys(runtime.evictor.free_ids())
+        self._order: OrderedDict[int, None] = OrderedDict.fromkeys(runtime.free_ids())
         self.num_free_blocks = len(self._order)
         self.before_evict: Callable[[], None] | None = None  # set by PolicyScheduler
         self.on_fault: Callable[[dict], None] | None = None  # set by PolicyScheduler
@@ -249,7 +250,7 @@ class PolicyFreeQueue:
         del self._order[i]
         self.num_free_blocks -= 1
         try:
-            self.runtime.evictor.remove(i)
+            self.runtime.touch((i,))
         except Exception as exc:  # noqa: BLE001 - the runtime lost track: fail open
             self.fail_open("remove", exc)
 
@@ -719,7 +720,7 @@ class PolicyScheduler(PolicySchedulerMixin, Scheduler):
     """vLLM's ``Scheduler`` with spfcore's policy-driven free queue.
 
     Pass as ``LLM(..., scheduler_cls=PolicyScheduler)``; stock behaviour until
-    a policy is installed (:meth:`spf_install` or ``SPFCORE_POLICY``).
+    a policy is installed (:meth:`spf_install` or ``additional_config["spfcore"]``).
     """
 
 
@@ -733,8 +734,8 @@ else:  # pragma: no cover
 
 def served_config(additional_config) -> dict | None:
     """The policy a served engine should run: ``additional_config["spfcore"]``
-    (set by ``spfcore serve``), else ``SPFCORE_POLICY`` /
-    ``SPFCORE_POLICY_OPTIONS`` from the environment.
+    (set by ``spfcore serve``, or ``vllm serve --additional-config``), the
+    only channel; nothing is read from the environment.
 
     Args:
         additional_config: vLLM's ``VllmConfig.additional_config`` (a dict), or ``None``.
@@ -744,22 +745,15 @@ def served_config(additional_config) -> dict | None:
         ``None`` for stock vLLM (no policy, or ``stock``).
 
     Raises:
-        ValueError: ``SPFCORE_POLICY_OPTIONS`` is not a JSON object, or the
-            ``spfcore`` entry lacks ``policy``.
+        ValueError: the ``spfcore`` entry lacks ``policy``, or its
+            ``options`` is not a JSON object.
     """
     cfg = additional_config.get("spfcore") if isinstance(additional_config, dict) else None
-    if cfg is not None:
-        if not isinstance(cfg, dict) or not isinstance(cfg.get("policy"), str):
-            raise ValueError(f"additional_config['spfcore'] must be {{'policy': NAME, ...}}, got {cfg!r}")
-        name, options, metrics = cfg["policy"].strip(), cfg.get("options") or {}, bool(cfg.get("metrics", False))
-    else:
-        name = os.environ.get("SPFCORE_POLICY", "").strip()
-        raw = os.environ.get("SPFCORE_POLICY_OPTIONS", "") or "{}"
-        try:
-            options = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"SPFCORE_POLICY_OPTIONS is not JSON ({exc}): {raw!r}") from None
-        metrics = False
+    if cfg is None:
+        return None
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("policy"), str):
+        raise ValueError(f"additional_config['spfcore'] must be {{'policy': NAME, ...}}, got {cfg!r}")
+    name, options, metrics = cfg["policy"].strip(), cfg.get("options") or {}, bool(cfg.get("metrics", False))
     if not isinstance(options, dict):
         raise ValueError(f"spfcore policy options must be a JSON object, got {options!r}")
     if not name or name == "stock":
@@ -875,11 +869,11 @@ def check_block_pool(scheduler) -> None:
                 break
             prev = b
     if isinstance(q, PolicyFreeQueue) and q.fallback is None:
-        ev = q.runtime.evictor
-        held_ids = set(ev.free_ids())
-        if held_ids != free_set or len(ev) != len(free_set):
+        rt = q.runtime
+        held_ids = set(rt.free_ids())
+        if held_ids != free_set or rt.num_free != len(free_set):
             errors.append(f"the policy's evictor holds {sorted(held_ids ^ free_set)} differently from the free queue "
-                          f"({len(ev)} vs {len(free_set)} blocks)")
+                          f"({rt.num_free} vs {len(free_set)} blocks)")
     if errors:
         more = f"\n... and {len(errors) - 20} more" if len(errors) > 20 else ""
         raise AssertionError("block pool invariants violated:\n" + "\n".join(errors[:20]) + more)

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from spfcore.fileio import write_atomic
-from spfcore.run.cell import error_text, wasted_share
+from spfcore.run.cell import TIER_FIELDS, error_text, wasted_share
 
 SCHEMA_VERSION = 1
 
@@ -63,7 +63,7 @@ def _mean(xs: Sequence[float | None]) -> float | None:
 
 def summarize(cells: Iterable[Mapping]) -> dict[str, dict]:
     """Per arm, the means over seeds of every field in :data:`MEAN_FIELDS`
-    present in the cells, plus:
+    and :data:`spfcore.run.cell.TIER_FIELDS` present in the cells, plus:
 
     * ``seeds``: seeds averaged (failed cells excluded), ``errors``: failures;
     * ``evict_us_per_alloc``: ``evict_seconds / evict_calls`` in microseconds,
@@ -97,7 +97,7 @@ def summarize(cells: Iterable[Mapping]) -> dict[str, dict]:
     out = {}
     for arm, cs in by_arm.items():
         s: dict = {"seeds": [c.get("seed") for c in cs], "errors": errors.get(arm, [])}
-        for f in MEAN_FIELDS:
+        for f in MEAN_FIELDS + TIER_FIELDS:
             if any(f in c for c in cs):
                 s[f] = _mean([c.get(f) for c in cs])
         s["evict_us_per_alloc"] = _mean([1e6 * c["evict_seconds"] / c["evict_calls"] for c in cs

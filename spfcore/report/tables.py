@@ -83,6 +83,49 @@ def table(results: Mapping) -> Table:
     return t
 
 
+def tier_table(results: Mapping) -> Table | None:
+    """A rich table of a run with a CPU tier (``config.cpu_blocks``), one row
+    per arm, seed means: the engine's prompt tokens hit on the GPU, loaded
+    from the tier and recomputed, its TTFT mean and p95; the simulator's
+    loaded and recomputed tokens and estimated TTFT (``tier_cost``); whether
+    engine and simulator agree on every request's GPU and CPU hit
+    (:func:`spfcore.run.cell.tier_agreement`, first pass); for an arm with
+    prefetch hints, the simulator with ahead-of-arrival promotion
+    (recomputed, promoted blocks used/wasted). ``None`` without a tier."""
+    from spfcore.run.cell import tier_agreement
+
+    cfg = results.get("config", {})
+    if cfg.get("cpu_blocks") is None:
+        return None
+    t = Table(title=f"CPU tier: {cfg['cpu_blocks']} blocks ({cfg.get('cpu_ratio', 0):g}x the GPU's usable blocks); "
+                    f"lru = vLLM's own tier order; simulator cost model {cfg.get('tier_cost')}")
+    for head in ("arm", "seeds", "GPU hit tok", "loaded tok", "recomputed tok", "TTFT mean ms", "p95 ms",
+                 "sim loaded", "sim recomputed", "sim TTFT ms", "agree", "sim+promote recomputed",
+                 "promoted used/wasted"):
+        t.add_column(head, justify="left" if head == "arm" else "right")
+    sim = results.get("sim") or {}
+    sim_sum = sim.get("summary") or {}
+    sim_cells = {(c.get("arm"), c.get("seed")): c for c in sim.get("cells", ()) if not c.get("error")}
+    for arm, s in engine_summary(results).items():
+        if not s.get("seeds"):
+            continue
+        ss = sim_sum.get(arm) or {}
+        agree = [tier_agreement(c, sim_cells.get((arm, c.get("seed")), {})) for c in results.get("cells", ())
+                 if c.get("arm") == arm and not c.get("error") and not c.get("repeat")]
+        agree_s = "-" if not agree or None in agree else f"{sum(agree)}/{len(agree)}"
+        pro = [sim_cells[arm, sd]["sim_promote"] for sd in s["seeds"]
+               if "sim_promote" in sim_cells.get((arm, sd), {})]
+        pro_rec = fmt(sum(p["prefill_tokens_recomputed"] for p in pro) / len(pro), ",.0f") if pro else "-"
+        pro_uw = (f"{sum(p['promoted_used'] for p in pro) / len(pro):.0f}/"
+                  f"{sum(p['promoted_wasted'] for p in pro) / len(pro):.0f}") if pro else "-"
+        t.add_row(arm, str(len(s["seeds"])), fmt(s.get("gpu_hit_tokens"), ",.0f"), fmt(s.get("cpu_hit_tokens"), ",.0f"),
+                  fmt(s.get("prefill_tokens_recomputed"), ",.0f"), fmt(s.get("ttft_mean_s"), ".1f", 1e3),
+                  fmt(s.get("ttft_p95_s"), ".1f", 1e3), fmt(ss.get("cpu_hit_tokens"), ",.0f"),
+                  fmt(ss.get("prefill_tokens_recomputed"), ",.0f"), fmt(ss.get("ttft_mean_s"), ".1f", 1e3),
+                  agree_s, pro_rec, pro_uw)
+    return t
+
+
 def _straddles(c: Mapping) -> bool:
     """Whether criterion ``c``'s finite 95% interval contains its threshold: in a
     settled verdict its point estimate then decides nothing (the "pass" column says
@@ -123,6 +166,9 @@ def print_report(results: Mapping, console: Console | None = None) -> None:
     """Print the arms table, the verdict table and the verdict's reasons."""
     console = console or make_console()
     console.print(table(results))
+    tt = tier_table(results)
+    if tt is not None:
+        console.print(tt)
     v = results.get("verdict")
     if v:
         console.print(verdict_table(v))

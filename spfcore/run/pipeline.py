@@ -167,11 +167,17 @@ def warmup_slice(workload: Workload) -> Workload:
     return attrs.evolve(workload, requests=workload.requests[:n])
 
 
-def default_sim(workload, arm, *, num_blocks, block_size, options=None, mode="sequential", seed=0, timing=None):
+def default_sim(workload, arm, *, num_blocks, block_size, options=None, mode="sequential", seed=0, timing=None,
+                cpu_blocks=None, cost=None):
     """:func:`spfcore.sim.simulate`; the engine's ``timed`` mode is the
     simulator's ``concurrent`` mode (continuous batching on arrival times),
     with ``timing`` (a :class:`spfcore.sim.calibrate.Timing`: step costs and
-    vLLM limits fitted on the engine run, recorded in the cell) when given."""
+    vLLM limits fitted on the engine run, recorded in the cell) when given.
+
+    With ``cpu_blocks`` (a CPU tier, sequential mode): :func:`tiered_sim`."""
+    if cpu_blocks is not None:
+        return tiered_sim(workload, arm, num_blocks=num_blocks, block_size=block_size, options=options,
+                          seed=seed, cpu_blocks=cpu_blocks, cost=cost)
     from spfcore.sim import simulate
 
     kw = timing.simulate_kwargs() if timing is not None else {}
@@ -179,6 +185,38 @@ def default_sim(workload, arm, *, num_blocks, block_size, options=None, mode="se
                     mode="concurrent" if mode == "timed" else mode, seed=seed, **kw)
     if timing is not None:
         cell["timing"] = timing.to_json()
+    return cell
+
+
+#: Fields of a tiered simulator run with promotion kept in a cell's ``sim_promote``.
+PROMOTE_FIELDS = ("gpu_hit_tokens", "cpu_hit_tokens", "prefill_tokens_recomputed", "ttft_mean_s", "ttft_p95_s",
+                  "hints_issued", "hints_used", "hints_wasted", "promoted_blocks", "promoted_used",
+                  "promoted_wasted", "bytes_promoted")
+
+
+def tiered_sim(workload, arm, *, num_blocks, block_size, cpu_blocks, options=None, seed=0, cost=None) -> dict:
+    """The simulator's cell of a tiered gate arm: :func:`spfcore.sim.tiered.simulate_tiered`
+    with ``promote=False`` (as vLLM's engine, which cannot load a tier block
+    before its request arrives), per-request rows kept (``requests``: the
+    engine's per-request GPU and CPU hits are compared with them,
+    :func:`spfcore.run.cell.tier_agreement`). For an arm that issued
+    prefetch hints, ``sim_promote`` holds :data:`PROMOTE_FIELDS` of a second
+    run with ahead-of-arrival promotion (what it would buy; hints issued,
+    used, wasted; promoted blocks used and wasted).
+
+    Args:
+        cpu_blocks: CPU tier size, blocks.
+        cost: Cost model name or :class:`~spfcore.sim.tiered.CostModel`
+            (default ``tiny-cpu``).
+    """
+    from spfcore.sim.tiered import simulate_tiered
+
+    kw = dict(num_blocks=num_blocks, cpu_blocks=cpu_blocks, block_size=block_size, cost=cost or "tiny-cpu",
+              options=options, seed=seed)
+    cell = simulate_tiered(workload, arm, per_request=True, promote=False, **kw)
+    if cell.get("hints_issued"):
+        pro = simulate_tiered(workload, arm, promote=True, **kw)
+        cell["sim_promote"] = {k: pro[k] for k in PROMOTE_FIELDS}
     return cell
 
 
@@ -195,10 +233,21 @@ def engine_timing(config, workload, cell, num_blocks: int, arm: str):
         return None, str(exc)
 
 
-def default_ceilings(workload, *, num_blocks, block_size, belady_record=None):
+def default_ceilings(workload, *, num_blocks, block_size, belady_record=None, cpu_blocks=None, cost=None):
     """:func:`spfcore.sim.ceilings` (``belady_record``: the sequential
-    ``belady_oracle`` cell of the same input, reused instead of a new run)."""
+    ``belady_oracle`` cell of the same input, reused instead of a new run).
+
+    With ``cpu_blocks`` (a CPU tier): the Belady row is ``belady_oracle`` on
+    the GPU with vLLM's LRU tier behind it (:func:`tiered_sim`; the arm's
+    tiered cell when given): the harness and headroom checks then compare
+    like with like. It bounds GPU retention under vLLM's tier order, not a
+    policy with its own tier hooks (one beat it by 2x at quick scale,
+    results/cpu-tiered-quick). The infinite cache bounds both tiers."""
     from spfcore.sim import ceilings
+
+    if cpu_blocks is not None and belady_record is None:  # (a failure fails the seed's ceilings cell, recorded)
+        belady_record = tiered_sim(workload, BELADY, num_blocks=num_blocks, block_size=block_size,
+                                   cpu_blocks=cpu_blocks, cost=cost)
 
     return ceilings(workload, num_blocks=num_blocks, block_size=block_size, belady_record=belady_record)
 
@@ -348,6 +397,11 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
 
     prepared = {s: prepare(w, config.block_size) for s, w in workloads.items()}  # once per seed, for every arm
     preflight(config, prepared, num_blocks)
+    cpu_blocks = config.cpu_blocks_for(num_blocks)
+    tier_kw = {}
+    if cpu_blocks is not None:  # the engine's tier (EngineSpec.cpu_blocks) and the two-tier simulator's
+        config = attrs.evolve(config, engine={**config.engine, "cpu_blocks": cpu_blocks})
+        tier_kw = {"cpu_blocks": cpu_blocks, "cost": config.tier_cost_name()}
     wparams = {k: v for k, v in first.params.items() if k != "seed"}
     vers = versions(config.arms)
     fingerprint = {"workload": first.name, "workload_params": wparams, "trace": config.trace,
@@ -357,9 +411,13 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
                    "simulate": config.simulate,
                    "versions": {k: v for k, v in vers.items() if k != "policies"},
                    "code": code_digest(config.arms)}
+    if tier_kw:  # (a run without a tier keeps the fingerprint it had)
+        fingerprint["tier"] = dict(tier_kw)
     full_config = {**config.to_json(), "num_blocks": num_blocks, "num_blocks_given": config.num_blocks,
+                   "cpu_blocks": cpu_blocks, "tier_cost": tier_kw.get("cost"),
                    "workload_params": wparams, "num_requests": len(first.requests),
-                   "workload_label": workload_label(config, first, num_blocks), "versions": vers,
+                   "workload_label": workload_label(config, first, num_blocks)
+                   + (f"; CPU tier {cpu_blocks} blocks ({config.cpu_ratio:g}x)" if tier_kw else ""), "versions": vers,
                    "sidecar": str(sidecar_path(output))}
     side = Store(sidecar_path(output), fingerprint, fresh)
     for src in merge_sources(merge_from):
@@ -417,14 +475,15 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
                     bel = side.done.get(("sim", BELADY, seed)) if reuse_belady else None
                     if bel is not None and not config.policy_options.get(BELADY):
                         cell = dict(ceilings_fn(prepared[seed], num_blocks=num_blocks, block_size=config.block_size,
-                                                belady_record=bel))
+                                                belady_record=bel, **tier_kw))
                     else:
-                        cell = dict(ceilings_fn(prepared[seed], num_blocks=num_blocks, block_size=config.block_size))
+                        cell = dict(ceilings_fn(prepared[seed], num_blocks=num_blocks, block_size=config.block_size,
+                                                **tier_kw))
                     cell["seed"] = seed
                 else:
                     if arm in broken:
                         raise broken[arm]
-                    kw = {"timing": timing} if timing is not None else {}
+                    kw = {"timing": timing} if timing is not None else dict(tier_kw)
                     cell = dict(sim_fn(prepared[seed], arm, num_blocks=num_blocks, block_size=config.block_size,
                                        options=config.policy_options.get(arm), mode=config.mode, seed=seed, **kw))
                     cell.update(arm=arm, seed=seed, status="ok")

@@ -3,6 +3,7 @@ engine, options, roles, thresholds, budget), checked once, and its input per see
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import attrs
@@ -54,6 +55,16 @@ class GateConfig:
             runs every arm x seed again (interleaved, cells with ``repeat``).
         budget_s: Start no further pass after this many seconds from the
             call (None: no time budget; ``max_passes`` still applies).
+        cpu_ratio: A slower KV tier (CPU memory) behind the GPU prefix cache
+            of ``cpu_ratio`` x the GPU's usable blocks (:meth:`cpu_blocks_for`),
+            in the engine (vLLM's KV offloading connector driven by spfcore,
+            ``EngineSpec.cpu_blocks``) and in the simulator
+            (:func:`spfcore.sim.tiered.simulate_tiered`); ``None``: no tier.
+            Sequential mode only (the two-tier simulator replays one request
+            at a time).
+        tier_cost: Cost model of the tiered simulator's TTFT estimate
+            (:func:`spfcore.sim.tiered.cost_model`); ``None``: by the engine's
+            model (``h200-llama-3.2-3b`` for ``llama-3.2-3b``, else ``tiny-cpu``).
     """
 
     workload: str = "personas"
@@ -77,6 +88,8 @@ class GateConfig:
     settle: bool = False
     max_passes: int = attrs.field(default=1, converter=int)
     budget_s: float | None = None
+    cpu_ratio: float | None = None
+    tier_cost: str | None = None
 
     def __attrs_post_init__(self):
         if not self.arms:
@@ -99,9 +112,33 @@ class GateConfig:
             raise GateConfigError(f"field 'budget_s' (--budget): must be > 0 seconds, got {self.budget_s}")
         if self.mode not in ("sequential", "timed"):
             raise GateConfigError(f"field 'mode': must be 'sequential' or 'timed', got {self.mode!r}")
+        if self.cpu_ratio is not None:
+            if not (isinstance(self.cpu_ratio, (int, float)) and math.isfinite(self.cpu_ratio)
+                    and self.cpu_ratio > 0):
+                raise GateConfigError(f"field 'cpu_ratio' (--cpu-ratio): must be a finite number > 0, "
+                                      f"got {self.cpu_ratio!r}")
+            if self.mode != "sequential":
+                raise GateConfigError("field 'cpu_ratio' (--cpu-ratio): a CPU tier needs mode 'sequential' "
+                                      f"(the two-tier simulator replays one request at a time), got {self.mode!r}")
+            from spfcore.sim.tiered import COST_MODELS
+
+            if self.tier_cost is not None and self.tier_cost not in COST_MODELS:
+                raise GateConfigError(f"field 'tier_cost': unknown cost model {self.tier_cost!r}; "
+                                      f"known: {', '.join(COST_MODELS)}")
         unknown = set(self.policy_options) - set(self.arms)
         if unknown:
             raise GateConfigError(f"field 'policy_options': options for arm(s) not in the run: {sorted(unknown)}")
+
+    def cpu_blocks_for(self, num_blocks: int) -> int | None:
+        """The CPU tier's size, blocks: ``round(cpu_ratio x (num_blocks - 1))``
+        (the GPU's usable blocks: the null block excluded); ``None`` without a tier."""
+        return None if self.cpu_ratio is None else int(round(self.cpu_ratio * (num_blocks - 1)))
+
+    def tier_cost_name(self) -> str:
+        """The tiered simulator's cost model name (``tier_cost``, or by the engine's model)."""
+        if self.tier_cost is not None:
+            return self.tier_cost
+        return "h200-llama-3.2-3b" if dict(self.engine).get("model") == "llama-3.2-3b" else "tiny-cpu"
 
     def to_json(self) -> dict:
         d = attrs.asdict(self, recurse=False)

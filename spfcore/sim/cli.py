@@ -29,6 +29,21 @@ EXIT_ARM_FAILED = 4
 
 
 
+def check_fits(inp, nb: int, cache_spec: CacheSpec) -> None:
+    """Refuse a cache of ``nb`` blocks smaller than ``inp``'s largest request
+    (an :class:`~spfcore.sim.cell.Input`) before any arm runs.
+
+    Raises:
+        click.BadParameter: on ``--num-blocks`` (or ``--cache-pressure``,
+            which sized it), naming the request and the blocks it needs.
+    """
+    try:
+        inp.check_fits(nb)
+    except ValueError as exc:
+        hint = "--num-blocks" if cache_spec.num_blocks is not None else "--cache-pressure"
+        raise click.BadParameter(str(exc), param_hint=hint) from None
+
+
 def _check_size(nb: int, most: int, seed, cache_spec: CacheSpec) -> None:
     if nb > most:
         hint = "--num-blocks" if cache_spec.num_blocks is not None else "--cache-pressure"
@@ -85,7 +100,6 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
     never returns is interrupted at the budget by a SIGALRM timer (between
     bytecodes, in this main thread); without a budget nothing stops it.
     """
-    hold_output_lock(output)  # one writer per --output, for the whole run
     try:
         options = registry.parse_options(policy_opt)
     except registry.PolicyConfigError as exc:
@@ -105,6 +119,7 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
         registry.check_options(arm_list, options)
     except registry.PolicyConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="--policy-opt") from None
+    hold_output_lock(output)  # one writer per --output, for the whole run (after the arguments are checked)
 
     cells, ceils, sizes, params = [], {}, {}, {}
     for seed in seeds:
@@ -120,10 +135,7 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
         nb = spec.num_blocks_for(inp.workload)
         _check_size(nb, inp.infinite_blocks, seed, cache_spec)
         params[seed] = inp.workload.params
-        try:
-            inp.check_fits(nb)  # refused before any arm runs
-        except ValueError as exc:
-            raise click.ClickException(str(exc)) from None
+        check_fits(inp, nb, cache_spec)  # refused before any arm runs
         sizes[seed] = nb
         for arm in arm_list:
             try:

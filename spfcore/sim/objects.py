@@ -75,7 +75,7 @@ def replay_objects(keys: Iterable, policy: str | PolicyRuntime, capacity: int, *
             raise ValueError(f"the runtime has {rt.num_blocks} blocks, capacity is {capacity}")
     else:
         rt = PolicyRuntime.for_policy(policy, capacity, 1, options, env)
-    by_key, remove = rt.by_key, rt.evictor.remove
+    block_of, touch = rt.block_of, rt.touch
     arrived, hit, evict, stored, finished, release = rt.arrived, rt.hit, rt.evict, rt.stored, rt.finished, rt.release
     release([], list(range(capacity)), 0.0)  # every block free, hashless
     n = hits = 0
@@ -83,10 +83,10 @@ def replay_objects(keys: Iterable, policy: str | PolicyRuntime, capacity: int, *
         now = float(n - 1)
         view = RequestView(f"r{n - 1}", None, n - 1, now, 1, (k,))
         arrived(view, now)
-        i = by_key.get(k)
+        i = block_of(k)
         if i is not None:
             hit(view, [i], now)
-            remove(i)  # ref count 0 -> 1
+            touch((i,))  # ref count 0 -> 1
             hits += 1
         else:
             hit(view, [], now)

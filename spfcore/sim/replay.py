@@ -23,16 +23,14 @@ compares every ``evict`` answer.
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator, Sequence
 
 import attrs
 
-from spfcore.evictor import Evictor
 from spfcore.runtime import PolicyRuntime
 
 #: PolicyRuntime methods a driver calls, in the order of its contract.
-RECORDED = ("set_future", "arrived", "hit", "stored", "finished", "release", "evict", "forget")
+RECORDED = ("set_future", "arrived", "touch", "hit", "stored", "finished", "release", "evict", "forget")
 
 
 @attrs.define
@@ -41,8 +39,7 @@ class EventLog:
 
     Attributes:
         events: ``{id(runtime): [(method, args, result), ...]}`` in call
-            order; ``method`` is a :data:`RECORDED` name or ``"remove"`` (the
-            driver's ``Evictor.remove`` of that runtime's evictor); ``args``
+            order; ``method`` is a :data:`RECORDED` name; ``args``
             are copied (sequences as tuples, ``set_future``'s iterable as a
             tuple); ``result`` is ``evict``'s victim ids, else None.
         runtimes: ``{id(runtime): runtime}`` (kept alive, so ids stay unique).
@@ -70,16 +67,12 @@ def _frozen(x):
 
 @contextlib.contextmanager
 def record_runtime_calls() -> Iterator[EventLog]:
-    """Record every :data:`RECORDED` call on any :class:`PolicyRuntime`, and
-    every ``Evictor.remove`` made from outside a runtime method, while the
-    block runs (class attributes patched, restored on exit; not re-entrant).
-    A call that raised is recorded too (its result is None), since the
+    """Record every :data:`RECORDED` call on any :class:`PolicyRuntime`
+    while the block runs (class attributes patched, restored on exit; not
+    re-entrant). A call that raised is recorded too (its result is None), since the
     runtime's state after it is part of the stream."""
     log = EventLog()
-    local = threading.local()
     originals = {name: PolicyRuntime.__dict__[name] for name in RECORDED}
-    orig_remove = Evictor.__dict__["remove"]
-    owner: dict[int, int] = {}  # id(evictor) -> id(runtime)
 
     def wrap(name, fn):
         def method(self, *args, **kwargs):
@@ -88,14 +81,9 @@ def record_runtime_calls() -> Iterator[EventLog]:
                 args = (reqs,)
             key = id(self)
             log.runtimes[key] = self
-            owner[id(self.evictor)] = key
             rec = [name, tuple(_frozen(a) for a in args) + tuple(_frozen(v) for v in kwargs.values()), None]
             log.events.setdefault(key, []).append(rec)
-            local.depth = getattr(local, "depth", 0) + 1
-            try:
-                out = fn(self, *args, **kwargs)
-            finally:
-                local.depth -= 1
+            out = fn(self, *args, **kwargs)
             if name == "evict":
                 rec[2] = tuple(out)
             return out
@@ -103,20 +91,13 @@ def record_runtime_calls() -> Iterator[EventLog]:
         method.__wrapped__ = fn
         return method
 
-    def remove(self, block_id):
-        if not getattr(local, "depth", 0) and id(self) in owner:
-            log.events[owner[id(self)]].append(["remove", (block_id,), None])
-        return orig_remove(self, block_id)
-
     try:
         for name, fn in originals.items():
             setattr(PolicyRuntime, name, wrap(name, fn))
-        Evictor.remove = remove
         yield log
     finally:
         for name, fn in originals.items():
             setattr(PolicyRuntime, name, fn)
-        Evictor.remove = orig_remove
 
 
 def replay(events: Sequence[tuple], arm: str, *, num_blocks: int, block_size: int,
@@ -146,9 +127,6 @@ def replay(events: Sequence[tuple], arm: str, *, num_blocks: int, block_size: in
     victims = 0
     bad = []
     for k, (name, args, result) in enumerate(events):
-        if name == "remove":
-            rt.evictor.remove(*args)
-            continue
         out = getattr(rt, name)(*args)
         if name == "evict":
             calls += 1

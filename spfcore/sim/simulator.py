@@ -369,7 +369,7 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
     c = _Cache(num_blocks) if cache is None else cache
     first, dups, key_of, ref = c.first, c.dups, c.key_of, c.ref
     first_get, first_set, slow_drop = first.get, first.setdefault, c.drop
-    ev_remove = rt.evictor.remove
+    touch = rt.touch
     cached = partial(is_not, None)
     arrived, hit, evict, stored, finished, release = rt.arrived, rt.hit, rt.evict, rt.stored, rt.finished, rt.release
     rt.release([], list(range(1, num_blocks)), 0.0)
@@ -381,8 +381,8 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
         arrived(view, now)
         blocks = list(takewhile(cached, map(first_get, lookup)))  # the longest cached chain, <= (P - 1) // bs
         hit(view, blocks, now)  # first: if it fails, the blocks stay where they are
-        for b in blocks:  # sequential: no other request holds a block, so each is free (ref 0)
-            ev_remove(b)  # vLLM touch(): a free hit block leaves the free queue
+        touch(blocks)  # sequential: no other request holds a block, so each is free (ref 0) and leaves the free queue
+        for b in blocks:
             ref[b] = 1
         h = len(blocks)
         n_req += 1
@@ -469,7 +469,6 @@ def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, m
     bs = prep.block_size
     c = _Cache(num_blocks) if cache is None else cache
     first, key_of, ref = c.first, c.key_of, c.ref
-    ev = rt.evictor
     rt.release([], list(range(1, num_blocks)), 0.0)
     P, O, FK, DK = prep.prompt_tokens, prep.output_tokens, prep.full_keys, prep.decode_keys
     arr = [r.arrival_s for r in prep.workload.requests]
@@ -500,7 +499,7 @@ def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, m
 
     def grab(r: _Req, ntok: int, now: float) -> bool:
         need = -(-ntok // bs) - len(r.blocks)
-        while need > len(ev):
+        while need > rt.num_free:
             victim = running[-1]
             preempt(victim, now)
             if victim is r:
@@ -567,13 +566,13 @@ def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, m
             ntok = min(num_tokens - h * bs, budget)
             # vLLM scheduler_reserve_full_isl: the whole sequence must fit, not just the first chunk
             need = -(-num_tokens // bs) - h + sum(1 for b in hb if not ref[b])
-            if need > len(ev):
+            if need > rt.num_free:
                 break
             rt.hit(views[j], hb, t)
             waiting.popleft()
             for b in hb:
                 if not ref[b]:
-                    ev.remove(b)
+                    rt.touch((b,))
                 ref[b] += 1
             if r.first_lookup is None:
                 r.first_lookup = h

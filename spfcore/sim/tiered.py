@@ -297,9 +297,9 @@ def tier_admit(rt: PolicyRuntime, request, keys: list, now: float) -> list | Non
     Raises:
         PolicyError: the hook raised or answered badly (names policy and hook).
     """
-    if not rt._has["spfcore_tier_admit"]:
+    if not rt.implements("spfcore_tier_admit"):
         return None
-    return _bools(rt._call("spfcore_tier_admit", None, request=request, keys=list(keys), now=now),
+    return _bools(rt.call_hook("spfcore_tier_admit", request=request, keys=list(keys), now=now),
                   len(keys), rt.policy_name)
 
 
@@ -313,8 +313,8 @@ def tier_ranks(rt: PolicyRuntime, request, keys: list, now: float) -> tuple[list
         PolicyError: the hook raised or answered badly.
     """
     vals = None
-    if rt._has["spfcore_tier_score"]:
-        vals = _reals(rt._call("spfcore_tier_score", None, request=request, keys=list(keys), now=now),
+    if rt.implements("spfcore_tier_score"):
+        vals = _reals(rt.call_hook("spfcore_tier_score", request=request, keys=list(keys), now=now),
                       len(keys), rt.policy_name)
     rev = list(reversed(keys))
     return rev, None if vals is None else vals[::-1]
@@ -330,16 +330,7 @@ def _run_tiered(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, bs: 
     tier steps added; with a tier of 0 blocks it makes the same calls."""
     c = _Cache(num_blocks)
     first, dups, key_of, ref = c.first, c.dups, c.key_of, c.ref
-    ev = rt.evictor
-    has_admit = rt._has["spfcore_tier_admit"]
-    captured: list = []
-    apply_hints = rt._apply_hints
-
-    def capture(hints):  # the runtime applies hints to resident blocks; promotion needs them too
-        captured[:] = hints
-        apply_hints(hints)
-
-    rt._apply_hints = capture
+    has_admit = rt.implements("spfcore_tier_admit")
     rt.release([], list(range(1, num_blocks)), 0.0)
     bpb = bs * cost.bytes_per_token
     T = dict(requests=0, prompt_tokens=0, block_refs=0, gpu_hit_blocks=0, cpu_hit_blocks=0,
@@ -366,24 +357,22 @@ def _run_tiered(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, bs: 
     for view, lookup, fk, dk, n_prompt, n_total, arrival_s in plans:
         now += 1.0
         arrival = view.arrival_index
-        captured.clear()
-        rt.arrived(view, now)
-        for keys, expiry in captured if promote else ():  # promotion ahead of the predicted request
+        hints = rt.arrived(view, now)  # the runtime pins resident hinted blocks; promotion loads the others
+        for keys, expiry in hints if promote else ():  # promotion ahead of the predicted request
             for k in keys:
                 if k in first or k not in tier:
                     continue
                 d, p = tier.meta[k]
                 if p is not None and p not in first:
                     break  # a chain is promoted head first, without gaps
-                if not len(ev):
+                if not rt.num_free:
                     break
                 (b,) = take(1, now)
                 rt.stored(view, (b,), (k,), d, p, bs, now)
                 cache((b,), (k,))
                 rt.release([b], [], now)
                 ref[b] = 0
-                if not ev.fifo:
-                    ev.pin([b], expiry)
+                rt.pin([b], expiry)
                 promoted[k] = expiry
                 T["promoted_blocks"] += 1
         blocks = []
@@ -407,7 +396,7 @@ def _run_tiered(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, bs: 
             if ref[b]:
                 ref[b] += 1
             else:
-                ev.remove(b)
+                rt.touch((b,))
                 ref[b] = 1
         nl = len(loaded)
         T["requests"] += 1
@@ -485,7 +474,6 @@ def _run_tiered(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, bs: 
             ref[b] -= 1
     if pending is not None:
         tier.set_ranks(*tier_ranks(rt, pending[0], pending[1], now))
-    rt._apply_hints = apply_hints
     T["bytes_per_block"] = bpb
     return T
 
@@ -517,7 +505,8 @@ def simulate_tiered(workload, arm: str, *, num_blocks: int, cpu_blocks: int, blo
         ``gpu_hit_tokens, cpu_hit_tokens, miss_tokens`` (prompt tokens hit on
         the GPU, loaded from the tier, recomputed) and their shares of prompt
         tokens ``gpu_hit_rate, cpu_hit_rate``; ``token_hit_rate`` (both
-        tiers), ``cached_tokens``, ``prefill_tokens_recomputed``;
+        tiers), ``block_hit_rate`` (hit blocks of both tiers / block
+        references), ``cached_tokens``, ``prefill_tokens_recomputed``;
         ``tokens_loaded``; ``bytes_loaded, bytes_stored, bytes_promoted``;
         ``tier_stored_blocks, tier_store_skipped, tier_not_admitted,
         tier_evictions``; ``promoted_blocks, promoted_used,
@@ -560,6 +549,7 @@ def simulate_tiered(workload, arm: str, *, num_blocks: int, cpu_blocks: int, blo
            "gpu_hit_tokens": g, "cpu_hit_tokens": cpu, "miss_tokens": p - g - cpu,
            "gpu_hit_rate": g / p if p else 0.0, "cpu_hit_rate": cpu / p if p else 0.0,
            "token_hit_rate": (g + cpu) / p if p else 0.0, "cached_tokens": g + cpu,
+           "block_hit_rate": (T["gpu_hit_blocks"] + T["cpu_hit_blocks"]) / T["block_refs"] if T["block_refs"] else 0.0,
            "prefill_tokens_recomputed": p - g - cpu, "tokens_loaded": cpu,
            "bytes_loaded": T["cpu_hit_blocks"] * bpb, "bytes_stored": T["tier_stored_blocks"] * bpb,
            "bytes_promoted": T["promoted_blocks"] * bpb,

@@ -20,7 +20,7 @@ from spfcore.runtime import PolicyError
 from spfcore.sim.cell import open_input
 from spfcore.cli.options import (CacheSpec, RecordingCommand, WorkloadSpec, cache_options, command_line, seed_list,
                                  workload_options)
-from spfcore.sim.cli import EXIT_ARM_FAILED
+from spfcore.sim.cli import EXIT_ARM_FAILED, check_fits
 from spfcore.sim.tiered import COST_MODELS, cost_model, simulate_tiered
 from spfcore.workloads.options import WorkloadOptionError
 from spfcore.workloads.traces import TraceError
@@ -72,7 +72,6 @@ def simulate_tiered_command(workload_spec: WorkloadSpec, cache_spec: CacheSpec, 
     """
     if not math.isfinite(cpu_ratio):
         raise click.BadParameter(f"expected a finite number >= 0, got {cpu_ratio}", param_hint="'--cpu-ratio'")
-    hold_output_lock(output)
     try:
         options = registry.parse_options(policy_opt)
     except registry.PolicyConfigError as exc:
@@ -84,6 +83,7 @@ def simulate_tiered_command(workload_spec: WorkloadSpec, cache_spec: CacheSpec, 
         registry.check_options(arm_list, options)
     except registry.PolicyConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="--policy-opt") from None
+    hold_output_lock(output)  # after the arguments are checked: a bad one is named, not a held output
     cost = cost_model(cost_name)
     over = {k: v for k, v in (("bandwidth", bandwidth_gbs and bandwidth_gbs * 1e9),
                               ("latency_s", latency_us is not None and latency_us * 1e-6),
@@ -103,10 +103,7 @@ def simulate_tiered_command(workload_spec: WorkloadSpec, cache_spec: CacheSpec, 
             raise click.BadParameter(str(exc), param_hint="--block-size") from None
         spec = CacheSpec(inp.block_size, cache_spec.num_blocks, cache_spec.pressure)
         nb = spec.num_blocks_for(inp.workload)
-        try:
-            inp.check_fits(nb)
-        except ValueError as exc:
-            raise click.ClickException(str(exc)) from None
+        check_fits(inp, nb, cache_spec)  # a usage error on --num-blocks / --cache-pressure, before any arm runs
         cpu = cpu_blocks if cpu_blocks is not None else int(round(cpu_ratio * (nb - 1)))
         sizes[seed] = {"num_blocks": nb, "cpu_blocks": cpu}
         for arm in arm_list:

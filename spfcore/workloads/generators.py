@@ -61,6 +61,7 @@ seconds), ``poisson`` (exponential gaps of mean ``1 / rate`` seconds).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import attrs
@@ -74,29 +75,45 @@ MIN_TOKEN = 3
 
 @attrs.frozen
 class Flag:
-    """One generator flag: name, Python type, default, help text and, for
-    string flags, the allowed values."""
+    """One generator flag: name, Python type, default, help text, for string
+    flags the allowed values, and for numbers the allowed range: ``>= low``
+    (``> low`` with ``low_open``) and ``<= high`` (no bound: ``None``);
+    floats must also be finite."""
 
     name: str
     type: type
     default: object
     help: str
     choices: tuple | None = None
+    low: float = 0
+    high: float | None = None
+    low_open: bool = False
+
+    def allowed(self) -> str:
+        """The range as text: ``>= 0``, ``> 0``, ``in [0, 1]``."""
+        if self.high is not None:
+            return f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}]"
+        return f"{'>' if self.low_open else '>='} {self.low:g}"
 
     def convert(self, raw):
         """Convert a CLI string (or a Python value) to this flag's type.
 
         Raises:
-            ValueError: naming the flag and what is allowed.
+            ValueError: naming the flag and what is allowed (a value out of
+                range; NaN or infinite for a float).
         """
         try:
             value = self.type(raw)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ValueError(f"flag {self.name!r}: bad value {raw!r} (must be a {self.type.__name__})") from None
         if self.choices is not None and value not in self.choices:
             raise ValueError(f"flag {self.name!r}: bad value {raw!r} (must be one of {list(self.choices)})")
-        if self.type in (int, float) and value < 0:
-            raise ValueError(f"flag {self.name!r}: must be >= 0, got {raw!r}")
+        if self.type in (int, float):
+            if self.type is float and not math.isfinite(value):
+                raise ValueError(f"flag {self.name!r}: must be a finite number {self.allowed()}, got {raw!r}")
+            if (value < self.low or (self.low_open and value == self.low)
+                    or (self.high is not None and value > self.high)):
+                raise ValueError(f"flag {self.name!r}: must be {self.allowed()}, got {raw!r}")
         return value
 
 
@@ -118,7 +135,7 @@ class Generator:
 COMMON_FLAGS = (
     Flag("vocab", int, 32000, "token ids are drawn from [3, vocab)"),
     Flag("arrival", str, "sequential", "arrival process", ("sequential", "rate", "poisson")),
-    Flag("rate", float, 1.0, "requests per second for arrival=rate|poisson"),
+    Flag("rate", float, 1.0, "requests per second for arrival=rate|poisson", low_open=True),
 )
 
 _PERSONA_FLAGS = (
@@ -364,7 +381,7 @@ GENERATORS: dict[str, Generator] = {
             Flag("output_tokens", int, 32, "tokens to generate per request"),
             Flag("doc_order", str, "ranked", "document order in the prompt", ("ranked", "retrieved")),
             Flag("followups", int, 2, "most follow-up questions on the same documents"),
-            Flag("followup_p", float, 0.4, "probability of each next follow-up"),
+            Flag("followup_p", float, 0.4, "probability of each next follow-up", high=1.0),
         ), "retrieval-augmented prompts: system + k shared documents in varying combinations + question"),
         Generator("scan", _scan, (
             Flag("hot", int, 8, "hot prefixes"),
@@ -373,8 +390,8 @@ GENERATORS: dict[str, Generator] = {
             Flag("requests", int, 128, "requests on the hot set"),
             Flag("query_tokens", int, 128, "fresh query tokens per hot request"),
             Flag("scan_every", int, 16, "hot requests between scans (0: no scans)"),
-            Flag("scan_length", int, 12, "one-off prompts per scan"),
-            Flag("scan_tokens", int, 2048, "tokens per one-off prompt"),
+            Flag("scan_length", int, 12, "one-off prompts per scan", low=1),
+            Flag("scan_tokens", int, 2048, "tokens per one-off prompt", low=1),
             Flag("output_tokens", int, 32, "tokens to generate per request"),
         ), "a hot prefix set under periodic scans of one-off prompts"),
         Generator("mix", _mix, (

@@ -66,10 +66,11 @@ def _lines(path: Path, limit: int | None):
                 raise TraceError(f"{path}:{lineno}: not UTF-8 text (byte {bom + exc.start + 1}: {exc.reason})") from None
             if not line.strip():
                 continue
+            line = line.rstrip("\r\n")  # a truncated last object fails at its own end, not at the newline
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise TraceError(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+                raise TraceError(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.pos + 1})") from None
             if not isinstance(obj, dict):
                 raise TraceError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
             n += 1

@@ -228,3 +228,36 @@ def test_one_policy_class_delegates_per_variant():
     assert ExpectedUtilityPolicy.capabilities == {"scoring"} == ExpectedUtilityPolicy().capabilities
     assert ExpectedUtilityPolicy(UtilityParams(variant="seed")).capabilities == {"sessions", "prefetch", "pins", "scoring"}
     assert isinstance(ExpectedUtilityPolicy().impl, UtilityPolicy)
+
+
+def _cap_reference(blocks, x):
+    """The chain cap written plainly: one pass in chain order (backwards when
+    the batch starts deeper than it ends), a block capped at the value last
+    given to its parent's hash met earlier in the pass."""
+    n = len(blocks)
+    order = range(n - 1, -1, -1) if blocks[0].depth > blocks[-1].depth else range(n)
+    out, low = list(x), {}
+    for k in order:
+        pv = low.get(blocks[k].parent)
+        if pv is not None and pv < out[k]:
+            out[k] = pv
+        low[blocks[k].key] = out[k]
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_chain_cap_equals_the_plain_pass(seed):
+    """Random batches of whole chains, chain pieces and singletons, released
+    tail first or head first: the vectorized cap (one-run fast path, runs by
+    ranks, links to parents elsewhere in the batch) equals the plain pass."""
+    rng = np.random.default_rng(seed)
+    blocks = []
+    for c in range(int(rng.integers(1, 4))):
+        start = int(rng.integers(0, 3))
+        length = int(rng.integers(1, 12))
+        blocks += [bv(f"c{c}-{d}", d, f"c{c}-{d - 1}" if d else None) for d in range(start, start + length)]
+    if rng.random() < 0.5:
+        blocks.reverse()  # a release: tail first
+    x = rng.integers(0, 5, len(blocks)).astype(np.float64)  # ties on purpose
+    got = UtilityPolicy._chain_cap(BlockBatch.of(blocks), [b.key for b in blocks], x.copy())
+    assert got.tolist() == _cap_reference(blocks, x.tolist())

@@ -27,10 +27,14 @@ class FrequencyParams:
             including ghost counts) a block needs to be admitted (int >= 1).
         ghost_factor: Ghost entries kept for evicted block hashes, as a
             multiple of the pool size in blocks (int >= 0; 0 keeps none).
+        tier_order: Eviction order of a slower KV tier (contract 1.2):
+            ``count`` (lowest access count first) or ``lru`` (vLLM's tier
+            order; admission still applies).
     """
 
     min_count: int = attrs.field(default=2, validator=[v.instance_of(int), v.ge(1)])
     ghost_factor: int = attrs.field(default=4, validator=[v.instance_of(int), v.ge(0)])
+    tier_order: str = attrs.field(default="count", validator=v.in_(("count", "lru")))
 
 
 class FrequencyPolicy:
@@ -49,10 +53,18 @@ class FrequencyPolicy:
     stores, and a hit takes the block out of the free queue, so no expiry is
     needed. Costs: O(1) per block per hook, O(log v) per victim for v
     distinct scores (the evictor groups blocks by score).
+
+    With a slower KV tier (CPU memory, contract 1.2) the same rule applies
+    there: a computed block is copied to the tier only once its count
+    reaches ``min_count`` (:func:`~spfcore.hookspecs.spfcore_tier_admit`:
+    a prefix seen before, not a one-off query), and the tier evicts the
+    lowest count first (:func:`~spfcore.hookspecs.spfcore_tier_score`, ties
+    least recently ranked first). vLLM's tier copies every block and evicts
+    LRU: on a cyclic working set larger than the tier it hits nothing.
     """
 
     name = "frequency"
-    contract = "1.0"  # the spfcore contract version this policy is written for
+    contract = "1.2"  # the spfcore contract version this policy is written for
     capabilities = frozenset({"admission", "scoring"})
     Params = FrequencyParams
 
@@ -99,6 +111,21 @@ class FrequencyPolicy:
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
         return self.counts(blocks)
+
+    def _count_of(self, k) -> int:
+        """Access count of block hash ``k``: cached, else its ghost count, else 1."""
+        c = self.count.get(k)
+        return self.ghost.get(k, 1) if c is None else c
+
+    @hookimpl
+    def spfcore_tier_admit(self, request, keys, now):
+        return np.fromiter(map(self._count_of, keys), np.int64, len(keys)) >= self.params.min_count
+
+    @hookimpl
+    def spfcore_tier_score(self, request, keys, now):
+        if self.params.tier_order == "lru":
+            return None
+        return np.fromiter(map(self._count_of, keys), np.float64, len(keys))
 
 
 __all__ = ["FrequencyPolicy", "FrequencyParams"]

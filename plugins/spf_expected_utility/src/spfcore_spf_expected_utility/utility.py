@@ -609,6 +609,8 @@ class UtilityPolicy:
             if not len(link):
                 return x[::-1] if back else x
             res = x.copy()
+        elif not first[1:].any():  # one run (a chain released whole): a plain running minimum
+            res = np.minimum.accumulate(x)
         else:  # running minimum within runs, exactly: ranks, each run offset below all earlier ones
             u, r = np.unique(x, return_inverse=True)
             off = (np.cumsum(first) - 1) * len(u)
