@@ -68,7 +68,10 @@ first (no ``finished`` event); it goes back to the front of the waiting
 queue, keeps its outputs so far and recomputes prompt + outputs from its
 prefix-cache hit (vLLM's recompute preemption). A step ending a request's
 prefill (``computed == num_tokens``) samples one output token. A request's
-cached tokens are those of its first admission (vLLM ``num_cached_tokens``).
+cached tokens are those of its first admission (vLLM ``num_cached_tokens``),
+and so is the policy's one ``hit`` event (:mod:`spfcore.engine.vllm_adapter`
+reports a request's lookup once; admitted again after a preemption, it takes
+its cached blocks without one).
 Blocks are hashed when scheduled, as vLLM's ``allocate_slots`` ->
 ``cache_blocks`` does: the full blocks of ``computed + new`` tokens. Per
 request: TTFT = end of the step that samples its first token - ``arrival_s``;
@@ -568,7 +571,8 @@ def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, m
             need = -(-num_tokens // bs) - h + sum(1 for b in hb if not ref[b])
             if need > rt.num_free:
                 break
-            rt.hit(views[j], hb, t)
+            if r.first_lookup is None:  # as the engine: one hit per request (the adapter's hit_done),
+                rt.hit(views[j], hb, t)  # not again when a preempted request is admitted again
             waiting.popleft()
             for b in hb:
                 if not ref[b]:
