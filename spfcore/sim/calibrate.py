@@ -384,4 +384,4 @@ def fit_timing(runs: Sequence[tuple[Workload, Mapping]], *, num_blocks: int, blo
     return Timing(step_overhead_s=float(a), per_token_s=float(b), max_running=mr, token_budget=tb,
                   engine_prefill_s=float(target[0]), engine_decode_s=float(target[1]),
                   sim_prefill_s=float(got[0]), sim_decode_s=float(got[1]), iterations=it, error=err,
-                  source=f"engine {src}", policy_s_per_step=min(pps, float(a)), clock=clock)
+                  source=f"engine {src}", policy_s_per_step=pps, clock=clock)
