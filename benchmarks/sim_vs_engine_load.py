@@ -3,7 +3,7 @@ rate per load level and arm, from a gate ``--load`` run's results.
 
 Usage::
 
-    python benchmarks/sim_vs_engine_load.py RUN_FOLDER [--models recorded,default,floor,own]
+    python benchmarks/sim_vs_engine_load.py RUN_FOLDER [--models recorded,default,floor,floor+policy,own,clock]
         [--max-running N --token-budget N] [--arms a,b]
 
 ``RUN_FOLDER`` holds ``load-<F>/results.json`` (``spfcore gate --load``). For
@@ -18,8 +18,15 @@ config; its arrival times are checked against the engine's):
 * ``floor``: step costs fitted on the floor arm's (``lru``) engine cell of the
   same seed (:func:`spfcore.sim.calibrate.fit_timing`): a prediction for the
   other arms, what the gate now records;
-* ``own``: step costs fitted on the arm's own engine cell: the model's error
-  given the engine's actual speed in that run.
+* ``floor+policy``: the floor fit with the floor's policy seconds per step
+  swapped for the arm's own (:meth:`spfcore.sim.calibrate.Timing.with_policy`:
+  the arm's engine ``policy_seconds / num_steps``, cells that log their steps);
+* ``own``: constant step costs fitted on the arm's own engine cell: the
+  model's error given the engine's mean speed in that run;
+* ``clock``: the arm's own engine step log replayed as the step time
+  (:class:`spfcore.sim.calibrate.EngineClock`, what the gate records when the
+  cells log their steps): the model's error given the engine's speed step by
+  step, i.e. without the machine's noise.
 
 ``--max-running`` / ``--token-budget`` give vLLM's ``max_num_seqs`` /
 ``max_num_batched_tokens`` for cells recorded before the engine wrote them
@@ -40,7 +47,7 @@ import numpy as np
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run", type=Path)
-    ap.add_argument("--models", default="recorded,default,floor,own")
+    ap.add_argument("--models", default="recorded,default,floor,floor+policy,own,clock")
     ap.add_argument("--max-running", type=int, default=None)
     ap.add_argument("--token-budget", type=int, default=None)
     ap.add_argument("--arms", default=None)
@@ -77,15 +84,24 @@ def main(argv=None) -> None:
                         rows[m].append(r["token_hit_rate"] if r else np.nan)
                         continue
                     kw = {}
-                    if m in ("floor", "own"):
-                        from spfcore.sim.calibrate import fit_timing
+                    if m in ("floor", "floor+policy", "own", "clock"):
+                        from spfcore.sim.calibrate import fit_timing, policy_seconds_per_step
 
-                        src = (a.floor if m == "floor" else arm, seed)
+                        src = (a.floor if m.startswith("floor") else arm, seed)
                         if src not in fits:
                             fits[src] = fit_timing([(wl, eng[src])], num_blocks=nb, block_size=bs,
                                                    max_running=a.max_running, token_budget=a.token_budget,
-                                                   arm=a.floor if m == "floor" else arm)
-                        kw = fits[src].simulate_kwargs()
+                                                   arm=src[0])
+                        t = fits[src]
+                        if m == "floor+policy":
+                            pps = policy_seconds_per_step(e)
+                            if pps is None:
+                                raise SystemExit(f"{lvl}: {arm} seed {seed}: no policy_seconds / num_steps "
+                                                 "(cells before the step log): no floor+policy model")
+                            t = t.with_policy(pps, arm)
+                        if m == "clock" and t.clock is None:
+                            raise SystemExit(f"{lvl}: {arm} seed {seed}: no step log (cells before it): no clock model")
+                        kw = t.simulate_kwargs(clock=m == "clock")
                     rows[m].append(simulate(wl, arm, num_blocks=nb, block_size=bs, mode="concurrent",
                                             **kw)["token_hit_rate"])
             if not e_hits:
@@ -101,8 +117,8 @@ def main(argv=None) -> None:
                 print(f"{'':>5} {'':22} {m:>7} per-seed gaps: " + " ".join(f"{100 * (x - y):+.1f}" for x, y in zip(v, eh)))
         for (arm, seed), t in sorted(fits.items()):
             print(f"{'':>5} fit on {arm} seed {seed}: step {1e3 * t.step_overhead_s:.2f} ms + "
-                  f"{1e6 * t.per_token_s:.2f} us/token, max_num_seqs {t.max_running}, "
-                  f"max_num_batched_tokens {t.token_budget}")
+                  f"{1e6 * t.per_token_s:.2f} us/token (policy {1e3 * t.policy_s_per_step:.3f} ms/step), "
+                  f"max_num_seqs {t.max_running}, max_num_batched_tokens {t.token_budget}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,14 @@
 #       0.8 on GPU1, arms lru, session_ttl, spf_expected_utility, belady_oracle, seeds 42-44;
 #       merged. The simulator (step costs fitted on the H200 run) predicts spf keeps ~40% of
 #       tokens at both levels (on the seed workload: 16.5% at 0.5, 6% at 0.8).
+#   bash scripts/gpu_h200_load2.sh b1  # part b on ONE H200 (`nvidia-h200`): capacity, then both levels one
+#       after the other in one resumable run (`--time-limit`, 420 s a call by default): ~11 min in all,
+#       so call `b1` again on the same warm machine until its log ends with the verdict and no
+#       "INCOMPLETE" (the finished cells and capacity.json are reused, "reused N of M cells").
+# Dry run of part b on CPU (tiny model and workload, same commands and flags; a few minutes):
+#   MODEL_ARGS="--model tiny --num-blocks 40" \
+#   SCALE_ARGS="--set personas=4 --set prefix_tokens=256 --set sessions=4 --set turns=2 --set query_tokens=32 --set output_tokens=4" \
+#   WORK=/tmp/dry OUT=/tmp/dry-out bash scripts/gpu_h200_load2.sh b1
 # Both parts do not fit in 8 minutes of device time (~17 min together): run `a` first, `b` in a
 # second call. The device returns at most 8 files: all is packed in $OUT/h200-load2-<part>.tgz.
 # Merging: `spfcore gate --merge-from` where the installed spfcore has it (issue 12), else the
@@ -54,7 +62,7 @@ PY
 }
 pack() { tar czf "$O/h200-load2-$1.tgz" -C "$(dirname "$W")" "$(basename "$W")" 2>/dev/null || true; }
 
-case "${1:?a|b}" in
+case "${1:?a|b|b1}" in
 a)
   A=(--model llama-3.2-3b --no-progress --num-blocks 3561 --arms lru,session_ttl,spf_expected_utility
      --oracle none --load 0.5 --capacity "$CAP_SEED" --ttft-slo-ms 500)
@@ -71,9 +79,18 @@ a)
     --output "$W/a-vs-lru/results.json" > "$W/a-verdict-vs-lru.txt" 2>&1 || true
   pack a; tail -n 40 "$W/a-verdict-vs-session_ttl.txt"; tail -n 14 "$W/a-verdict-vs-lru.txt"
   ;;
-b)
-  B=(--model llama-3.2-3b --no-progress --num-blocks 3561 --set personas=32 --set prefix_tokens=2048
+b|b1)
+  # shellcheck disable=SC2206  # word splitting of the two overridable argument strings is meant
+  B=(${MODEL_ARGS:---model llama-3.2-3b --num-blocks 3561} --no-progress
+     ${SCALE_ARGS:---set personas=32 --set prefix_tokens=2048}
      --arms lru,session_ttl,spf_expected_utility,belady_oracle --seeds 42,43,44 --ttft-slo-ms 500)
+  if [ "$1" = b1 ]; then  # one GPU: capacity (kept in capacity.json) and both levels, resumed call by call
+    log="$W/b1-$(date +%s).log"
+    $GATE "${B[@]}" --load 0.5,0.8 --time-limit "${TIME_LIMIT:-420}" --output "$W/b/results.json" > "$log" 2>&1 \
+      || true
+    pack b; tail -n 60 "$log"
+    exit 0
+  fi
   CUDA_VISIBLE_DEVICES=0 $GATE "${B[@]}" --load 0.5 --capacity-only --output "$W/b/results.json" \
     > "$W/b-capacity.log" 2>&1
   CAP=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['capacity_rps'])" "$W/b/capacity.json")

@@ -295,6 +295,16 @@ def test_timed_mode_keeps_invariants(lru_session):
     checker.steps = 0
     cell = s.run(Workload("timed", {}, reqs), seed=0, mode="timed")
     assert cell["num_requests"] == 8 and checker.steps > 0
+    # the step log: one entry per engine.step(), each step's tokens the scheduler's, starts in order
+    log = cell["steps"]
+    assert cell["num_steps"] == checker.steps == len(log["start_s"]) == len(log["dur_s"]) == len(log["tokens"])
+    assert log["start_s"] == sorted(log["start_s"]) and min(log["dur_s"]) > 0
+    computed = sum(r["prompt_tokens"] - r["cached_tokens"] + reqs[i].output_tokens - 1
+                   for i, r in enumerate(cell["requests"]))
+    if any(r.get("preemptions") for r in cell["requests"]):  # a preempted request recomputes
+        assert sum(log["tokens"]) > computed
+    else:
+        assert sum(log["tokens"]) == computed
     for r in cell["requests"]:
         assert 0 < r["ttft_s"] <= r["e2e_s"]
         assert 0 <= r["cached_tokens"] <= r["prompt_tokens"] - 1

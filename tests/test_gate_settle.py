@@ -202,6 +202,21 @@ def test_cli_says_how_many_cells_it_reused_and_names_its_folder_by_candidate(tmp
     assert r.exit_code == 2 and "--budget" in r.output
 
 
+def test_cli_says_how_many_cells_it_reused_per_load_level(tmp_path):
+    from click.testing import CliRunner
+
+    from spfcore.cli import main
+
+    small = ["gate", "--preset", "quick", "--set", "personas=2", "--set", "prefix_tokens=256", "--set", "sessions=2",
+             "--set", "turns=2", "--set", "query_tokens=8", "--set", "output_tokens=2", "--num-blocks", "40",
+             "--load", "0.5,0.8", "--capacity", "4", "--time-limit", "0", "--no-progress",
+             "--output", str(tmp_path / "r" / "results.json")]
+    r = CliRunner().invoke(main, small)
+    assert r.exit_code == 0 and "reused" not in r.output, r.output
+    r = CliRunner().invoke(main, small)  # no engine cell ran (time limit 0): the 3 ceilings per level are reused
+    assert r.exit_code == 0 and "reused 3 of 33 cells at load 0.5, 3 of 33 cells at load 0.8" in r.output, r.output
+
+
 def test_ttft_cdf_title_names_workload_load_and_seeds():
     from spfcore import report
 

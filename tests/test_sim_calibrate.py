@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from spfcore import registry
 from spfcore.sim import simulate
+from spfcore.sim import calibrate
 from spfcore.sim.calibrate import fit_timing
 from spfcore.workloads.generators import make
 from spfcore.workloads.model import Request, Workload
@@ -52,6 +54,78 @@ def test_the_fit_names_what_is_missing():
         fit_timing([], num_blocks=20, block_size=16)
 
 
+@pytest.mark.skipif("spf_expected_utility" not in OK, reason="spf_expected_utility not installed")
+def test_the_engine_clock_replays_a_noisy_engines_steps(monkeypatch):
+    # the "engine": the concurrent model itself on a machine whose steps take 1x to 20x their cost at
+    # random (a shared CPU), its step log kept as the engine runner keeps it
+    wl = make("personas", seed=3, personas=4, prefix_tokens=256, sessions=8, turns=3, query_tokens=32,
+              output_tokens=8, arrival="poisson", rate=10.0)
+    rng = np.random.default_rng(0)
+    log = {"start_s": [], "dur_s": [], "tokens": []}
+
+    def busy_machine(t, n):
+        d = (0.012 + 4e-5 * n) * rng.choice([1, 1, 1, 5, 20])
+        log["start_s"].append(t), log["dur_s"].append(d), log["tokens"].append(n)
+        return d
+
+    arm, kw = "spf_expected_utility", dict(num_blocks=60, block_size=16, mode="concurrent")
+    rec = simulate(wl, arm, max_running=4, token_budget=128, step_time=busy_machine, **kw)
+    cell = as_engine_cell(rec, max_num_seqs=4, max_num_batched_tokens=128, steps=log, num_steps=len(log["dur_s"]))
+    monkeypatch.setattr(calibrate, "MAX_REPLAYS", 8)  # no constant fits this machine: a short search will do
+    t = fit_timing([(wl, cell)], num_blocks=60, block_size=16, arm=arm)
+    assert t.clock is not None and len(t.clock.dur_s) == cell["num_steps"] == 82
+    assert t.to_json()["clock"]["source"] == "steps of engine spf_expected_utility seed 0"
+    hits = lambda r: [x["cached_tokens"] for x in r["requests"]]  # noqa: E731
+    replay = simulate(wl, arm, **t.simulate_kwargs(), **kw)
+    assert hits(replay) == hits(rec) and rec["token_hit_rate"] == pytest.approx(0.2778, abs=1e-4)
+    assert [x["ttft_s"] for x in replay["requests"]] == pytest.approx([x["ttft_s"] for x in rec["requests"]])
+    # constant step costs fitted on the same cell cannot follow that machine (11 of 24 requests hit
+    # otherwise here; 8 with the full search)
+    const = simulate(wl, arm, **t.simulate_kwargs(clock=False), **kw)
+    assert sum(a != b for a, b in zip(hits(const), hits(rec))) >= 6
+
+
+def test_a_fit_swaps_the_policys_seconds_per_step():
+    wl = make("personas", seed=3, personas=4, prefix_tokens=256, sessions=8, turns=3, query_tokens=32,
+              output_tokens=8, arrival="poisson", rate=40.0)
+    rec = simulate(wl, "lru", num_blocks=40, block_size=16, mode="concurrent", max_running=4, token_budget=128,
+                   step_overhead_s=0.012, per_token_s=4e-5)
+    # the engine logged 0.2 s of policy over 100 steps (2 ms a step on the step's critical path)
+    cell = as_engine_cell(rec, max_num_seqs=4, max_num_batched_tokens=128, policy_seconds=0.2, num_steps=100)
+    t = fit_timing([(wl, cell)], num_blocks=40, block_size=16)
+    assert t.policy_s_per_step == pytest.approx(0.002) and t.clock is None
+    other = t.with_policy(0.005, "slow")
+    assert other.step_overhead_s == pytest.approx(0.012 - 0.002 + 0.005, rel=0.01)
+    assert other.per_token_s == t.per_token_s and other.policy_s_per_step == 0.005
+    assert other.source == "engine lru seed 0, policy slow 5.000 ms/step"
+    with pytest.raises(ValueError, match="policy_s_per_step must be finite and >= 0"):
+        t.with_policy(float("nan"))
+    cell.pop("num_steps")
+    assert fit_timing([(wl, cell)], num_blocks=40, block_size=16).policy_s_per_step == 0.0
+
+
+def test_a_preempted_request_admitted_again_reports_no_second_hit(monkeypatch):
+    # as the engine (the adapter reports one lookup per request): b is preempted by a's growth and
+    # admitted again later; the policy saw one hit event per request
+    from collections import Counter
+
+    from spfcore.runtime import PolicyRuntime
+
+    calls, hit = Counter(), PolicyRuntime.hit
+
+    def counted(self, request, ids, now):
+        calls[request.request_id] += 1
+        return hit(self, request, ids, now)
+
+    monkeypatch.setattr(PolicyRuntime, "hit", counted)
+    wl = Workload("t", {}, [_req("a", range(1000, 1048), 0.0, out=40), _req("b", range(2000, 2048), 0.0, out=40)])
+    rec = simulate(wl, "lru", num_blocks=9, block_size=16, mode="concurrent", max_running=2, token_budget=256,
+                   step_overhead_s=1.0, per_token_s=0.0)
+    # a: 40 steps; b: preempted when 8 blocks no longer hold both, recomputed after a ends
+    assert [r["e2e_s"] for r in rec["requests"]] == [40.0, 63.0]
+    assert calls == {"a": 1, "b": 1}
+
+
 def _req(rid, tokens, at, out=2):
     return Request(request_id=rid, session_id=rid, prefix_group=None, prompt_token_ids=tuple(tokens),
                    output_tokens=out, arrival_s=at)
@@ -75,16 +149,23 @@ def test_a_request_is_admitted_only_when_its_whole_prompt_fits():
 @pytest.mark.skipif("spf_expected_utility" not in OK, reason="spf_expected_utility not installed")
 def test_the_calibrated_simulator_predicts_the_cpu_engines_hit_rate_under_load(tmp_path):
     """The gate's --load path on the real CPU engine (tiny model): lru's
-    capacity measured on a burst, Poisson arrivals at 0.8 of it; the
-    simulator's step costs are fitted on spf's own engine cell (its speed in
-    that run) and its concurrent model (vLLM's scheduling, the prefix cache,
-    the policy) then gives spf's token hit rate within 8 points (two
-    requests' hits: one is ~3.5-4 points of this 24-request run, whose steps
-    last a few ms on a quiet machine, where the engine loop's jitter moves
-    single requests), and at least two requests in three get the engine's
-    own cached-token count. The model before the fit (10 ms + 10 us/token,
-    16 running, 8,192 tokens a step) missed this engine by 25-29 points at
-    both load levels of the quick preset (results/sim-vs-engine-load)."""
+    capacity measured on a burst, Poisson arrivals at 0.8 of it. The engine
+    cell logs its steps (start, duration, tokens scheduled), and the
+    simulator's concurrent model (vLLM's scheduling, the prefix cache, the
+    policy) replays that clock (:class:`spfcore.sim.calibrate.EngineClock`),
+    so how long the machine took per step is the run's own, however noisy, and
+    what is compared is the model's scheduling and cache: each arm's token hit
+    rate within 1 point and at least 23 of the 24 requests with the engine's
+    own cached-token count (all 24, both arms, in the 10 engine runs of
+    results/sim-vs-engine-load/README.md: load average 6 to above 12, steps of
+    3 ms to 1.3 s, up to 17 preemptions). With constant step costs fitted on
+    the same cell instead (this test before), one CI run on a loaded 2-core
+    machine read spf at 19.9% simulated against the engine's 2.8%, and a run
+    with 3 CPU burners 0.0% against 7.4%. It found that the simulator
+    reported a second ``hit`` when a preempted request was admitted again
+    (the engine reports one), which moved 5 of spf's 24 requests. A simulator
+    that frees a finished request's blocks head first instead of tail first
+    fails it (lru 10 of 24 requests, 6.5 points)."""
     pytest.importorskip("vllm")
     from spfcore import gate
     from spfcore.run.pipeline import run_load_gate
@@ -100,11 +181,24 @@ def test_the_calibrated_simulator_predicts_the_cpu_engines_hit_rate_under_load(t
     res = json.loads((tmp_path / "load-0.8" / "results.json").read_text())
     eng = {c["arm"]: c for c in res["cells"]}
     sim = {c["arm"]: c for c in res["sim"]["cells"]}
-    assert sim["spf_expected_utility"]["timing"]["source"] == "engine spf_expected_utility seed 5"
-    assert sim["spf_expected_utility"]["timing"]["max_running"] == 4 == eng["lru"]["max_num_seqs"]
     e, s = eng["spf_expected_utility"], sim["spf_expected_utility"]
-    assert abs(s["token_hit_rate"] - e["token_hit_rate"]) <= 0.08, (s["token_hit_rate"], e["token_hit_rate"])
-    same = sum(x["cached_tokens"] == y["cached_tokens"] for x, y in zip(e["requests"], s["requests"]))
-    assert same >= 2 / 3 * len(e["requests"]), same
+    timing = s["timing"]
+    assert timing["source"] == "engine spf_expected_utility seed 5"
+    assert timing["max_running"] == 4 == eng["lru"]["max_num_seqs"]
+    assert timing["clock"]["source"] == "steps of engine spf_expected_utility seed 5"
+    assert timing["clock"]["steps"] == e["num_steps"] == len(e["steps"]["dur_s"]) > 0
+    # the step log is the engine's: every token it computed was scheduled in a logged step (prefills
+    # from the cache hit on, one decode token a step after the first; preemption recomputes more)
+    computed = sum(r["prompt_tokens"] - r["cached_tokens"] for r in e["requests"]) + 24 * (8 - 1)
+    assert sum(e["steps"]["tokens"]) >= computed
+    if not e["preemptions"]:
+        assert sum(e["steps"]["tokens"]) == computed
+    assert timing["policy_s_per_step"] == pytest.approx(e["policy_seconds"] / e["num_steps"])
+    for arm in ("lru", "spf_expected_utility"):
+        e, s = eng[arm], sim[arm]
+        assert s["timing"]["clock"]["source"] == f"steps of engine {arm} seed 5"
+        assert abs(s["token_hit_rate"] - e["token_hit_rate"]) <= 0.01, (arm, s["token_hit_rate"], e["token_hit_rate"])
+        same = sum(x["cached_tokens"] == y["cached_tokens"] for x, y in zip(e["requests"], s["requests"]))
+        assert same >= 23, (arm, same)
     row = doc["levels"][0]["summary"]["spf_expected_utility"]
     assert row["sim_token_hit_rate"] == s["token_hit_rate"]

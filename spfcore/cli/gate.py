@@ -186,6 +186,11 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
         raise click.ClickException(str(exc)) from None
     console = report.make_console()
     if loads:
+        reused = [(lv["load"], lv.get("run") or {}) for lv in doc["levels"]]
+        if any(r.get("reused_cells") for _, r in reused):
+            console.print("reused " + ", ".join(f"{r.get('reused_cells', 0)} of {r.get('cells', 0)} cells at load {f:g}"
+                                                for f, r in reused)
+                          + " (finished earlier; --fresh starts over)", markup=False)
         console.print(report.load_table(doc))
         v = doc["verdict"]
         console.print(f"verdict judged at load {doc['judged_load']:g} x capacity "

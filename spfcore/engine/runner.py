@@ -305,7 +305,14 @@ class EngineSession:
             "prefix_group", "arrival_s", "prompt_tokens", "cached_tokens",
             "ttft_s", "e2e_s", "queue_s" (scheduled - queued, vLLM engine-core
             timestamps), "preemptions"}], "queue_p50_s", "queue_p95_s",
-            "preemptions"}``. Tokens are counts, times seconds. Stock
+            "preemptions"}``; in ``timed`` mode also ``"num_steps"`` and the step
+            log ``"steps": {"start_s", "dur_s", "tokens"}``: per ``engine.step()``
+            its start (s after the run's start), its duration (s, until the next
+            step starts while the engine stays busy, so the loop's own work between
+            steps counts, else until it returns) and the tokens its schedule
+            scheduled (``SchedulerOutput.total_num_scheduled_tokens``): the
+            engine's own clock, which the simulator can replay
+            (:class:`spfcore.sim.calibrate.EngineClock`). Tokens are counts, times seconds. Stock
             vLLM has no runtime: its ``evictions`` is ``None`` and its hook
             counters are 0.
 
@@ -353,6 +360,7 @@ class EngineSession:
 
         engine = self.llm.llm_engine
         recs: dict[str, dict] = {}
+        steps = None  # timed mode: the step log
         state: dict[str, list] = {}  # request id -> [arrival monotonic, first token seen, finished seen, output]
         t0, w0 = time.monotonic(), time.time()
 
@@ -398,19 +406,32 @@ class EngineSession:
                     step()
         else:
             i = 0
+            starts, durs, toks = [], [], []  # the step log (see _cell)
+            busy_since = None  # start of the last step, while the engine has not idled since
             while i < len(reqs) or engine.has_unfinished_requests():
                 elapsed = time.monotonic() - t0
                 while i < len(reqs) and reqs[i].arrival_s <= elapsed:
                     add(reqs[i], t0 + reqs[i].arrival_s, w0 + reqs[i].arrival_s)
                     i += 1
                 if engine.has_unfinished_requests():
+                    s0 = time.monotonic()
+                    if busy_since is not None:  # the previous step lasts until this one starts
+                        durs[-1] = s0 - busy_since
                     step()
-                elif i < len(reqs):
-                    time.sleep(max(0.0, min(reqs[i].arrival_s - elapsed, 0.05)))
+                    starts.append(s0 - t0)
+                    durs.append(time.monotonic() - s0)
+                    toks.append(int(getattr(sched, "spf_scheduled_tokens", 0)))
+                    busy_since = s0
+                else:
+                    busy_since = None
+                    if i < len(reqs):
+                        time.sleep(max(0.0, min(reqs[i].arrival_s - elapsed, 0.05)))
+            steps = {"start_s": [round(x, 6) for x in starts], "dur_s": [round(x, 6) for x in durs],
+                     "tokens": toks}
         wall = time.monotonic() - t0
-        return self._cell(workload, seed, mode, reqs, recs, wall)
+        return self._cell(workload, seed, mode, reqs, recs, wall, steps)
 
-    def _cell(self, workload, seed, mode, reqs, recs, wall) -> dict:
+    def _cell(self, workload, seed, mode, reqs, recs, wall, steps=None) -> dict:
         rows = [recs[r.request_id] for r in reqs]
         prompt = sum(r["prompt_tokens"] for r in rows)
         cached = sum(r["cached_tokens"] or 0 for r in rows)
@@ -447,6 +468,8 @@ class EngineSession:
                      "e2e_p50_s": q(e2e, 50), "e2e_p95_s": q(e2e, 95),
                      "throughput_rps": len(e2e) / wall if wall > 0 else math.nan, "wall_s": wall,
                      "requests": rows})
+        if steps is not None:
+            cell.update(num_steps=len(steps["start_s"]), steps=steps)
         return cell
 
     def _tier_fields(self, rows: list) -> dict:

@@ -342,6 +342,9 @@ class PolicySchedulerMixin:
         spf_queue: The installed :class:`PolicyFreeQueue`, or ``None`` (stock).
         spf_block_size: Tokens per block (vLLM ``cache_config.block_size``).
         spf_num_blocks: Blocks in the pool, null block included.
+        spf_scheduled_tokens: Tokens the last :meth:`schedule` call scheduled
+            (``SchedulerOutput.total_num_scheduled_tokens``; the runner's step
+            log, :mod:`spfcore.sim.calibrate`).
     """
 
     def __init__(self, *args, **kwargs) -> None:
@@ -360,6 +363,7 @@ class PolicySchedulerMixin:
         self._spf_fault_kinds: set[tuple] = set()
         self._spf_check_pending = False
         self._spf_served = False
+        self.spf_scheduled_tokens = 0
         self._spf_okeys: dict = {}  # CPU tier: vLLM offload key -> spfcore block key
         self._spf_tier_views: dict = {}  # CPU tier: request id -> RequestView, until the tier re-ranks it
         cfg = served_config(getattr(self.vllm_config, "additional_config", None))
@@ -524,6 +528,7 @@ class PolicySchedulerMixin:
             else:
                 logger.info("spfcore: block pool consistent after the policy fault (checked before the next step)")
         out = super().schedule(*args, **kwargs)
+        self.spf_scheduled_tokens = int(out.total_num_scheduled_tokens)
         if self._spf_metrics is not None:
             self._spf_publish()
         return out

@@ -371,9 +371,13 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
     cell of the seed is in; the concurrent model's step costs and vLLM limits
     are fitted on it (:func:`engine_timing`, recorded as the sim cell's
     ``timing``; ``timing_note`` when the cell cannot give them and defaults
-    were used). Fitted on the floor arm instead, the model misses a
-    candidate whose own code slows the engine's steps (spf on the CPU engine:
-    1.65 ms per request, 45% more time per token than lru's run).
+    were used). When the engine cell logs its steps, the simulator replays
+    that log as its step time (``timing.clock``,
+    :class:`spfcore.sim.calibrate.EngineClock`), so the machine's noise in that
+    run is the engine's and the simulator's alike. Fitted on the floor arm
+    instead, the model misses a candidate whose own code slows the engine's
+    steps (spf on the CPU engine: 1.65 ms per request, 45% more time per token
+    than lru's run; :meth:`spfcore.sim.calibrate.Timing.with_policy` adds it).
     """
     t_start = time.monotonic()
     engine_factory = engine_factory or default_engine_factory

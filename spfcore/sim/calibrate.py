@@ -24,6 +24,29 @@ drifts during the run, as on a loaded CPU) a pattern search finds the costs
 closest to both means, and ``Timing.error`` says how close. The engine's per-request ``ttft_s``, ``e2e_s`` and ``queue_s``
 (vLLM's own request timestamps, :meth:`spfcore.engine.runner.EngineSession.run`)
 are all it needs, so records made before this module also calibrate.
+
+Two additions take machine noise and the policy's own code out of the
+constant model:
+
+* **The engine's own clock.** A constant ``a + b * n`` cannot follow an
+  engine whose steps slow down and speed up during a run (a shared CPU: on a
+  2-core machine at a load average of 8-24 one run's steps took 0.05-2 s), and
+  which requests overlap, hence the hit rate, follows the step times. Engine
+  cells of timed runs carry their step log (per ``engine.step()``: start,
+  duration, tokens scheduled; :meth:`spfcore.engine.runner.EngineSession.run`);
+  :class:`EngineClock` replays it: a simulated step starting at ``t`` lasts as
+  long as the engine's step that started nearest ``t``, scaled by the
+  token-count ratio of a least-squares ``a + b * n`` fitted on the same log.
+  Where the simulated schedule is the engine's, its steps then end when the
+  engine's did, and what is left between the two hit rates is the model's
+  scheduling and cache, not the machine's noise.
+* **The policy's seconds per step.** The policy runs inside vLLM's scheduler,
+  on the step's critical path: its measured ``policy_seconds`` (hooks,
+  evictor work; :class:`spfcore.runtime.PolicyRuntime`) over the engine run's
+  ``num_steps`` is seconds added to every step. A fit on one arm's cell
+  includes that arm's policy seconds in ``step_overhead_s``;
+  :meth:`Timing.with_policy` swaps them for another arm's, so the floor arm's
+  fit predicts a candidate whose hooks cost milliseconds per request.
 """
 
 from __future__ import annotations
@@ -46,6 +69,88 @@ FIT_ERR = 0.02
 MAX_REPLAYS = 80
 
 
+def policy_seconds_per_step(cell: Mapping) -> float | None:
+    """The policy's own seconds per engine step of an engine cell:
+    ``policy_seconds / num_steps`` (runtime counter over the step log's
+    length), or ``None`` when the cell lacks either (sequential cells, cells
+    recorded before the step log)."""
+    ps, n = cell.get("policy_seconds"), cell.get("num_steps")
+    if ps is None or not n:
+        return None
+    return float(ps) / int(n)
+
+
+@attrs.frozen
+class EngineClock:
+    """The step durations of one engine run, as the concurrent simulator's
+    ``step_time(t, n)`` (:func:`spfcore.sim.simulate`).
+
+    A step starting at virtual time ``t`` (s after the run's start, as the
+    engine's ``start_s``) that schedules ``n`` tokens takes ``d = dur_s[k] *
+    (a + b * n) / (a + b * tokens[k])`` with ``k`` the engine step whose start
+    is nearest ``t``, and ``(a, b)`` (:attr:`step_overhead_s`,
+    :attr:`per_token_s`) the least-squares fit of ``dur_s = a + b * tokens``
+    over the log (``b`` clipped at 0); it ends at ``start_s[k] + d``, where the
+    engine's step ended, so the small offsets between the two clocks (the
+    engine's first step starts some ms after the first arrival) do not
+    accumulate and move an arrival to another step, unless that leaves less
+    than ``d / 2`` (then it lasts ``d``). After the log's last step ends it
+    lasts ``a + b * n``.
+
+    Attributes:
+        start_s, dur_s, tokens: The engine's step log (``cell["steps"]``), one
+            entry per step: start s, duration s, tokens scheduled.
+        step_overhead_s, per_token_s: The log's own ``a`` and ``b``, s and s/token.
+        source: Which cell the log came from.
+    """
+
+    start_s: np.ndarray = attrs.field(eq=False, repr=False)
+    dur_s: np.ndarray = attrs.field(eq=False, repr=False)
+    tokens: np.ndarray = attrs.field(eq=False, repr=False)
+    step_overhead_s: float = 0.0
+    per_token_s: float = 0.0
+    source: str = ""
+
+    @classmethod
+    def from_cell(cls, cell: Mapping) -> EngineClock | None:
+        """The clock of an engine cell's ``steps`` log, or ``None`` when it
+        has none (sequential mode, or a cell recorded before the log).
+
+        Raises:
+            ValueError: a log whose lists differ in length, or with a negative
+                or non-finite duration.
+        """
+        log = cell.get("steps")
+        if not log or not log.get("start_s"):
+            return None
+        where = f"engine cell {cell.get('arm')} seed {cell.get('seed')}"
+        st, du, tk = (np.asarray(log[k], dtype=float) for k in ("start_s", "dur_s", "tokens"))
+        if not len(st) == len(du) == len(tk):
+            raise ValueError(f"{where}: step log lists of different lengths ({len(st)}, {len(du)}, {len(tk)})")
+        if not (np.isfinite(du).all() and (du >= 0).all()):
+            raise ValueError(f"{where}: step log has a negative or non-finite duration")
+        a, b = float(np.median(du)), 0.0
+        if len(set(tk.tolist())) > 1:
+            (a1, b1), *_ = np.linalg.lstsq(np.column_stack([np.ones_like(tk), tk]), du, rcond=None)
+            if a1 > 0 and b1 >= 0:
+                a, b = float(a1), float(b1)
+        order = np.argsort(st, kind="stable")
+        return cls(st[order], du[order], tk[order], a, b, f"steps of engine {cell.get('arm')} seed {cell.get('seed')}")
+
+    def __call__(self, t: float, n: int) -> float:
+        """Seconds of a step starting at ``t`` (s) that schedules ``n`` tokens."""
+        st = self.start_s
+        base = self.step_overhead_s + self.per_token_s * n
+        if t > st[-1] + self.dur_s[-1]:
+            return base
+        k = int(np.searchsorted(st, t))
+        if k == len(st) or (k > 0 and t - st[k - 1] <= st[k] - t):
+            k -= 1
+        d = float(self.dur_s[k]) * base / (self.step_overhead_s + self.per_token_s * self.tokens[k])
+        snapped = float(st[k]) + d - t  # end where the engine's step ended: no drift from offsets
+        return snapped if snapped > 0.5 * d else d
+
+
 @attrs.frozen
 class Timing:
     """The concurrent model's costs and limits, fitted on an engine run.
@@ -63,6 +168,13 @@ class Timing:
         error: ``|sim_prefill / engine_prefill - 1| + |sim_decode /
             engine_decode - 1|`` at the fitted costs (0: both means met).
         source: What it was fitted on (e.g. ``"engine lru seed 42"``).
+        policy_s_per_step: The policy's own seconds per step included in
+            ``step_overhead_s`` (:func:`policy_seconds_per_step` of the fitted
+            cell, or of another arm after :meth:`with_policy`); 0 when the
+            cell does not give it.
+        clock: The fitted cell's :class:`EngineClock` when it has a step log;
+            then the simulator replays the engine's step times instead of the
+            constant costs (:meth:`simulate_kwargs`).
     """
 
     step_overhead_s: float
@@ -76,14 +188,43 @@ class Timing:
     iterations: int = 0
     error: float = float("nan")
     source: str = ""
+    policy_s_per_step: float = 0.0
+    clock: EngineClock | None = attrs.field(default=None, eq=False)
 
-    def simulate_kwargs(self) -> dict:
-        """Keyword arguments of :func:`spfcore.sim.simulate` (concurrent mode)."""
-        return {"max_running": self.max_running, "token_budget": self.token_budget,
-                "step_overhead_s": self.step_overhead_s, "per_token_s": self.per_token_s}
+    def simulate_kwargs(self, clock: bool = True) -> dict:
+        """Keyword arguments of :func:`spfcore.sim.simulate` (concurrent
+        mode): the constant costs, and ``step_time`` = :attr:`clock` when
+        there is one and ``clock`` is true."""
+        kw = {"max_running": self.max_running, "token_budget": self.token_budget,
+              "step_overhead_s": self.step_overhead_s, "per_token_s": self.per_token_s}
+        if clock and self.clock is not None:
+            kw["step_time"] = self.clock
+        return kw
+
+    def with_policy(self, policy_s_per_step: float, name: str = "") -> Timing:
+        """These engine costs for an arm whose policy costs
+        ``policy_s_per_step`` seconds per step: ``step_overhead_s`` minus the
+        fitted arm's :attr:`policy_s_per_step`, plus the given one (the
+        engine's own step cost does not depend on the policy; the policy's
+        code runs on the step's critical path, inside vLLM's scheduler). The
+        clock is dropped: it is the fitted run's, not this arm's.
+
+        Raises:
+            ValueError: a negative or non-finite ``policy_s_per_step``.
+        """
+        if not (policy_s_per_step >= 0 and np.isfinite(policy_s_per_step)):
+            raise ValueError(f"policy_s_per_step must be finite and >= 0, got {policy_s_per_step}")
+        a = max(self.step_overhead_s - self.policy_s_per_step, 0.0) + policy_s_per_step
+        return attrs.evolve(self, step_overhead_s=a, policy_s_per_step=float(policy_s_per_step), clock=None,
+                            source=f"{self.source}, policy {name} {1e3 * policy_s_per_step:.3f} ms/step".strip())
 
     def to_json(self) -> dict:
-        return attrs.asdict(self)
+        d = attrs.asdict(self, filter=lambda a, v: a.name != "clock")
+        if self.clock is not None:
+            c = self.clock
+            d["clock"] = {"source": c.source, "steps": len(c.start_s), "step_overhead_s": c.step_overhead_s,
+                          "per_token_s": c.per_token_s}
+        return d
 
 
 def engine_limits(cell: Mapping, max_running: int | None = None, token_budget: int | None = None) -> tuple[int, int]:
@@ -161,7 +302,10 @@ def fit_timing(runs: Sequence[tuple[Workload, Mapping]], *, num_blocks: int, blo
         positive solution, or no convergence within :data:`MAX_ITER`), a
         pattern search over ``(log a, log b)`` minimizes that miss within
         :data:`MAX_REPLAYS` replays; the costs closest to the engine's means
-        are returned and ``error`` says how close.
+        are returned and ``error`` says how close. ``policy_s_per_step`` is
+        the cells' mean :func:`policy_seconds_per_step` (0 unless every cell
+        gives it); ``clock`` the one cell's :class:`EngineClock` (``None``
+        for several runs or a cell without a step log).
 
     Raises:
         ValueError: no runs, a cell without per-request times or limits,
@@ -234,7 +378,10 @@ def fit_timing(runs: Sequence[tuple[Workload, Mapping]], *, num_blocks: int, blo
     err, a, b, got, _ = best
     it = replays
     src = ", ".join(f"{c.get('arm')} seed {c.get('seed')}" for _, c in runs)
+    pps = [policy_seconds_per_step(c) for _, c in runs]
+    pps = float(np.mean(pps)) if all(p is not None for p in pps) else 0.0
+    clock = EngineClock.from_cell(runs[0][1]) if len(runs) == 1 else None
     return Timing(step_overhead_s=float(a), per_token_s=float(b), max_running=mr, token_budget=tb,
                   engine_prefill_s=float(target[0]), engine_decode_s=float(target[1]),
                   sim_prefill_s=float(got[0]), sim_decode_s=float(got[1]), iterations=it, error=err,
-                  source=f"engine {src}")
+                  source=f"engine {src}", policy_s_per_step=pps, clock=clock)

@@ -68,7 +68,10 @@ first (no ``finished`` event); it goes back to the front of the waiting
 queue, keeps its outputs so far and recomputes prompt + outputs from its
 prefix-cache hit (vLLM's recompute preemption). A step ending a request's
 prefill (``computed == num_tokens``) samples one output token. A request's
-cached tokens are those of its first admission (vLLM ``num_cached_tokens``).
+cached tokens are those of its first admission (vLLM ``num_cached_tokens``),
+and so is the policy's one ``hit`` event (:mod:`spfcore.engine.vllm_adapter`
+reports a request's lookup once; admitted again after a preemption, it takes
+its cached blocks without one).
 Blocks are hashed when scheduled, as vLLM's ``allocate_slots`` ->
 ``cache_blocks`` does: the full blocks of ``computed + new`` tokens. Per
 request: TTFT = end of the step that samples its first token - ``arrival_s``;
@@ -450,7 +453,7 @@ class _Req:
 
 def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, max_running: int,
                     token_budget: int, step_overhead_s: float, per_token_s: float,
-                    cache: _Cache | None = None):
+                    cache: _Cache | None = None, step_time=None):
     """The concurrent replay (vLLM's ``Scheduler.schedule``, see the module
     doc); returns per-request lists ``(hit blocks, TTFT s, e2e s, queue s,
     spans)``: queue = first admission - arrival (vLLM's ``scheduled_ts -
@@ -460,6 +463,10 @@ def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, m
     so its prefill time (TTFT - queue) is ``kp * step_overhead_s + np *
     per_token_s`` and its decode time ``kd * step_overhead_s + nd * per_token_s``
     (:mod:`spfcore.sim.calibrate` fits the two costs on them).
+    ``step_time``, when given, replaces that cost model: ``step_time(t, n)``
+    is the seconds of a step starting at virtual time ``t`` that schedules
+    ``n`` tokens (:class:`spfcore.sim.calibrate.EngineClock`: the engine's own
+    step log).
     A runtime call that raises leaves the pool (``cache``, ref counts, the
     runtime) as before that call, as in :func:`_run_sequential`."""
     bs = prep.block_size
@@ -564,7 +571,8 @@ def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, m
             need = -(-num_tokens // bs) - h + sum(1 for b in hb if not ref[b])
             if need > rt.num_free:
                 break
-            rt.hit(views[j], hb, t)
+            if r.first_lookup is None:  # as the engine: one hit per request (the adapter's hit_done),
+                rt.hit(views[j], hb, t)  # not again when a preempted request is admitted again
             waiting.popleft()
             for b in hb:
                 if not ref[b]:
@@ -583,7 +591,7 @@ def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, m
             sched.append((r, ntok))
             budget -= ntok
         ntoks = token_budget - budget
-        t_end = t + step_overhead_s + ntoks * per_token_s
+        t_end = t + (step_overhead_s + ntoks * per_token_s if step_time is None else step_time(t, ntoks))
         steps += 1
         step_tokens += ntoks
         for r, ntok in sched:
@@ -627,7 +635,8 @@ def _no_gc():
 def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_size: int,
              options: dict | None = None, mode: str = "sequential", max_running: int = 16,
              token_budget: int = 8192, seed: int = 0, step_overhead_s: float = 0.01,
-             per_token_s: float = 1e-5, env: dict | None = None, hook_budget_ms: float | None = None) -> dict:
+             per_token_s: float = 1e-5, env: dict | None = None, hook_budget_ms: float | None = None,
+             step_time=None) -> dict:
     """Replay ``workload`` through the prefix-cache model under policy ``arm``.
 
     Args:
@@ -648,6 +657,10 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
             ``max_running``, ``token_budget``) on an engine run. The defaults
             are no engine's: on the H200 (Llama-3.2-3B, vLLM 0.24, eager) the
             fit gives 12-19 ms + 12-14 us/token.
+        step_time: Concurrent mode: ``step_time(t, n)`` -> seconds of a step
+            that starts at virtual time ``t`` (s) and schedules ``n`` tokens,
+            replacing the two costs above (e.g. an engine run's own step log,
+            :class:`spfcore.sim.calibrate.EngineClock`).
         env: Environment for the allow/block lists and ``SPFCORE_HOOK_BUDGET_MS``.
         hook_budget_ms: Most wall time of one hook call, ms (a call over it
             fails the arm with a PolicyError), or None: see
@@ -698,7 +711,7 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
     with _no_gc():
         t = time.perf_counter()
         hits, ttft, e2e, queue, _ = _run_concurrent(prep, rt, num_blocks, views, max_running, token_budget,
-                                                    step_overhead_s, per_token_s)
+                                                    step_overhead_s, per_token_s, step_time=step_time)
         wall = time.perf_counter() - t
     rows = [(v.request_id, v.session_id, v.prefix_group, a, v.num_prompt_tokens, h)
             for v, a, h in zip(prep.views, arr, hits)]
