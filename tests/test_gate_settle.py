@@ -298,3 +298,18 @@ def test_settled_mode_judges_throughput_by_the_policys_own_cost():
     assert any(r.startswith("policy_cost +0.0120 is not < 0.01") for r in v.reasons)
     # without policy seconds in the cells the engine's throughput is judged, as before
     assert settled(spf_expected_utility={"prefill": 500, "thr": (1.3, 0.7, 1.05)}).status == gate.INCONCLUSIVE
+
+
+def test_no_hint_issued_settles_the_wasted_hints_criterion_at_zero():
+    # a candidate that issues no hints wastes none: the share is exact, not an estimate, so one
+    # seed settles it (a units-t interval of one value was [0, 1] and held the verdict open)
+    one = [c for c in grid(**{**ORACLE_OK, "spf_expected_utility": {"prefill": 500}}) if c["seed"] == SEEDS[0]]
+    v = evaluate(one, sim=sim(), seeds=SEEDS[:1], resamples=200, settle=True,
+                 thresholds=gate.GateThresholds(min_seeds=1))
+    c = v.criterion("wasted_hints")
+    assert (c.value, c.ci.low, c.ci.high, c.ci.method) == (0.0, 0.0, 0.0, "none issued")
+    assert not any(r.startswith("wasted_hints") for r in v.reasons)
+    # hints issued in one seed of three: resampled as before (an interval, not the exact zero)
+    v = settled(spf_expected_utility={"prefill": 500, "issued": (0, 10, 20), "used": (0, 9, 19)})
+    c = v.criterion("wasted_hints")
+    assert c.ci.method == "seeds + units-t" and c.ci.low == 0.0 and c.ci.high > 0.05

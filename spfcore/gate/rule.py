@@ -451,8 +451,13 @@ def evaluate(cells: Iterable[Mapping], *, roles: Roles, sim: Mapping | None = No
         cand = arm_cells(roles.candidate)
         shares = [wasted_share(c) for c in cand]
         val = float(np.mean(shares))
-        ci = bootstrap_ci(lambda d: d[0][..., 0].mean(axis=-1), [np.asarray(shares)[:, None]],
-                          method="seeds", **kw)
+        if not any(c.get("hints_issued") for c in cand):
+            # no hint issued in any cell: the share is 0 by definition, not an estimate (nothing to
+            # resample; a units-t interval of one seed would be [0, 1] and hold the verdict open)
+            ci = CI(0.0, 0.0, BOOTSTRAP_LEVEL, 0, "none issued")
+        else:
+            ci = bootstrap_ci(lambda d: d[0][..., 0].mean(axis=-1), [np.asarray(shares)[:, None]],
+                              method="seeds", **kw)
     crit.append(Criterion("wasted_hints", val, t.wasted_hints, "<", _passes(val, "<", t.wasted_hints), ci,
                           f"1 - hints_used / hints_issued of {roles.candidate} (0 if none issued), seed mean"))
 
@@ -587,7 +592,7 @@ def _with_unit_intervals(crit: list, arm_cells: Callable, roles: Roles) -> list:
                 "wasted_hints": [wasted_share(c) for c in cand]}
     out = []
     for c in crit:
-        if c.name in per_unit and c.ci is not None and c.value is not None:
+        if c.name in per_unit and c.ci is not None and c.value is not None and c.ci.method != "none issued":
             lo, hi = units_t_interval(per_unit[c.name])
             least, most = CRITERION_RANGE[c.name]  # a t-interval knows no bounds: +4.79 for 1 - p95/p95
             lo, hi = min(max(lo, least), most), max(min(hi, most), least)
