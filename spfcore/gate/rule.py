@@ -609,10 +609,12 @@ def _f4(x) -> str:
 def _settled(c: Criterion) -> bool | None:
     """True / False when ``c``'s interval lies wholly on the passing / failing
     side of its threshold, None when it contains the threshold (or ``c`` has
-    no value). A criterion without an interval is judged on its value."""
+    no value). A criterion without an interval is judged on its value; an
+    interval with an infinite bound (one unit: a t-interval of one value) still
+    settles on the side its finite bound and the threshold allow."""
     if c.value is None:
         return None
-    if c.ci is None or not (np.isfinite(c.ci.low) and np.isfinite(c.ci.high)):
+    if c.ci is None:
         return c.passed
     lo, hi = _passes(c.ci.low, c.op, c.threshold), _passes(c.ci.high, c.op, c.threshold)
     return lo if lo == hi else None
