@@ -549,8 +549,10 @@ def evaluate(cells: Iterable[Mapping], *, roles: Roles, sim: Mapping | None = No
             reasons.append(f"{c.name} {_f4(c.value)}: its {BOOTSTRAP_LEVEL:.0%} CI {ci_s} contains the threshold "
                            f"{c.op} {c.threshold:g}; "
                            + (f"about {more} more pass(es) over the {len(common)} seed(s) would likely settle it"
-                              if more is not None else "more repeats are unlikely to settle it (the estimate "
-                                                        "sits on the threshold)"))
+                              if more is not None else
+                              "one unit gives no bounded interval: more seeds or passes (--budget) are needed"
+                              if c.ci is not None and not (np.isfinite(c.ci.low) and np.isfinite(c.ci.high))
+                              else "more repeats are unlikely to settle it (the estimate sits on the threshold)"))
     else:
         status = SURVIVES if (rule3 if settle else rule) else FAILS
         if status == FAILS:
