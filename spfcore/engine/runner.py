@@ -32,6 +32,7 @@ import attrs
 import numpy as np
 
 from spfcore.engine.presets import model_config, resolve_model
+from spfcore.run.cell import EngineRecord, EngineTierRecord
 from spfcore.workloads.model import Request, Workload, block_keys, request_view
 
 MODES = ("sequential", "timed")
@@ -294,18 +295,15 @@ class EngineSession:
             keep_outputs: Also record each request's ``output_token_ids``.
 
         Returns:
-            ``{"arm", "seed", "mode", "num_requests", "prompt_tokens",
-            "cached_tokens", "token_hit_rate", "prefill_tokens_recomputed",
-            "evictions", "hook_seconds", "hook_calls", "policy_seconds", "evict_seconds",
-            "evict_calls", "hints_issued", "hints_used", "pins_refused",
-            "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "ttft_mean_s",
-            "e2e_p50_s", "e2e_p95_s", "throughput_rps", "wall_s", "block_size",
-            "num_blocks", "max_num_seqs", "max_num_batched_tokens", "policy_faults",
-            "policy_fault", "fail_open_allocations", "fail_open_blocks", "requests": [{"request_id", "session_id",
+            The fields of :class:`spfcore.run.cell.EngineRecord` (with a CPU
+            tier :class:`~spfcore.run.cell.EngineTierRecord`) as a dict:
+            ``arm, seed, mode, workload``, sizes and scheduler limits, token
+            counts and ``token_hit_rate``, the runtime's counters, fail-open
+            counters, latency percentiles, ``throughput_rps``, ``wall_s`` and
+            ``requests``: ``[{"request_id", "session_id",
             "prefix_group", "arrival_s", "prompt_tokens", "cached_tokens",
             "ttft_s", "e2e_s", "queue_s" (scheduled - queued, vLLM engine-core
-            timestamps), "preemptions"}], "queue_p50_s", "queue_p95_s",
-            "preemptions"}``; in ``timed`` mode also ``"num_steps"`` and the step
+            timestamps), "preemptions"}]``; in ``timed`` mode also ``"num_steps"`` and the step
             log ``"steps": {"start_s", "dur_s", "tokens"}``: per ``engine.step()``
             its start (s after the run's start), its duration (s, until the next
             step starts while the engine stays busy, so the loop's own work between
@@ -432,6 +430,13 @@ class EngineSession:
         return self._cell(workload, seed, mode, reqs, recs, wall, steps)
 
     def _cell(self, workload, seed, mode, reqs, recs, wall, steps=None) -> dict:
+        """The cell record (:class:`spfcore.run.cell.EngineRecord`, or
+        :class:`~spfcore.run.cell.EngineTierRecord` with a CPU tier) as a dict.
+
+        Raises:
+            TypeError, spfcore.run.cell.CellFormatError: a missing, unknown or
+                ill-typed field (named).
+        """
         rows = [recs[r.request_id] for r in reqs]
         prompt = sum(r["prompt_tokens"] for r in rows)
         cached = sum(r["cached_tokens"] or 0 for r in rows)
@@ -445,32 +450,27 @@ class EngineSession:
         stats = runtime.stats() if runtime is not None else {
             "hook_seconds": 0.0, "hook_calls": 0, "policy_seconds": 0.0, "evictions": None, "evict_seconds": 0.0,
             "evict_calls": 0, "hints_issued": 0, "hints_used": 0, "pins_refused": 0}
-        cell = {"arm": self.arm, "seed": seed, "mode": mode, "workload": workload.name,
-                "block_size": self.block_size, "num_blocks": self.num_blocks,
-                "max_num_seqs": int(self.scheduler.max_num_running_reqs),  # the simulator's limits
-                "max_num_batched_tokens": int(self.scheduler.max_num_scheduled_tokens),
-                "num_requests": len(rows), "prompt_tokens": prompt, "cached_tokens": cached,
-                "token_hit_rate": cached / prompt if prompt else 0.0,
-                "prefill_tokens_recomputed": prompt - cached}
-        cell.update(stats)
         queue = self.scheduler.spf_queue if self.policy else None
         fault = queue.fault if queue is not None else None
-        cell.update({"policy_faults": int(fault is not None), "policy_fault": fault,
-                     "fail_open_allocations": queue.fail_open_allocations if queue is not None else 0,
-                     "fail_open_blocks": queue.fail_open_blocks if queue is not None else 0})
         qd = np.array([r["queue_s"] for r in rows if r.get("queue_s") is not None], dtype=float)
-        cell.update({"queue_p50_s": q(qd, 50), "queue_p95_s": q(qd, 95),
-                     "preemptions": sum(r.get("preemptions") or 0 for r in rows)})
-        if self.spec.cpu_blocks is not None:
-            cell.update(self._tier_fields(rows))
-        cell.update({"ttft_p50_s": q(ttft, 50), "ttft_p95_s": q(ttft, 95), "ttft_p99_s": q(ttft, 99),
-                     "ttft_mean_s": float(ttft.mean()) if ttft.size else math.nan,
-                     "e2e_p50_s": q(e2e, 50), "e2e_p95_s": q(e2e, 95),
-                     "throughput_rps": len(e2e) / wall if wall > 0 else math.nan, "wall_s": wall,
-                     "requests": rows})
-        if steps is not None:
-            cell.update(num_steps=len(steps["start_s"]), steps=steps)
-        return cell
+        tier = self._tier_fields(rows) if self.spec.cpu_blocks is not None else {}
+        cls = EngineTierRecord if tier else EngineRecord
+        return cls(arm=self.arm, seed=seed, mode=mode, workload=workload.name,
+                   block_size=self.block_size, num_blocks=self.num_blocks,
+                   max_num_seqs=int(self.scheduler.max_num_running_reqs),  # the simulator's limits
+                   max_num_batched_tokens=int(self.scheduler.max_num_scheduled_tokens),
+                   num_requests=len(rows), prompt_tokens=prompt, cached_tokens=cached,
+                   token_hit_rate=cached / prompt if prompt else 0.0, prefill_tokens_recomputed=prompt - cached,
+                   **stats, policy_faults=int(fault is not None), policy_fault=fault,
+                   fail_open_allocations=queue.fail_open_allocations if queue is not None else 0,
+                   fail_open_blocks=queue.fail_open_blocks if queue is not None else 0,
+                   queue_p50_s=q(qd, 50), queue_p95_s=q(qd, 95),
+                   preemptions=sum(r.get("preemptions") or 0 for r in rows), **tier,
+                   ttft_p50_s=q(ttft, 50), ttft_p95_s=q(ttft, 95), ttft_p99_s=q(ttft, 99),
+                   ttft_mean_s=float(ttft.mean()) if ttft.size else math.nan,
+                   e2e_p50_s=q(e2e, 50), e2e_p95_s=q(e2e, 95),
+                   throughput_rps=len(e2e) / wall if wall > 0 else math.nan, wall_s=wall, requests=rows,
+                   num_steps=len(steps["start_s"]) if steps is not None else None, steps=steps).to_json()
 
     def _tier_fields(self, rows: list) -> dict:
         """With a CPU tier: per request ``cpu_hit_tokens`` (loaded from the

@@ -38,16 +38,11 @@ from pathlib import Path
 import numpy as np
 
 from spfcore.fileio import write_atomic
-from spfcore.run.cell import TIER_FIELDS, error_text, wasted_share
+from spfcore.run.cell import MEAN_FIELDS, TIER_FIELDS, error_text, wasted_share
 
 SCHEMA_VERSION = 1
 
 
-MEAN_FIELDS = ("num_requests", "prompt_tokens", "cached_tokens", "token_hit_rate",
-               "prefill_tokens_recomputed", "evictions", "hook_seconds", "hook_calls", "policy_seconds",
-               "evict_seconds", "evict_calls", "hints_issued", "hints_used",
-               "ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "ttft_mean_s", "e2e_p50_s", "e2e_p95_s",
-               "throughput_rps", "wall_s", "queue_p50_s", "queue_p95_s", "preemptions")
 
 
 class ResultsError(ValueError):

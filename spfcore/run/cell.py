@@ -15,6 +15,7 @@ since version 1: ``{"kind", "arm", "seed", "cell", "repeat" (only when > 0)}``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from numbers import Integral, Real
 
 import attrs
 import cattrs
@@ -189,6 +190,228 @@ def error_text(err) -> str:
 
 
 
+# ------------------------------------------------------------------ the record a driver builds
+
+def _fail(a, v, want: str):
+    raise CellFormatError(f"cell record field {a.name!r}: expected {want}, got {v!r:.80}")
+
+
+def _count(inst, a, v) -> None:
+    """A count (int >= 0; numpy integers too)."""
+    if isinstance(v, bool) or not isinstance(v, Integral) or v < 0:
+        _fail(a, v, "a count (int >= 0)")
+
+
+def _opt_count(inst, a, v) -> None:
+    if v is not None:
+        _count(inst, a, v)
+
+
+def _rate(inst, a, v) -> None:
+    """A share in [0, 1]."""
+    if isinstance(v, bool) or not isinstance(v, Real) or not 0.0 <= v <= 1.0:
+        _fail(a, v, "a rate in [0, 1]")
+
+
+def _seconds(inst, a, v) -> None:
+    """Seconds or another non-negative quantity, or NaN where a driver has no
+    sample (e.g. no request finished)."""
+    if isinstance(v, bool) or not isinstance(v, Real) or v < 0:
+        _fail(a, v, "a number >= 0 (or NaN)")
+
+
+def _opt_seconds(inst, a, v) -> None:
+    if v is not None:
+        _seconds(inst, a, v)
+
+
+def _of(t, want: str):
+    def check(inst, a, v) -> None:
+        if not isinstance(v, t):
+            _fail(a, v, want)
+    return check
+
+
+def _opt_of(t, want: str):
+    return _of((t, type(None)), f"{want} or null")
+
+
+_str = _of(str, "a string")
+#: Field metadata: averaged over seeds in a run's summary (:func:`spfcore.report.results.summarize`).
+_MEAN = {"mean": True}
+#: Field metadata: a field of a run with a CPU tier (see :data:`TIER_FIELDS`).
+_TIER = {"tier": True}
+
+
+@attrs.frozen(kw_only=True)
+class CellRecord:
+    """The measurement record of one cell, the fields both drivers write
+    (:class:`SimRecord` for :func:`spfcore.sim.simulator.simulate`,
+    :class:`EngineRecord` for :meth:`spfcore.engine.runner.EngineSession.run`).
+
+    A driver builds its record as one of these classes and returns
+    ``converter.unstructure(record)``, the plain dict readers (gate, reports,
+    store) use; a missing, unknown or ill-typed field fails there, naming it
+    (``TypeError`` from attrs for a missing or unknown field,
+    :class:`CellFormatError` for a bad value).
+
+    Attributes:
+        arm: Policy name (``"vllm"`` for stock vLLM).
+        seed: Workload seed.
+        mode: ``sequential``, ``concurrent`` (simulator), ``timed`` (engine).
+        num_blocks: Cache size, blocks (vLLM ``num_gpu_blocks``, null block included).
+        block_size: Tokens per block.
+        num_requests: Requests replayed.
+        prompt_tokens: Prompt tokens, all requests.
+        cached_tokens: Prompt tokens served from the prefix cache.
+        token_hit_rate: ``cached_tokens / prompt_tokens`` (0 with no prompt).
+        prefill_tokens_recomputed: ``prompt_tokens - cached_tokens``.
+        hook_seconds, hook_calls, policy_seconds, evictions, evict_seconds,
+        evict_calls, hints_issued, hints_used, pins_refused: The runtime's
+            counters (:meth:`spfcore.runtime.PolicyRuntime.stats`; seconds and
+            counts); stock vLLM has no runtime: ``evictions`` None, the rest 0.
+    """
+
+    arm: str = attrs.field(validator=_str)
+    seed: int = attrs.field(validator=_count)
+    mode: str = attrs.field(validator=_str)
+    num_blocks: int = attrs.field(validator=_count)
+    block_size: int = attrs.field(validator=_count)
+    num_requests: int = attrs.field(validator=_count, metadata=_MEAN)
+    prompt_tokens: int = attrs.field(validator=_count, metadata=_MEAN)
+    cached_tokens: int = attrs.field(validator=_count, metadata=_MEAN)
+    token_hit_rate: float = attrs.field(validator=_rate, metadata=_MEAN)
+    prefill_tokens_recomputed: int = attrs.field(validator=_count, metadata=_MEAN)
+    hook_seconds: float = attrs.field(validator=_seconds, metadata=_MEAN)
+    hook_calls: int = attrs.field(validator=_count, metadata=_MEAN)
+    policy_seconds: float = attrs.field(validator=_seconds, metadata=_MEAN)
+    evictions: int | None = attrs.field(validator=_opt_count, metadata=_MEAN)
+    evict_seconds: float = attrs.field(validator=_seconds, metadata=_MEAN)
+    evict_calls: int = attrs.field(validator=_count, metadata=_MEAN)
+    hints_issued: int = attrs.field(validator=_count, metadata=_MEAN)
+    hints_used: int = attrs.field(validator=_count, metadata=_MEAN)
+    pins_refused: int = attrs.field(validator=_count)
+
+    def to_json(self) -> dict:
+        """The record as the drivers return it (:data:`record_converter`): a
+        plain dict, optional fields left out when absent (None)."""
+        return record_converter.unstructure(self)
+
+
+@attrs.frozen(kw_only=True)
+class SimRecord(CellRecord):
+    """The simulator's record (:func:`spfcore.sim.simulator.simulate`,
+    :func:`~spfcore.sim.simulator.simulate_stream`).
+
+    Attributes:
+        status: ``"ok"`` (a failed arm is :func:`error_cell`).
+        block_refs: Prompt block references; ``hit_blocks`` of them hit.
+        block_hit_rate: ``hit_blocks / block_refs`` (0 with none).
+        wall_seconds: The replay's wall time, seconds.
+        requests: Per-request rows, or None (left out).
+        max_running, token_budget, step_overhead_s, per_token_s: Concurrent
+            mode's scheduler limits and step costs (seconds); None (left out)
+            in sequential mode.
+    """
+
+    status: str = attrs.field(default="ok", validator=_str)
+    block_refs: int = attrs.field(validator=_count)
+    hit_blocks: int = attrs.field(validator=_count)
+    block_hit_rate: float = attrs.field(validator=_rate)
+    wall_seconds: float = attrs.field(validator=_seconds)
+    requests: list | None = attrs.field(default=None, validator=_opt_of(list, "a list of request rows"))
+    max_running: int | None = attrs.field(default=None, validator=_opt_count)
+    token_budget: int | None = attrs.field(default=None, validator=_opt_count)
+    step_overhead_s: float | None = attrs.field(default=None, validator=_opt_seconds)
+    per_token_s: float | None = attrs.field(default=None, validator=_opt_seconds)
+
+
+@attrs.frozen(kw_only=True)
+class EngineRecord(CellRecord):
+    """The engine's record (:meth:`spfcore.engine.runner.EngineSession.run`;
+    the run pipeline adds ``status``). Times in seconds; a percentile with no
+    sample is NaN.
+
+    Attributes:
+        workload: The workload's name.
+        max_num_seqs, max_num_batched_tokens: vLLM's scheduler limits.
+        policy_faults: 1 when the adapter failed open after a policy fault, else 0;
+        policy_fault: that fault (``{"policy", "hook", "error", "where"}``) or None.
+        fail_open_allocations, fail_open_blocks: Allocations (blocks) served in vLLM's order after it.
+        queue_p50_s, queue_p95_s: Queueing delay (scheduled - queued).
+        preemptions: Preemptions, all requests.
+        ttft_p50_s, ttft_p95_s, ttft_p99_s, ttft_mean_s, e2e_p50_s, e2e_p95_s: Latencies.
+        throughput_rps: Finished requests / ``wall_s`` (requests per second).
+        wall_s: The run's wall time.
+        requests: Per-request rows.
+        num_steps, steps: Timed mode: ``engine.step()`` calls and their log
+            (``{"start_s", "dur_s", "tokens"}``); None (left out) otherwise.
+    """
+
+    workload: str = attrs.field(validator=_str)
+    max_num_seqs: int = attrs.field(validator=_count)
+    max_num_batched_tokens: int = attrs.field(validator=_count)
+    policy_faults: int = attrs.field(validator=_count)
+    policy_fault: dict | None = attrs.field(validator=_opt_of(dict, "a fault mapping"))
+    fail_open_allocations: int = attrs.field(validator=_count)
+    fail_open_blocks: int = attrs.field(validator=_count)
+    queue_p50_s: float = attrs.field(validator=_seconds, metadata=_MEAN)
+    queue_p95_s: float = attrs.field(validator=_seconds, metadata=_MEAN)
+    preemptions: int = attrs.field(validator=_count, metadata=_MEAN)
+    ttft_p50_s: float = attrs.field(validator=_seconds, metadata=_MEAN)
+    ttft_p95_s: float = attrs.field(validator=_seconds, metadata=_MEAN)
+    ttft_p99_s: float = attrs.field(validator=_seconds, metadata=_MEAN)
+    ttft_mean_s: float = attrs.field(validator=_seconds, metadata=_MEAN)
+    e2e_p50_s: float = attrs.field(validator=_seconds, metadata=_MEAN)
+    e2e_p95_s: float = attrs.field(validator=_seconds, metadata=_MEAN)
+    throughput_rps: float = attrs.field(validator=_seconds, metadata=_MEAN)
+    wall_s: float = attrs.field(validator=_seconds, metadata=_MEAN)
+    requests: list = attrs.field(validator=_of(list, "a list of request rows"))
+    num_steps: int | None = attrs.field(default=None, validator=_opt_count)
+    steps: dict | None = attrs.field(default=None, validator=_opt_of(dict, "a step log mapping"))
+
+
+@attrs.frozen(kw_only=True)
+class EngineTierRecord(EngineRecord):
+    """The engine's record of a run with a CPU tier (``EngineSpec.cpu_blocks``);
+    tokens are prompt tokens.
+
+    Attributes:
+        cpu_blocks: Tier size, blocks.
+        cpu_hit_tokens: Loaded from the tier instead of recomputed.
+        gpu_hit_tokens: Hit in the GPU prefix cache (cached - loaded).
+        tier_stored_blocks: Blocks copied to the tier (None: no offload manager).
+        tier_not_admitted: Offered blocks refused by ``spfcore_tier_admit`` (None: no offload manager).
+    """
+
+    cpu_blocks: int = attrs.field(validator=_count, metadata=_TIER)
+    cpu_hit_tokens: int = attrs.field(validator=_count, metadata=_TIER)
+    gpu_hit_tokens: int = attrs.field(validator=_count, metadata=_TIER)
+    tier_stored_blocks: int | None = attrs.field(validator=_opt_count, metadata=_TIER)
+    tier_not_admitted: int | None = attrs.field(validator=_opt_count, metadata=_TIER)
+
+
+def record_fields(cls: type, flag: str | None = None) -> tuple[str, ...]:
+    """Names of ``cls``' fields (an attrs record class above), in order; with
+    ``flag``, only those whose metadata sets it (``"mean"``, ``"tier"``)."""
+    return tuple(f.name for f in attrs.fields(cls) if flag is None or f.metadata.get(flag))
+
+
+#: The converter of cell records: fields in class order, values as built (lists
+#: and dicts not copied: per-request rows can be long), a field whose default is
+#: None left out when None.
+record_converter = cattrs.Converter()
+for _t in (list, dict):
+    record_converter.register_unstructure_hook(_t, lambda v: v)
+for _cls in (SimRecord, EngineRecord, EngineTierRecord):
+    record_converter.register_unstructure_hook(_cls, make_dict_unstructure_fn(
+        _cls, record_converter, **{f.name: override(omit_if_default=True)
+                                   for f in attrs.fields(_cls) if f.default is None}))
+
+#: Fields of an engine cell averaged over seeds in a run's summary (the simulator's are a subset).
+MEAN_FIELDS = record_fields(EngineRecord, "mean")
+
+
 def wasted_share(cell: Mapping) -> float:
     """``1 - hints_used / hints_issued`` of one cell; 0 when no hint was issued."""
     issued = cell.get("hints_issued") or 0
@@ -203,8 +426,8 @@ def wasted_share(cell: Mapping) -> float:
 #: The simulator's cell adds ``tokens_loaded`` (= ``cpu_hit_tokens``), the estimated TTFT split
 #: ``load_s_mean`` / ``recompute_s_mean`` (seconds), ``promoted_blocks`` / ``promoted_used`` /
 #: ``promoted_wasted`` and ``sim_promote`` (:func:`spfcore.run.pipeline.tiered_sim`).
-TIER_FIELDS = ("cpu_blocks", "gpu_hit_tokens", "cpu_hit_tokens", "tier_stored_blocks", "tier_not_admitted",
-               "load_s_mean", "recompute_s_mean", "promoted_blocks", "promoted_used", "promoted_wasted")
+TIER_FIELDS = record_fields(EngineTierRecord, "tier") + ("load_s_mean", "recompute_s_mean", "promoted_blocks",
+                                                          "promoted_used", "promoted_wasted")
 
 
 def tier_agreement(engine: Mapping, sim: Mapping) -> bool | None:

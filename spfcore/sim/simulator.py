@@ -93,6 +93,7 @@ from operator import is_not
 import attrs
 
 from spfcore.keys import chain_keys, decode_key
+from spfcore.run.cell import SimRecord
 from spfcore.runtime import PolicyRuntime
 from spfcore.views import RequestView
 from spfcore.workloads.model import Workload, block_keys, request_view
@@ -318,22 +319,21 @@ class _Cache:
 
 
 def _cell(arm, seed, mode: str, num_blocks: int, bs: int, totals: tuple, runtime: PolicyRuntime,
-          wall_seconds: float, rows: list | None, extra: dict | None = None) -> dict:
-    """A cell record from the replay's totals ``(requests, prompt tokens,
-    block refs, hit blocks)`` and, when given, per-request rows
-    ``(request_id, session_id, prefix_group, arrival_s, prompt_tokens, hit_blocks)``."""
+          wall_seconds: float, rows: list | None, extra: dict | None = None, concurrent: dict | None = None) -> dict:
+    """A cell record (:class:`spfcore.run.cell.SimRecord`, as a dict) from the
+    replay's totals ``(requests, prompt tokens, block refs, hit blocks)``
+    and, when given, per-request rows ``(request_id, session_id,
+    prefix_group, arrival_s, prompt_tokens, hit_blocks)``, their ``extra``
+    columns and concurrent mode's ``max_running``, ``token_budget``,
+    ``step_overhead_s``, ``per_token_s``.
+
+    Raises:
+        TypeError, spfcore.run.cell.CellFormatError: a missing, unknown or
+            ill-typed field (named): a bug in the simulator, not in the policy.
+    """
     n, prompt, refs, hit_blocks = totals
     ctok = hit_blocks * bs
-    rec = {
-        "arm": arm, "seed": seed, "status": "ok", "mode": mode, "num_blocks": num_blocks, "block_size": bs,
-        "num_requests": n, "prompt_tokens": prompt, "cached_tokens": ctok,
-        "token_hit_rate": ctok / prompt if prompt else 0.0,
-        "block_refs": refs, "hit_blocks": hit_blocks,
-        "block_hit_rate": hit_blocks / refs if refs else 0.0,
-        "prefill_tokens_recomputed": prompt - ctok,
-    }
-    rec.update(runtime.stats())
-    rec["wall_seconds"] = wall_seconds
+    reqs = None
     if rows is not None:
         reqs = []
         for j, (rid, sid, group, arr, p, h) in enumerate(rows):
@@ -342,8 +342,11 @@ def _cell(arm, seed, mode: str, num_blocks: int, bs: int, totals: tuple, runtime
             if extra:
                 d.update({k: vals[j] for k, vals in extra.items()})
             reqs.append(d)
-        rec["requests"] = reqs
-    return rec
+    return SimRecord(arm=arm, seed=seed, mode=mode, num_blocks=num_blocks, block_size=bs, num_requests=n,
+                     prompt_tokens=prompt, cached_tokens=ctok, token_hit_rate=ctok / prompt if prompt else 0.0,
+                     block_refs=refs, hit_blocks=hit_blocks, block_hit_rate=hit_blocks / refs if refs else 0.0,
+                     prefill_tokens_recomputed=prompt - ctok, **runtime.stats(), wall_seconds=wall_seconds,
+                     requests=reqs, **(concurrent or {})).to_json()
 
 
 def _check_fits(prep: Prepared, num_blocks: int) -> None:
@@ -716,11 +719,10 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
     rows = [(v.request_id, v.session_id, v.prefix_group, a, v.num_prompt_tokens, h)
             for v, a, h in zip(prep.views, arr, hits)]
     totals = (len(rows), sum(prep.prompt_tokens), sum(len(v.block_keys) for v in prep.views), sum(hits))
-    rec = _cell(arm, seed, mode, num_blocks, block_size, totals, rt, wall, rows,
-                {"ttft_s": ttft, "e2e_s": e2e, "queue_s": queue})
-    rec.update(max_running=max_running, token_budget=token_budget, step_overhead_s=step_overhead_s,
-               per_token_s=per_token_s)
-    return rec
+    return _cell(arm, seed, mode, num_blocks, block_size, totals, rt, wall, rows,
+                 {"ttft_s": ttft, "e2e_s": e2e, "queue_s": queue},
+                 dict(max_running=max_running, token_budget=token_budget, step_overhead_s=step_overhead_s,
+                      per_token_s=per_token_s))
 
 
 def iter_views(requests: Iterable, block_size: int) -> Iterator[RequestView]:
