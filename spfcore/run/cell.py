@@ -213,16 +213,16 @@ def _rate(inst, a, v) -> None:
         _fail(a, v, "a rate in [0, 1]")
 
 
-def _seconds(inst, a, v) -> None:
+def _nonneg(inst, a, v) -> None:
     """Seconds or another non-negative quantity, or NaN where a driver has no
     sample (e.g. no request finished)."""
     if isinstance(v, bool) or not isinstance(v, Real) or v < 0:
         _fail(a, v, "a number >= 0 (or NaN)")
 
 
-def _opt_seconds(inst, a, v) -> None:
+def _opt_nonneg(inst, a, v) -> None:
     if v is not None:
-        _seconds(inst, a, v)
+        _nonneg(inst, a, v)
 
 
 def _of(t, want: str):
@@ -282,11 +282,11 @@ class CellRecord:
     cached_tokens: int = attrs.field(validator=_count, metadata=_MEAN)
     token_hit_rate: float = attrs.field(validator=_rate, metadata=_MEAN)
     prefill_tokens_recomputed: int = attrs.field(validator=_count, metadata=_MEAN)
-    hook_seconds: float = attrs.field(validator=_seconds, metadata=_MEAN)
+    hook_seconds: float = attrs.field(validator=_nonneg, metadata=_MEAN)
     hook_calls: int = attrs.field(validator=_count, metadata=_MEAN)
-    policy_seconds: float = attrs.field(validator=_seconds, metadata=_MEAN)
+    policy_seconds: float = attrs.field(validator=_nonneg, metadata=_MEAN)
     evictions: int | None = attrs.field(validator=_opt_count, metadata=_MEAN)
-    evict_seconds: float = attrs.field(validator=_seconds, metadata=_MEAN)
+    evict_seconds: float = attrs.field(validator=_nonneg, metadata=_MEAN)
     evict_calls: int = attrs.field(validator=_count, metadata=_MEAN)
     hints_issued: int = attrs.field(validator=_count, metadata=_MEAN)
     hints_used: int = attrs.field(validator=_count, metadata=_MEAN)
@@ -318,12 +318,12 @@ class SimRecord(CellRecord):
     block_refs: int = attrs.field(validator=_count)
     hit_blocks: int = attrs.field(validator=_count)
     block_hit_rate: float = attrs.field(validator=_rate)
-    wall_seconds: float = attrs.field(validator=_seconds)
+    wall_seconds: float = attrs.field(validator=_nonneg)
     requests: list | None = attrs.field(default=None, validator=_opt_of(list, "a list of request rows"))
     max_running: int | None = attrs.field(default=None, validator=_opt_count)
     token_budget: int | None = attrs.field(default=None, validator=_opt_count)
-    step_overhead_s: float | None = attrs.field(default=None, validator=_opt_seconds)
-    per_token_s: float | None = attrs.field(default=None, validator=_opt_seconds)
+    step_overhead_s: float | None = attrs.field(default=None, validator=_opt_nonneg)
+    per_token_s: float | None = attrs.field(default=None, validator=_opt_nonneg)
 
 
 @attrs.frozen(kw_only=True)
@@ -355,33 +355,35 @@ class EngineRecord(CellRecord):
     policy_fault: dict | None = attrs.field(validator=_opt_of(dict, "a fault mapping"))
     fail_open_allocations: int = attrs.field(validator=_count)
     fail_open_blocks: int = attrs.field(validator=_count)
-    queue_p50_s: float = attrs.field(validator=_seconds, metadata=_MEAN)
-    queue_p95_s: float = attrs.field(validator=_seconds, metadata=_MEAN)
+    queue_p50_s: float = attrs.field(validator=_nonneg, metadata=_MEAN)
+    queue_p95_s: float = attrs.field(validator=_nonneg, metadata=_MEAN)
     preemptions: int = attrs.field(validator=_count, metadata=_MEAN)
-    ttft_p50_s: float = attrs.field(validator=_seconds, metadata=_MEAN)
-    ttft_p95_s: float = attrs.field(validator=_seconds, metadata=_MEAN)
-    ttft_p99_s: float = attrs.field(validator=_seconds, metadata=_MEAN)
-    ttft_mean_s: float = attrs.field(validator=_seconds, metadata=_MEAN)
-    e2e_p50_s: float = attrs.field(validator=_seconds, metadata=_MEAN)
-    e2e_p95_s: float = attrs.field(validator=_seconds, metadata=_MEAN)
-    throughput_rps: float = attrs.field(validator=_seconds, metadata=_MEAN)
-    wall_s: float = attrs.field(validator=_seconds, metadata=_MEAN)
+    ttft_p50_s: float = attrs.field(validator=_nonneg, metadata=_MEAN)
+    ttft_p95_s: float = attrs.field(validator=_nonneg, metadata=_MEAN)
+    ttft_p99_s: float = attrs.field(validator=_nonneg, metadata=_MEAN)
+    ttft_mean_s: float = attrs.field(validator=_nonneg, metadata=_MEAN)
+    e2e_p50_s: float = attrs.field(validator=_nonneg, metadata=_MEAN)
+    e2e_p95_s: float = attrs.field(validator=_nonneg, metadata=_MEAN)
+    throughput_rps: float = attrs.field(validator=_nonneg, metadata=_MEAN)
+    wall_s: float = attrs.field(validator=_nonneg, metadata=_MEAN)
     requests: list = attrs.field(validator=_of(list, "a list of request rows"))
     num_steps: int | None = attrs.field(default=None, validator=_opt_count)
     steps: dict | None = attrs.field(default=None, validator=_opt_of(dict, "a step log mapping"))
 
 
-@attrs.frozen(kw_only=True)
-class EngineTierRecord(EngineRecord):
-    """The engine's record of a run with a CPU tier (``EngineSpec.cpu_blocks``);
-    tokens are prompt tokens.
+@attrs.frozen(kw_only=True, slots=False)  # a mixin: slotted, it would clash with the records' slots
+class TierCounts:
+    """The fields of a run with a CPU tier, engine and simulator alike
+    (mixed into :class:`EngineTierRecord` and :class:`TieredRecord`); tokens
+    are prompt tokens, counts per cell. ``prefill_tokens_recomputed`` is
+    prompt - GPU hit - CPU hit in both.
 
     Attributes:
         cpu_blocks: Tier size, blocks.
         cpu_hit_tokens: Loaded from the tier instead of recomputed.
-        gpu_hit_tokens: Hit in the GPU prefix cache (cached - loaded).
-        tier_stored_blocks: Blocks copied to the tier (None: no offload manager).
-        tier_not_admitted: Offered blocks refused by ``spfcore_tier_admit`` (None: no offload manager).
+        gpu_hit_tokens: Hit in the GPU prefix cache.
+        tier_stored_blocks: Blocks copied to the tier (engine: None without an offload manager).
+        tier_not_admitted: Offered blocks refused by ``spfcore_tier_admit`` (engine: None without one).
     """
 
     cpu_blocks: int = attrs.field(validator=_count, metadata=_TIER)
@@ -389,6 +391,65 @@ class EngineTierRecord(EngineRecord):
     gpu_hit_tokens: int = attrs.field(validator=_count, metadata=_TIER)
     tier_stored_blocks: int | None = attrs.field(validator=_opt_count, metadata=_TIER)
     tier_not_admitted: int | None = attrs.field(validator=_opt_count, metadata=_TIER)
+
+
+@attrs.frozen(kw_only=True)
+class EngineTierRecord(TierCounts, EngineRecord):
+    """The engine's record of a run with a CPU tier (``EngineSpec.cpu_blocks``):
+    :class:`EngineRecord`'s fields, then :class:`TierCounts`' (``gpu_hit_tokens``
+    = cached - loaded)."""
+
+
+@attrs.frozen(kw_only=True)
+class TieredRecord(TierCounts, CellRecord):
+    """The two-tier simulator's record (:func:`spfcore.sim.tiered.simulate_tiered`,
+    ``mode`` ``"tiered"``): :class:`CellRecord`'s and :class:`TierCounts`'
+    fields, then these. Tokens are prompt tokens; times are the cost model's
+    estimates, seconds.
+
+    Attributes:
+        status: ``"ok"`` (a failed arm is :func:`error_cell`).
+        miss_tokens: Recomputed (= ``prefill_tokens_recomputed``).
+        gpu_hit_rate, cpu_hit_rate: ``gpu_hit_tokens`` and ``cpu_hit_tokens`` / prompt tokens.
+        block_hit_rate: Hit blocks of both tiers / block references.
+        tokens_loaded: ``cpu_hit_tokens``.
+        bytes_loaded, bytes_stored, bytes_promoted: Tier traffic, bytes.
+        tier_store_skipped, tier_evictions: Blocks not stored (already there), evicted from the tier.
+        promoted_blocks, promoted_used, promoted_wasted: Tier blocks loaded ahead of
+            their request on a hint, of them used and not.
+        hints_wasted: ``hints_issued - hints_used``.
+        ttft_mean_s, ttft_p50_s, ttft_p95_s, load_s_mean, recompute_s_mean: Estimated
+            TTFT and its split into tier load and recompute.
+        promote: Whether hinted tier blocks were promoted ahead of the request.
+        cost: The cost model's fields.
+        wall_seconds: The replay's wall time.
+        requests: Per-request rows, or None (left out).
+    """
+
+    status: str = attrs.field(default="ok", validator=_str)
+    miss_tokens: int = attrs.field(validator=_count)
+    gpu_hit_rate: float = attrs.field(validator=_rate)
+    cpu_hit_rate: float = attrs.field(validator=_rate)
+    block_hit_rate: float = attrs.field(validator=_rate)
+    tokens_loaded: int = attrs.field(validator=_count)
+    bytes_loaded: float = attrs.field(validator=_nonneg)
+    bytes_stored: float = attrs.field(validator=_nonneg)
+    bytes_promoted: float = attrs.field(validator=_nonneg)
+    tier_store_skipped: int = attrs.field(validator=_count)
+    tier_evictions: int = attrs.field(validator=_count)
+    promoted_blocks: int = attrs.field(validator=_count, metadata=_TIER)
+    promoted_used: int = attrs.field(validator=_count, metadata=_TIER)
+    promoted_wasted: int = attrs.field(validator=_count, metadata=_TIER)
+    hints_wasted: int = attrs.field(validator=_count)
+    ttft_mean_s: float = attrs.field(validator=_nonneg)
+    ttft_p50_s: float = attrs.field(validator=_nonneg)
+    ttft_p95_s: float = attrs.field(validator=_nonneg)
+    load_s_mean: float = attrs.field(validator=_nonneg, metadata=_TIER)
+    recompute_s_mean: float = attrs.field(validator=_nonneg, metadata=_TIER)
+    promote: bool = attrs.field(validator=_of(bool, "true or false"))
+    cost: dict = attrs.field(validator=_of(dict, "the cost model's fields"))
+    wall_seconds: float = attrs.field(validator=_nonneg)
+    requests: list | None = attrs.field(default=None, validator=_opt_of(list, "a list of request rows"))
 
 
 def record_fields(cls: type, flag: str | None = None) -> tuple[str, ...]:
@@ -403,7 +464,7 @@ def record_fields(cls: type, flag: str | None = None) -> tuple[str, ...]:
 record_converter = cattrs.Converter()
 for _t in (list, dict):
     record_converter.register_unstructure_hook(_t, lambda v: v)
-for _cls in (SimRecord, EngineRecord, EngineTierRecord):
+for _cls in (SimRecord, EngineRecord, EngineTierRecord, TieredRecord):
     record_converter.register_unstructure_hook(_cls, make_dict_unstructure_fn(
         _cls, record_converter, **{f.name: override(omit_if_default=True)
                                    for f in attrs.fields(_cls) if f.default is None}))
@@ -418,16 +479,11 @@ def wasted_share(cell: Mapping) -> float:
     return 0.0 if issued == 0 else 1.0 - (cell.get("hints_used") or 0) / issued
 
 
-#: Fields of a cell of a run with a CPU tier (``GateConfig.cpu_ratio``), engine and simulator alike
-#: (tokens are prompt tokens, counts per cell): ``cpu_blocks`` (tier size, blocks), ``gpu_hit_tokens``
-#: (hit in the GPU prefix cache), ``cpu_hit_tokens`` (loaded from the tier instead of recomputed),
-#: ``tier_stored_blocks`` (blocks copied to the tier), ``tier_not_admitted`` (offered blocks refused by
-#: ``spfcore_tier_admit``). ``prefill_tokens_recomputed`` is prompt - GPU hit - CPU hit in both.
-#: The simulator's cell adds ``tokens_loaded`` (= ``cpu_hit_tokens``), the estimated TTFT split
-#: ``load_s_mean`` / ``recompute_s_mean`` (seconds), ``promoted_blocks`` / ``promoted_used`` /
-#: ``promoted_wasted`` and ``sim_promote`` (:func:`spfcore.run.pipeline.tiered_sim`).
-TIER_FIELDS = record_fields(EngineTierRecord, "tier") + ("load_s_mean", "recompute_s_mean", "promoted_blocks",
-                                                          "promoted_used", "promoted_wasted")
+#: Fields of a cell of a run with a CPU tier (``GateConfig.cpu_ratio``) averaged in a run's summary:
+#: :class:`TierCounts` (engine and simulator alike), then the two-tier simulator's estimated TTFT split
+#: and promotion counters (:class:`TieredRecord`). The simulator's cell also has ``sim_promote``
+#: (:func:`spfcore.run.pipeline.tiered_sim`).
+TIER_FIELDS = record_fields(TieredRecord, "tier")
 
 
 def tier_agreement(engine: Mapping, sim: Mapping) -> bool | None:

@@ -55,6 +55,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
+from spfcore.run.cell import TieredRecord
 from spfcore.runtime import PolicyError, PolicyRuntime
 from spfcore.sim.simulator import Prepared, _Cache, _check_fits, _no_gc, iter_plans, iter_views, prepare
 from spfcore.workloads.model import Workload
@@ -500,8 +501,9 @@ def simulate_tiered(workload, arm: str, *, num_blocks: int, cpu_blocks: int, blo
             ahead-of-arrival load; the engine comparison uses False).
 
     Returns:
-        A cell record: ``arm, seed, status, mode ("tiered"), num_blocks,
-        cpu_blocks, block_size, num_requests, prompt_tokens``;
+        A cell record (:class:`spfcore.run.cell.TieredRecord`, as a dict):
+        ``arm, seed, status, mode ("tiered"), num_blocks, cpu_blocks,
+        block_size, num_requests, prompt_tokens``;
         ``gpu_hit_tokens, cpu_hit_tokens, miss_tokens`` (prompt tokens hit on
         the GPU, loaded from the tier, recomputed) and their shares of prompt
         tokens ``gpu_hit_rate, cpu_hit_rate``; ``token_hit_rate`` (both
@@ -544,29 +546,23 @@ def simulate_tiered(workload, arm: str, *, num_blocks: int, cpu_blocks: int, blo
     g, cpu = T["gpu_hit_blocks"] * bs, T["cpu_hit_blocks"] * bs
     st = rt.stats()
     ttft = T["ttft_s"]
-    rec = {"arm": arm, "seed": seed, "status": "ok", "mode": "tiered", "num_blocks": num_blocks,
-           "cpu_blocks": cpu_blocks, "block_size": bs, "num_requests": T["requests"], "prompt_tokens": p,
-           "gpu_hit_tokens": g, "cpu_hit_tokens": cpu, "miss_tokens": p - g - cpu,
-           "gpu_hit_rate": g / p if p else 0.0, "cpu_hit_rate": cpu / p if p else 0.0,
-           "token_hit_rate": (g + cpu) / p if p else 0.0, "cached_tokens": g + cpu,
-           "block_hit_rate": (T["gpu_hit_blocks"] + T["cpu_hit_blocks"]) / T["block_refs"] if T["block_refs"] else 0.0,
-           "prefill_tokens_recomputed": p - g - cpu, "tokens_loaded": cpu,
-           "bytes_loaded": T["cpu_hit_blocks"] * bpb, "bytes_stored": T["tier_stored_blocks"] * bpb,
-           "bytes_promoted": T["promoted_blocks"] * bpb,
-           "tier_stored_blocks": T["tier_stored_blocks"], "tier_store_skipped": T["tier_store_skipped"],
-           "tier_not_admitted": T["tier_not_admitted"], "tier_evictions": tier.evictions,
-           "promoted_blocks": T["promoted_blocks"], "promoted_used": T["promoted_used"],
-           "promoted_wasted": T["promoted_blocks"] - T["promoted_used"],
-           "hints_wasted": st["hints_issued"] - st["hints_used"],
-           "ttft_mean_s": statistics.fmean(ttft) if ttft else 0.0,
-           "ttft_p50_s": float(np.percentile(ttft, 50)) if ttft else 0.0,
-           "ttft_p95_s": float(np.percentile(ttft, 95)) if ttft else 0.0,
-           "load_s_mean": statistics.fmean(T["load_s"]) if ttft else 0.0,
-           "recompute_s_mean": statistics.fmean(T["recompute_s"]) if ttft else 0.0}
-    rec.update(st)
-    rec["promote"] = promote
-    rec["cost"] = attrs.asdict(cost)
-    rec["wall_seconds"] = wall
-    if rows is not None:
-        rec["requests"] = rows
-    return rec
+    return TieredRecord(
+        arm=arm, seed=seed, mode="tiered", num_blocks=num_blocks, cpu_blocks=cpu_blocks, block_size=bs,
+        num_requests=T["requests"], prompt_tokens=p, gpu_hit_tokens=g, cpu_hit_tokens=cpu, miss_tokens=p - g - cpu,
+        gpu_hit_rate=g / p if p else 0.0, cpu_hit_rate=cpu / p if p else 0.0,
+        token_hit_rate=(g + cpu) / p if p else 0.0, cached_tokens=g + cpu,
+        block_hit_rate=(T["gpu_hit_blocks"] + T["cpu_hit_blocks"]) / T["block_refs"] if T["block_refs"] else 0.0,
+        prefill_tokens_recomputed=p - g - cpu, tokens_loaded=cpu,
+        bytes_loaded=T["cpu_hit_blocks"] * bpb, bytes_stored=T["tier_stored_blocks"] * bpb,
+        bytes_promoted=T["promoted_blocks"] * bpb,
+        tier_stored_blocks=T["tier_stored_blocks"], tier_store_skipped=T["tier_store_skipped"],
+        tier_not_admitted=T["tier_not_admitted"], tier_evictions=tier.evictions,
+        promoted_blocks=T["promoted_blocks"], promoted_used=T["promoted_used"],
+        promoted_wasted=T["promoted_blocks"] - T["promoted_used"],
+        hints_wasted=st["hints_issued"] - st["hints_used"],
+        ttft_mean_s=statistics.fmean(ttft) if ttft else 0.0,
+        ttft_p50_s=float(np.percentile(ttft, 50)) if ttft else 0.0,
+        ttft_p95_s=float(np.percentile(ttft, 95)) if ttft else 0.0,
+        load_s_mean=statistics.fmean(T["load_s"]) if ttft else 0.0,
+        recompute_s_mean=statistics.fmean(T["recompute_s"]) if ttft else 0.0,
+        **st, promote=promote, cost=attrs.asdict(cost), wall_seconds=wall, requests=rows).to_json()
