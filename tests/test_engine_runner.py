@@ -19,6 +19,7 @@ from spfcore import registry
 from spfcore.engine.presets import MODELS_DIR, model_config, resolve_model
 from spfcore.engine.runner import EngineSpec, open_engine
 from spfcore.registry import PolicyConfigError
+from spfcore.run.cell import EngineRecord
 from spfcore.workloads.generators import make
 from spfcore.workloads.pressure import num_blocks_for_pressure
 
@@ -125,6 +126,8 @@ def test_cell_record(cells, workload, num_blocks):
     # queueing delay from vLLM's engine-core timestamps: one request at a time waits little, never preempted
     assert all(0 <= r["queue_s"] <= r["ttft_s"] for r in c["requests"])
     assert c["queue_p50_s"] <= c["queue_p95_s"] and c["preemptions"] == 0
+    # the record is spfcore.run.cell.EngineRecord's fields exactly (no tier, sequential mode: no step log)
+    assert EngineRecord(**c).to_json() == c and "steps" not in c and "cpu_blocks" not in c
 
 
 @pytest.mark.engine

@@ -1,12 +1,19 @@
 """A cell: one arm x seed (x pass) of a run, as the simulator and the engine
 record it, and what every part of the pipeline reads from one.
 
-A cell record is a dict of the fields the drivers write (``spfcore.sim.simulate``
-and ``spfcore.engine.runner.EngineSession.run``: ``num_requests``,
-``token_hit_rate``, ``prefill_tokens_recomputed`` (tokens), ``ttft_p95_s``
-(seconds), ...) plus ``arm``, ``seed``, ``status`` (``"ok"`` or ``"error"``)
-and, for a further pass, ``repeat``. A failed cell is :func:`error_cell`;
-its ``error`` is a :class:`CellError`. :class:`StoredCell` is how the store
+A cell record is a dict of the fields the drivers write, defined once here
+as attrs classes: :class:`CellRecord` (both drivers: ``num_requests``,
+``token_hit_rate``, ``prefill_tokens_recomputed`` (tokens), the runtime's
+counters, ...), :class:`SimRecord` (``spfcore.sim.simulate``),
+:class:`EngineRecord` / :class:`EngineTierRecord`
+(``spfcore.engine.runner.EngineSession.run``) and :class:`TieredRecord`
+(``spfcore.sim.tiered.simulate_tiered``). Each driver builds its class (a
+missing, unknown or ill-typed field fails there, named) and returns it
+unstructured (:data:`record_converter`); readers read the dict. The run
+pipeline adds ``status`` (``"ok"`` or ``"error"``) to an engine record and,
+for a further pass, ``repeat``; the summary's field lists
+(:data:`MEAN_FIELDS`, :data:`TIER_FIELDS`) come from the classes. A failed
+cell is :func:`error_cell`; its ``error`` is a :class:`CellError`. :class:`StoredCell` is how the store
 (:mod:`spfcore.run.store`) keeps one, typed and versioned; it is read and
 written by one cattrs converter (:data:`converter`), the JSON line unchanged
 since version 1: ``{"kind", "arm", "seed", "cell", "repeat" (only when > 0)}``.
