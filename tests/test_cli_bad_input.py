@@ -110,3 +110,9 @@ def test_merge_from_a_run_of_another_configuration_is_a_usage_error_and_writes_n
         assert "--merge-from" in res.output and words in " ".join(res.output.split()), res.output
         assert "use --fresh" not in res.output  # --fresh discards this run's cells, not the source's
         assert not out.parent.exists()
+
+
+def test_help_of_an_unbounded_finite_option():
+    out = " ".join(CliRunner().invoke(main, ["gate", "--help"], terminal_width=200).output.split())
+    assert "--judge-load F The level the verdict judges [first of --load]. [finite]" in out
+    assert "--throughput-regression FLOAT Gate threshold" in out and "None" not in out

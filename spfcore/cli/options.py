@@ -56,6 +56,14 @@ class Finite(click.FloatRange):
     is a usage error naming the option instead of a value that fails later,
     after the output is locked, or silently. ``Finite()`` alone: any finite float."""
 
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        if self.min is None and self.max is None:
+            self.name = "float"  # help: FLOAT, not FLOAT RANGE
+
+    def _describe_range(self) -> str:
+        return "finite" if self.min is None and self.max is None else super()._describe_range()
+
     def convert(self, value, param, ctx):
         rv = super().convert(value, param, ctx)
         if not math.isfinite(rv):
