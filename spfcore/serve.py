@@ -332,8 +332,8 @@ def serve(policy: str, policy_opts: tuple[str, ...], vllm_args: tuple[str, ...])
     try:
         options = parse_policy_options(policy, policy_opts)
         check_policy(policy, options)
-    except registry.PolicyConfigError as exc:
-        raise click.ClickException(str(exc)) from None
+    except registry.PolicyConfigError as exc:  # a bad --policy / --policy-opt: a usage error (exit status 2)
+        raise click.UsageError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - PolicyError: the plugin fails while being built
         raise click.ClickException(f"policy {policy!r} cannot start: {exc}") from None
     _metrics_dir()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -10,7 +11,7 @@ import click
 from spfcore import registry, sweep
 from spfcore.report import make_console
 from spfcore.workloads import generators
-from spfcore.cli.options import RecordingCommand, command_line, parse_sets, seed_list
+from spfcore.cli.options import Finite, RecordingCommand, command_line, parse_sets, seed_list
 
 #: Exit status when a cell failed (its file and the table say why; the other cells ran).
 EXIT_CELL_FAILED = 4
@@ -74,7 +75,7 @@ def _fractions(ctx, param, value):
 @click.option("--block-size", type=click.IntRange(min=1), default=None,
               help="Tokens per block (default: 512 for hash-id traces, T with --tokens-per-block, else 16).")
 @click.option("--no-ceilings", is_flag=True, help="Skip the Belady cells and the infinite-cache cell.")
-@click.option("--hook-budget-ms", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MS",
+@click.option("--hook-budget-ms", type=Finite(min=0, min_open=True), default=None, metavar="MS",
               help="Most wall time of one hook call; a call over it fails that cell.")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Local worker processes (1: this process). With --ray-address local: the local Ray's CPUs.")
@@ -102,6 +103,12 @@ def sweep_command(folder, policies, blocks, fractions, traces, limit, tokens_per
         raise click.BadParameter("only with --trace", param_hint="--limit/--tokens-per-block")
     if sets and not workloads:
         raise click.BadParameter("generator flags need a --workload", param_hint="--set")
+    if len(set(workloads)) != len(workloads):
+        raise click.BadParameter(f"{', '.join(workloads)}: a workload is given twice (one --set applies to every "
+                                 "--workload)", param_hint="--workload")
+    real = [os.path.realpath(t) for t in traces]
+    if len(set(real)) != len(real):
+        raise click.BadParameter(f"{', '.join(traces)}: a trace is given twice", param_hint="--trace")
     names = [p.strip() for p in policies.split(",") if p.strip()]
     if not names or len(set(names)) != len(names):
         raise click.BadParameter(f"{policies!r}: need distinct policy names", param_hint="--policies")

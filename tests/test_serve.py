@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ])
 def test_serve_refuses_before_start(argv, message):
     res = CliRunner().invoke(main, ["serve", *argv])
-    assert res.exit_code == 1, res.output
+    assert res.exit_code == 2, res.output  # a usage error, as in gate, simulate and sweep
     assert message in res.output
 
 
@@ -63,7 +63,7 @@ def test_refusal_comes_before_vllm_is_imported():
             "r = CliRunner().invoke(main, ['serve', '--policy', 'belady_oracle', '--port', '1']); "
             "print(r.exit_code, 'vllm' in sys.modules, 'prometheus_client' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert out.stdout.split() == ["1", "False", "False"]
+    assert out.stdout.split() == ["2", "False", "False"]
 
 
 def test_policy_options_both_spellings():

@@ -131,6 +131,10 @@ def test_bad_flags_name_the_flag():
     ("zipf", "alpha", "nan", "flag 'alpha': must be a finite number >= 0"),
     ("bursty", "turn_gap_s", "-1", "flag 'turn_gap_s': must be >= 0"),
     ("personas", "sessions", "-1", "flag 'sessions': must be >= 0"),
+    ("zipf", "personas", "0", "flag 'personas': must be >= 1, got '0'"),
+    ("zipf", "personas", "-3", "flag 'personas': must be >= 1, got '-3'"),  # the range the generator needs
+    ("multiturn", "output_tokens", "0", "flag 'output_tokens': must be >= 1, got '0'"),
+    ("personas", "vocab", "3", "flag 'vocab': must be >= 4, got '3'"),
 ])
 def test_out_of_range_flags_name_the_flag_and_the_range(name, flag, value, words, tmp_path):
     with pytest.raises(ValueError) as err:
@@ -145,6 +149,13 @@ def test_out_of_range_flags_name_the_flag_and_the_range(name, flag, value, words
     res = CliRunner().invoke(main, ["simulate", "--workload", name, "--set", f"{flag}={value}", "-o", str(out)])
     assert res.exit_code == 2 and "Invalid value for --set" in res.output and words in res.output
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name, flags", [("zipf", {"sessions": 0}), ("personas", {"turns": 0}),
+                                         ("rag", {"requests": 0})])
+def test_flags_that_give_no_requests_are_refused(name, flags):
+    with pytest.raises(ValueError, match=f"workload '{name}': flags give no requests"):
+        make(name, seed=0, **flags)
 
 
 def test_in_range_edges_are_accepted():

@@ -4,6 +4,7 @@ results JSON and plots."""
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import attrs
 import click
 
 from spfcore import gate, presets, registry, report
-from spfcore.cli.options import RecordingCommand, cache_options, command_line, csv, seed_list, workload_options
+from spfcore.cli.options import Finite, RecordingCommand, cache_options, command_line, csv, seed_list, workload_options
 from spfcore.fileio import hold_output_lock
 from spfcore.run import pipeline, spec, store
 from spfcore.sim.tiered import COST_MODELS
@@ -20,7 +21,7 @@ from spfcore.sim.tiered import COST_MODELS
 
 def _threshold_options(f):
     for a in reversed(attrs.fields(gate.GateThresholds)):
-        f = click.option(f"--{a.name.replace('_', '-')}", a.name, type=int if a.name == "min_seeds" else float,
+        f = click.option(f"--{a.name.replace('_', '-')}", a.name, type=int if a.name == "min_seeds" else Finite(),
                          default=None, show_default=str(a.default),
                          help=f"Gate threshold {a.name}.")(f)
     return f
@@ -56,26 +57,26 @@ def _threshold_options(f):
               help="Load levels as fractions of the floor arm's capacity (e.g. 0.5,0.8): Poisson arrivals, "
                    "timed mode, one gate per level under <run folder>/load-<F>/ (the run folder: --output's folder "
                    "for results.json, else --output without .json); the verdict is --judge-load's.")
-@click.option("--capacity", type=click.FloatRange(min=0, min_open=True), default=None, metavar="RPS",
+@click.option("--capacity", type=Finite(min=0, min_open=True), default=None, metavar="RPS",
               help="The floor arm's capacity, requests/s [measured: the workload all at once on the floor arm].")
 @click.option("--capacity-only", is_flag=True,
               help="With --load: measure the floor arm's capacity (kept in <run folder>/capacity.json), print it "
                    "and stop (to give several runs one --capacity).")
-@click.option("--judge-load", type=float, default=None, metavar="F", help="The level the verdict judges [first of --load].")
-@click.option("--ttft-slo-ms", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MS",
+@click.option("--judge-load", type=Finite(), default=None, metavar="F", help="The level the verdict judges [first of --load].")
+@click.option("--ttft-slo-ms", type=Finite(min=0, min_open=True), default=None, metavar="MS",
               help="TTFT SLO for the goodput column of a --load run (requests within it per second).")
 @click.option("--point-estimates", is_flag=True,
               help="Judge on point estimates (the seed's rule as written) instead of settled intervals: "
                    "no INCONCLUSIVE, no repeats.")
-@click.option("--hook-budget-ms", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MS",
+@click.option("--hook-budget-ms", type=Finite(min=0, min_open=True), default=None, metavar="MS",
               help="Most wall time of one hook call (engine and simulator); a call over it fails that arm's cell.")
 @click.option("--merge-from", multiple=True, type=click.Path(exists=True), metavar="RUN",
               help="Another run of the same configuration (its results file or folder; repeatable), e.g. one seed "
                    "per GPU: its finished cells join this run's before any cell runs (with --load, level by level).")
-@click.option("--time-limit", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+@click.option("--time-limit", type=Finite(min=0), default=None, metavar="SECONDS",
               help="Start no engine cell after this many seconds; the verdict is then INCOMPLETE and the "
                    "same command later resumes (machines lent by the minute).")
-@click.option("--cpu-ratio", type=click.FloatRange(min=0, min_open=True), default=None, metavar="R",
+@click.option("--cpu-ratio", type=Finite(min=0, min_open=True), default=None, metavar="R",
               help="Tiered arms: a CPU KV tier of R x the GPU cache's usable blocks behind the prefix cache, in the "
                    "engine (vLLM's offloading connector, the policy's tier hooks) and the simulator; sequential mode.")
 @click.option("--tier-cost", type=click.Choice(COST_MODELS), default=None,
@@ -118,6 +119,7 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
         oracle = None
     # one default folder per preset, candidate and mode: a second candidate (other code) or a timed run does
     # not meet the first one's finished cells
+    _check_load_options(loads, judge_load, capacity, capacity_only, ttft_slo_ms, workload_spec, cpu_ratio)
     if loads:
         mode = "timed"
     out = Path(output or f"runs/gate-{preset}-{candidate}{'' if mode == 'sequential' else '-' + mode}"
@@ -181,6 +183,8 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
         where = f" ({exc.filename})" if exc.filename else ""
         ours = bool(exc.filename) and str(out).startswith(str(exc.filename))
         raise click.ClickException(f"{f'--output {out}: ' if ours else ''}{exc.strerror or exc}{where}") from None
+    except store.MergeSourceError as exc:  # found before this run wrote anything (the lock's folder goes too)
+        raise click.BadParameter(str(exc), param_hint="--merge-from") from None
     except (spec.GateConfigError, store.GateResumeError, registry.PolicyConfigError,
             ValueError) as exc:
         raise click.ClickException(str(exc)) from None
@@ -233,6 +237,35 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
         sys.exit(EXIT_INCONCLUSIVE)
     if failed:
         sys.exit(4)
+
+
+def _check_load_options(loads, judge_load, capacity, capacity_only, ttft_slo_ms, workload_spec, cpu_ratio) -> None:
+    """The ``--load`` options, before anything is locked or written (usage
+    errors, exit status 2): levels finite and > 0, ``--judge-load`` one of
+    them, a generated workload (not ``--trace``), no CPU tier; the options
+    of a load run only with ``--load``.
+
+    Raises:
+        click.BadParameter: naming the option.
+    """
+    if not loads:
+        for given, name in ((judge_load is not None, "--judge-load"), (capacity is not None, "--capacity"),
+                            (capacity_only, "--capacity-only"), (ttft_slo_ms is not None, "--ttft-slo-ms")):
+            if given:
+                raise click.BadParameter("only with --load", param_hint=name)
+        return
+    bad = [x for x in loads if not (math.isfinite(x) and x > 0)]
+    if bad:
+        raise click.BadParameter(f"{bad[0]:g}: a load level is a fraction of the floor arm's capacity, "
+                                 "a finite number > 0", param_hint="--load")
+    if judge_load is not None and judge_load not in loads:
+        raise click.BadParameter(f"{judge_load:g} is not one of --load {', '.join(f'{x:g}' for x in loads)}",
+                                 param_hint="--judge-load")
+    if workload_spec.trace is not None:
+        raise click.BadParameter("load levels need a generated workload (a trace keeps its own arrival times; "
+                                 "run it with --mode timed)", param_hint="--load")
+    if cpu_ratio is not None:
+        raise click.BadParameter("a CPU tier runs in sequential mode; --load runs timed", param_hint="--cpu-ratio")
 
 
 def _check_merge_from(paths, loads) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import attrs
 import click
 
+from spfcore.cli.options import Finite
 from spfcore.workloads import synth
 
 _SHAPE = {f.name: f.default for f in attrs.fields(synth.TraceShape)}
@@ -17,15 +18,15 @@ _SHAPE = {f.name: f.default for f in attrs.fields(synth.TraceShape)}
               help="Seed (same seed and shape: same bytes).")
 @click.option("--sessions", type=click.IntRange(min=1), default=_SHAPE["sessions"], show_default=True,
               help="Conversations open at once.")
-@click.option("--mean-turns", type=click.FloatRange(min=1), default=_SHAPE["mean_turns"], show_default=True,
+@click.option("--mean-turns", type=Finite(min=1), default=_SHAPE["mean_turns"], show_default=True,
               help="Mean turns per conversation.")
 @click.option("--system-prompts", type=click.IntRange(min=1), default=_SHAPE["system_prompts"], show_default=True,
               help="Distinct system prompts (Zipf popularity).")
-@click.option("--zipf-alpha", type=click.FloatRange(min=0), default=_SHAPE["zipf_alpha"], show_default=True,
+@click.option("--zipf-alpha", type=Finite(min=0), default=_SHAPE["zipf_alpha"], show_default=True,
               help="Zipf exponent of system-prompt popularity.")
-@click.option("--output-tokens", type=click.FloatRange(min=1), default=_SHAPE["output_tokens"], show_default=True,
+@click.option("--output-tokens", type=Finite(min=1), default=_SHAPE["output_tokens"], show_default=True,
               help="Median answer length, tokens.")
-@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=_SHAPE["rate"], show_default=True,
+@click.option("--rate", type=Finite(min=0, min_open=True), default=_SHAPE["rate"], show_default=True,
               help="Mean arrivals per second (Poisson).")
 def make_trace(output, requests, seed, sessions, mean_turns, system_prompts, zipf_alpha, output_tokens,
                rate) -> None:

@@ -24,6 +24,7 @@ is shown as click's usage error on its option.
 from __future__ import annotations
 
 import functools
+import math
 import shlex
 
 import click
@@ -32,8 +33,8 @@ from spfcore.workloads import generators
 from spfcore.workloads import options as _spec
 from spfcore.workloads.options import CacheSpec, WorkloadOptionError, WorkloadSpec
 
-__all__ = ["CacheSpec", "RecordingCommand", "WorkloadSpec", "cache_options", "command_line", "csv", "parse_sets",
-           "seed_list", "workload_options"]
+__all__ = ["CacheSpec", "Finite", "RecordingCommand", "WorkloadSpec", "cache_options", "command_line", "csv",
+           "parse_sets", "seed_list", "workload_options"]
 
 
 def _usage_errors(fn):
@@ -47,6 +48,30 @@ def _usage_errors(fn):
             raise click.BadParameter(str(exc), param_hint=exc.param_hint) from None
 
     return wrapper
+
+
+class Finite(click.FloatRange):
+    """``click.FloatRange`` that also refuses NaN and infinities (``FloatRange``
+    lets ``nan`` through: every comparison with it is false), so ``--x nan``
+    is a usage error naming the option instead of a value that fails later,
+    after the output is locked, or silently. ``Finite()`` alone: any finite float."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        if self.min is None and self.max is None:
+            self.name = "float"  # help: FLOAT, not FLOAT RANGE
+
+    def _describe_range(self) -> str:
+        return "finite" if self.min is None and self.max is None else super()._describe_range()
+
+    def convert(self, value, param, ctx):
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            bounds = [f"{'>' if self.min_open else '>='} {self.min:g}" if self.min is not None else "",
+                      f"{'<' if self.max_open else '<='} {self.max:g}" if self.max is not None else ""]
+            self.fail(f"expected a finite number {' and '.join(b for b in bounds if b)}".rstrip()
+                      + f", got {value!r}", param, ctx)
+        return rv
 
 
 #: :func:`spfcore.workloads.options.parse_sets`, raising click's usage error.
@@ -139,7 +164,7 @@ def cache_options(default_block_size: int = 16, default_pressure: float = 2.3):
                       help="Tokens per KV block (hash-id Mooncake traces: 512).")
         @click.option("--num-blocks", type=click.IntRange(min=2), default=None,
                       help="Cache size in blocks, vLLM num_gpu_blocks (null block included).")
-        @click.option("--cache-pressure", type=click.FloatRange(min=0, min_open=True), default=None,
+        @click.option("--cache-pressure", type=Finite(min=0, min_open=True), default=None,
                       help=f"Size the cache so reusable prefix tokens / capacity = X (default {default_pressure}).")
         @functools.wraps(fn)
         def wrapper(*args, block_size, num_blocks, cache_pressure, **kw):

@@ -57,7 +57,7 @@ from spfcore.run import plan
 from spfcore.run.cell import error_cell
 from spfcore.run.provenance import code_digest, versions
 from spfcore.run.spec import GateConfig, GateConfigError, load_workload, workload_label
-from spfcore.run.store import Store, level_path, merge_sources, run_folder, sidecar_path
+from spfcore.run.store import Store, level_path, merge_sources, read_merge_source, run_folder, sidecar_path
 from spfcore.workloads.model import Workload
 
 BELADY = "belady_oracle"
@@ -360,7 +360,9 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
         seed judged, seconds of this call).
 
     Raises:
-        GateResumeError: the sidecar belongs to another configuration.
+        GateResumeError: the sidecar belongs to another configuration;
+            :class:`~spfcore.run.store.MergeSourceError` (before anything is
+            written): a ``merge_from`` run does.
         GateConfigError, ValueError: bad configuration or workload flags.
         KeyboardInterrupt: passed through; finished cells stay in the sidecar.
 
@@ -419,8 +421,11 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
                    "workload_label": workload_label(config, first, num_blocks)
                    + (f"; CPU tier {cpu_blocks} blocks ({config.cpu_ratio:g}x)" if tier_kw else ""), "versions": vers,
                    "sidecar": str(sidecar_path(output))}
+    sources = merge_sources(merge_from)
+    for src in sources:  # a source of another configuration is refused before this run's sidecar is written
+        read_merge_source(sidecar_path(src), fingerprint)
     side = Store(sidecar_path(output), fingerprint, fresh)
-    for src in merge_sources(merge_from):
+    for src in sources:
         side.merge(sidecar_path(src))
     broken = broken_arms(config)
 

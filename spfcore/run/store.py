@@ -27,6 +27,11 @@ class GateResumeError(RuntimeError):
     """The results' sidecar belongs to a run with another configuration."""
 
 
+class MergeSourceError(GateResumeError):
+    """A ``--merge-from`` run holds another configuration's cells (or a
+    malformed sidecar): a bad argument, found before this run writes anything."""
+
+
 def sidecar_path(output: str | os.PathLike) -> Path:
     """``runs/x/results.json`` -> ``runs/x/results.cells.jsonl``."""
     output = Path(output)
@@ -64,29 +69,31 @@ def level_path(output: str | os.PathLike, load: float) -> Path:
     return run_folder(output) / f"load-{load:g}" / "results.json"
 
 
-def _read_sidecar(path: Path, fingerprint: dict, hint: str) -> tuple[list[StoredCell], float]:
+def _read_sidecar(path: Path, fingerprint: dict, hint: str, fix: str = "use --fresh",
+                  error: type[GateResumeError] = GateResumeError) -> tuple[list[StoredCell], float]:
     """The cells of the sidecar at ``path`` and the wall seconds of the calls
     recorded in it; a last line cut by a crash mid-write is dropped.
 
     Raises:
-        GateResumeError: the header's fingerprint is not ``fingerprint`` (the
+        GateResumeError: (``error``) the header's fingerprint is not ``fingerprint`` (the
             message names the fields that differ, then ``hint``), its version
             is not :data:`~spfcore.run.cell.CELL_SCHEMA_VERSION`, or a line
-            before the last is not JSON or not a cell (file, line and field named).
+            before the last is not JSON or not a cell (file, line and field
+            named, then ``fix``).
     """
     lines = path.read_text(encoding="utf-8").splitlines()
     try:
         head = json.loads(lines[0]) if lines else {}
     except json.JSONDecodeError:
-        raise GateResumeError(f"{path}:1: not valid JSON; use --fresh") from None
+        raise error(f"{path}:1: not valid JSON; {fix}") from None
     if head.get("sidecar", CELL_SCHEMA_VERSION) != CELL_SCHEMA_VERSION:
-        raise GateResumeError(f"{path}:1: field 'sidecar' is {head.get('sidecar')!r}; this spfcore reads "
+        raise error(f"{path}:1: field 'sidecar' is {head.get('sidecar')!r}; this spfcore reads "
                               f"{CELL_SCHEMA_VERSION}; {hint}")
     if head.get("fingerprint") != json.loads(json.dumps(fingerprint, default=json_default)):
         old = head.get("fingerprint") or {}
         diff = sorted(k for k in set(old) | set(fingerprint)
                       if json.dumps(old.get(k), default=str) != json.dumps(fingerprint.get(k), default=str))
-        raise GateResumeError(f"{path}: finished cells of a run with another configuration (differs in: "
+        raise error(f"{path}: finished cells of a run with another configuration (differs in: "
                               f"{', '.join(diff) or 'header'}); {hint}")
     cells, wall = [], 0.0
     for n, line in enumerate(lines[1:], start=2):
@@ -95,15 +102,25 @@ def _read_sidecar(path: Path, fingerprint: dict, hint: str) -> tuple[list[Stored
         except json.JSONDecodeError:
             if n == len(lines):  # a line cut by a crash mid-write
                 break
-            raise GateResumeError(f"{path}:{n}: not valid JSON; use --fresh") from None
+            raise error(f"{path}:{n}: not valid JSON; {fix}") from None
         if "call_wall_s" in rec:
             wall += float(rec["call_wall_s"])
             continue
         try:
             cells.append(StoredCell.from_json(rec))
         except CellFormatError as exc:
-            raise GateResumeError(f"{path}:{n}: {exc}; use --fresh") from None
+            raise error(f"{path}:{n}: {exc}; {fix}") from None
     return cells, wall
+
+
+def read_merge_source(path: Path, fingerprint: dict) -> list[StoredCell]:
+    """The cells of ``--merge-from`` sidecar ``path``, for a run of ``fingerprint``.
+
+    Raises:
+        MergeSourceError: another configuration's cells, or a malformed sidecar.
+    """
+    return _read_sidecar(path, fingerprint, "--merge-from takes runs of the same configuration only",
+                         fix="not a sidecar spfcore can merge", error=MergeSourceError)[0]
 
 
 class Store:
@@ -150,7 +167,7 @@ class Store:
             OSError: ``path`` cannot be read.
         """
         n = 0
-        for c in _read_sidecar(path, self.fingerprint, "--merge-from takes runs of the same configuration only")[0]:
+        for c in read_merge_source(path, self.fingerprint):
             if c.key not in self.done:
                 self.put(c.kind, c.arm, c.seed, c.record, c.repeat)
                 n += 1

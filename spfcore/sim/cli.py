@@ -15,7 +15,7 @@ from spfcore.fileio import hold_output_lock, write_atomic
 from spfcore.report import error_cell, error_text, make_console
 from spfcore.runtime import PolicyError
 from spfcore.sim.cell import open_input
-from spfcore.cli.options import (CacheSpec, RecordingCommand, WorkloadSpec, cache_options, command_line, seed_list,
+from spfcore.cli.options import (CacheSpec, Finite, RecordingCommand, WorkloadSpec, cache_options, command_line, seed_list,
                                  workload_options)
 from spfcore.workloads.options import WorkloadOptionError
 from spfcore.workloads.traces import TraceError
@@ -67,7 +67,7 @@ def _check_size(nb: int, most: int, seed, cache_spec: CacheSpec) -> None:
               help="Keep each cell's per-request records in the JSON (memory then grows with the trace).")
 @click.option("--no-ceilings", is_flag=True,
               help="Skip the infinite-cache and Belady ceilings (their memory grows with the trace).")
-@click.option("--hook-budget-ms", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MS",
+@click.option("--hook-budget-ms", type=Finite(min=0, min_open=True), default=None, metavar="MS",
               help="Most wall time of one hook call; a call over it fails that arm (default: no budget).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,

@@ -4,8 +4,6 @@ TTFT split into load and recompute, hints and promotions, bytes moved."""
 
 from __future__ import annotations
 
-import math
-
 import json
 import statistics
 
@@ -18,8 +16,8 @@ from spfcore.fileio import hold_output_lock, write_atomic
 from spfcore.report import error_cell, error_text, make_console
 from spfcore.runtime import PolicyError
 from spfcore.sim.cell import open_input
-from spfcore.cli.options import (CacheSpec, RecordingCommand, WorkloadSpec, cache_options, command_line, seed_list,
-                                 workload_options)
+from spfcore.cli.options import (CacheSpec, Finite, RecordingCommand, WorkloadSpec, cache_options, command_line,
+                                 seed_list, workload_options)
 from spfcore.sim.cli import EXIT_ARM_FAILED, check_fits
 from spfcore.sim.tiered import COST_MODELS, cost_model, simulate_tiered
 from spfcore.workloads.options import WorkloadOptionError
@@ -37,14 +35,14 @@ METRICS = ("gpu_hit_rate", "cpu_hit_rate", "token_hit_rate", "prefill_tokens_rec
 @cache_options(default_block_size=None)
 @click.option("--cpu-blocks", type=click.IntRange(min=0), default=None,
               help="CPU tier size, blocks (default: --cpu-ratio x the GPU's usable blocks).")
-@click.option("--cpu-ratio", type=click.FloatRange(min=0), default=2.0, show_default=True,
+@click.option("--cpu-ratio", type=Finite(min=0), default=2.0, show_default=True,
               help="CPU tier size as a multiple of the GPU cache's usable blocks (when --cpu-blocks is not given).")
 @click.option("--cost", "cost_name", type=click.Choice(COST_MODELS), default="tiny-cpu", show_default=True,
               help="Transfer and recompute cost model (spfcore.sim.tiered.cost_model states its sources).")
-@click.option("--bandwidth-gbs", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--bandwidth-gbs", type=Finite(min=0, min_open=True), default=None,
               help="Override the model's tier-to-GPU bandwidth, GB/s (1e9 bytes).")
-@click.option("--latency-us", type=click.FloatRange(min=0), default=None, help="Override the per-transfer latency, us.")
-@click.option("--prefill-us-per-token", type=click.FloatRange(min=0), default=None,
+@click.option("--latency-us", type=Finite(min=0), default=None, help="Override the per-transfer latency, us.")
+@click.option("--prefill-us-per-token", type=Finite(min=0), default=None,
               help="Override the prefill cost per recomputed token, us.")
 @click.option("--promote/--no-promote", default=True, show_default=True,
               help="Prefetch hints promote tier blocks ahead of the request (--no-promote: as vLLM's engine, "
@@ -70,8 +68,6 @@ def simulate_tiered_command(workload_spec: WorkloadSpec, cache_spec: CacheSpec, 
     tier through spfcore_tier_admit and spfcore_tier_score (default: vLLM's
     LRU tier). Faults fail their own arm (exit status 4), as in simulate.
     """
-    if not math.isfinite(cpu_ratio):
-        raise click.BadParameter(f"expected a finite number >= 0, got {cpu_ratio}", param_hint="'--cpu-ratio'")
     try:
         options = registry.parse_options(policy_opt)
     except registry.PolicyConfigError as exc:
@@ -83,14 +79,17 @@ def simulate_tiered_command(workload_spec: WorkloadSpec, cache_spec: CacheSpec, 
         registry.check_options(arm_list, options)
     except registry.PolicyConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="--policy-opt") from None
-    hold_output_lock(output)  # after the arguments are checked: a bad one is named, not a held output
     cost = cost_model(cost_name)
     over = {k: v for k, v in (("bandwidth", bandwidth_gbs and bandwidth_gbs * 1e9),
                               ("latency_s", latency_us is not None and latency_us * 1e-6),
                               ("prefill_s_per_token", prefill_us_per_token is not None
                                and prefill_us_per_token * 1e-6)) if v is not None and v is not False}
     if over:
-        cost = attrs.evolve(cost, **over, source=cost.source + f"; overridden: {sorted(over)}")
+        try:
+            cost = attrs.evolve(cost, **over, source=cost.source + f"; overridden: {sorted(over)}")
+        except ValueError as exc:
+            raise click.UsageError(f"--bandwidth-gbs/--latency-us/--prefill-us-per-token: {exc}") from None
+    hold_output_lock(output)  # after the arguments are checked: a bad one is named, not a held output
     cells, sizes = [], {}
     for seed in seeds:
         try:

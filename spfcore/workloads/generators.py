@@ -133,18 +133,18 @@ class Generator:
 
 
 COMMON_FLAGS = (
-    Flag("vocab", int, 32000, "token ids are drawn from [3, vocab)"),
+    Flag("vocab", int, 32000, "token ids are drawn from [3, vocab)", low=MIN_TOKEN + 1),
     Flag("arrival", str, "sequential", "arrival process", ("sequential", "rate", "poisson")),
     Flag("rate", float, 1.0, "requests per second for arrival=rate|poisson", low_open=True),
 )
 
 _PERSONA_FLAGS = (
-    Flag("personas", int, 16, "number of shared prefixes (personas)"),
+    Flag("personas", int, 16, "number of shared prefixes (personas)", low=1),
     Flag("prefix_tokens", int, 8192, "tokens per persona prefix"),
     Flag("sessions", int, 32, "number of sessions"),
     Flag("turns", int, 4, "turns (requests) per session"),
     Flag("query_tokens", int, 128, "fresh query tokens per prompt"),
-    Flag("output_tokens", int, 32, "tokens to generate per request"),
+    Flag("output_tokens", int, 32, "tokens to generate per request", low=1),
 )
 _ORDER = Flag("order", str, "round_robin", "request order", ("round_robin", "shuffled"))
 
@@ -346,17 +346,17 @@ GENERATORS: dict[str, Generator] = {
             Flag("turns", int, 4, "turns per session"),
             Flag("prefix_tokens", int, 2048, "tokens of a session's own context"),
             Flag("query_tokens", int, 128, "fresh query tokens per turn"),
-            Flag("output_tokens", int, 32, "tokens to generate per request"),
+            Flag("output_tokens", int, 32, "tokens to generate per request", low=1),
             Flag("gap_requests", int, 8, "one-off requests between two turns of a session"),
             Flag("noise_tokens", int, 2048, "prompt tokens of a one-off request"),
         ), "sessions come back after a gap of one-off traffic"),
         Generator("multiturn", _multiturn, (
-            Flag("personas", int, 4, "number of shared system prefixes"),
+            Flag("personas", int, 4, "number of shared system prefixes", low=1),
             Flag("prefix_tokens", int, 1024, "tokens per system prefix"),
             Flag("sessions", int, 8, "number of sessions"),
             Flag("turns", int, 4, "turns per session"),
             Flag("query_tokens", int, 128, "new query tokens per turn"),
-            Flag("output_tokens", int, 32, "tokens generated per turn (by the workload)"),
+            Flag("output_tokens", int, 32, "tokens generated per turn (by the workload)", low=1),
             _ORDER,
         ), "growing history: prompt = previous prompt + previous output + new query"),
         Generator("agents", _agents, (
@@ -368,7 +368,7 @@ GENERATORS: dict[str, Generator] = {
             Flag("steps", int, 4, "steps per agent are drawn from 2..2*steps-1"),
             Flag("task_tokens", int, 256, "tokens of an agent's task"),
             Flag("result_tokens", int, 512, "tokens of a tool result appended per step"),
-            Flag("output_tokens", int, 64, "tokens of a tool call (generated, in the next prompt)"),
+            Flag("output_tokens", int, 64, "tokens of a tool call (generated, in the next prompt)", low=1),
         ), "tool-using agents: system + tool manifest + task + growing call/result history"),
         Generator("rag", _rag, (
             Flag("docs", int, 48, "documents in the corpus"),
@@ -378,7 +378,7 @@ GENERATORS: dict[str, Generator] = {
             Flag("alpha", float, 1.0, "Zipf exponent of document popularity"),
             Flag("requests", int, 96, "retrievals (first questions)"),
             Flag("query_tokens", int, 64, "fresh question tokens"),
-            Flag("output_tokens", int, 32, "tokens to generate per request"),
+            Flag("output_tokens", int, 32, "tokens to generate per request", low=1),
             Flag("doc_order", str, "ranked", "document order in the prompt", ("ranked", "retrieved")),
             Flag("followups", int, 2, "most follow-up questions on the same documents"),
             Flag("followup_p", float, 0.4, "probability of each next follow-up", high=1.0),
@@ -392,14 +392,14 @@ GENERATORS: dict[str, Generator] = {
             Flag("scan_every", int, 16, "hot requests between scans (0: no scans)"),
             Flag("scan_length", int, 12, "one-off prompts per scan", low=1),
             Flag("scan_tokens", int, 2048, "tokens per one-off prompt", low=1),
-            Flag("output_tokens", int, 32, "tokens to generate per request"),
+            Flag("output_tokens", int, 32, "tokens to generate per request", low=1),
         ), "a hot prefix set under periodic scans of one-off prompts"),
         Generator("mix", _mix, (
             Flag("chat_sessions", int, 12, "chat sessions (multiturn, 4 personas of 1536 tokens, 4 turns)"),
             Flag("agent_sessions", int, 10, "agents (3 tool manifests of 2048 tokens)"),
             Flag("rag_requests", int, 40, "retrievals (32 documents of 768 tokens, 3 per prompt)"),
             Flag("oneoff_requests", int, 24, "one-off prompts of 256..4095 fresh tokens"),
-            Flag("output_tokens", int, 32, "tokens generated per request"),
+            Flag("output_tokens", int, 32, "tokens generated per request", low=1),
         ), "production-like mixture: chat, agents, retrieval and one-off prompts interleaved"),
     )
 }
@@ -472,6 +472,8 @@ def make(name: str, *, seed: int, **flags) -> Workload:
         raise ValueError("flag 'output_tokens': must be >= 1")
     own = {k: values[k] for k in (f.name for f in gen.flags)}
     reqs = gen.fn(np.random.default_rng([seed, 0]), vocab=values["vocab"], **own)
+    if not reqs:
+        raise ValueError(f"workload {name!r}: flags give no requests ({own})")
     if any(r.num_prompt_tokens < 1 for r in reqs):
         raise ValueError(f"workload {name!r}: flags give an empty prompt ({own})")
     if name == "bursty" and values["arrival"] != "sequential":

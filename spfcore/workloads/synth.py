@@ -45,13 +45,13 @@ _CHUNK = 4096
 
 
 def _pos(inst, attr, value):
-    if not value > 0:
-        raise ValueError(f"{attr.name} must be > 0, got {value}")
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{attr.name} must be > 0 and finite, got {value}")
 
 
 def _nonneg(inst, attr, value):
-    if value < 0:
-        raise ValueError(f"{attr.name} must be >= 0, got {value}")
+    if not (value >= 0 and math.isfinite(value)):
+        raise ValueError(f"{attr.name} must be >= 0 and finite, got {value}")
 
 
 @attrs.frozen
