@@ -497,6 +497,29 @@ def _pool(configs: Sequence[dict], workers: int) -> Iterator[dict]:
             raise
 
 
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Refuse a ``host:port`` / ``ray://host:port`` address that no TCP connection
+    reaches within ``timeout_s`` seconds (``ray.init`` would retry for minutes).
+    ``"local"``, ``"auto"`` and addresses without a port are left to Ray.
+
+    Raises:
+        SweepError: the host is unknown, the port malformed or nothing answers.
+    """
+    if address in ("local", "auto"):
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not host:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except ValueError:
+        raise SweepError(f"field '--ray-address': port {port!r} of {address!r} is not a number") from None
+    except OSError as exc:
+        raise SweepError(f"field '--ray-address': cannot reach Ray at {address!r} within {timeout_s:g} s: "
+                         f"{exc.strerror or exc}") from None
+
+
 def ray_connect(address: str, num_cpus: int | None = None) -> str:
     """Connect this process to Ray: reuse a Ray already initialised here;
     ``address="local"`` starts a local Ray of ``num_cpus`` CPUs (no
@@ -516,6 +539,7 @@ def ray_connect(address: str, num_cpus: int | None = None) -> str:
     except ImportError:
         raise SweepError("field '--ray-address': Ray is not installed; pip install 'spfcore[ray]'") from None
     if not ray.is_initialized():
+        _check_reachable(address)
         env = {k: v for k, v in os.environ.items() if k.startswith("SPFCORE_")}
         kw = {"runtime_env": {"env_vars": env}} if env else {}
         try:

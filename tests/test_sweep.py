@@ -317,3 +317,22 @@ def test_second_live_run_is_refused(tmp_path):
         res = CliRunner().invoke(main, ["sweep", "-o", str(out), "--policies", "lru", "--num-blocks", "60", *WL])
     assert res.exit_code == 1 and "another run is writing this output" in res.output
     assert not (out / "cells").exists()
+
+
+def test_an_unreachable_ray_address_is_a_usage_error_at_once(tmp_path):
+    # ray.init retried an unknown host or a closed port for minutes; a TCP check first refuses it
+    import socket
+
+    from spfcore.cli import main
+
+    pytest.importorskip("ray")
+    with socket.socket() as s:  # a port on this machine that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    for addr, why in ((f"127.0.0.1:{closed}", "cannot reach Ray"), ("ray://127.0.0.1:x", "is not a number"),
+                      ("nowhere.invalid:6379", "cannot reach Ray")):
+        res = CliRunner().invoke(main, ["sweep", "-o", str(tmp_path / "x"), "--policies", "lru", "--num-blocks",
+                                        "60", "--ray-address", addr, *WL])
+        assert res.exit_code == 2 and "--ray-address" in res.output and why in res.output, (addr, res.output)
+        assert addr in res.output
+    assert not (tmp_path / "x").exists()  # nothing written
