@@ -137,11 +137,26 @@ def _child(code: str) -> list[str]:
     return [sys.executable, "-c", code]
 
 
+def _sigterm_self_when(ready: Path) -> "threading.Thread":
+    """A started thread that sends SIGTERM to this process once ``ready`` exists
+    (the child touches it after installing its handler; supervise passes it on)."""
+    import threading
+
+    def run():
+        for _ in range(600):
+            if ready.exists():
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.05)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
 def test_supervise_exit_status():
     """A server that stops by itself is a failure (1), a failing one keeps
     its status, a killed one gets 128 + signal, a SIGTERM is passed on."""
-    import threading
-
     assert supervise(_child("pass")) == 1
     assert supervise(_child("import sys; sys.exit(3)")) == 3
     assert supervise(_child("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")) == 128 + signal.SIGKILL
@@ -150,16 +165,8 @@ def test_supervise_exit_status():
     code = ("import signal, sys, time, pathlib; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); "
             f"pathlib.Path({str(ready)!r}).touch(); time.sleep(60); sys.exit(5)")
 
-    def term_when_ready():
-        for _ in range(600):
-            if ready.exists():
-                os.kill(os.getpid(), signal.SIGTERM)  # to this process: supervise passes it on
-                return
-            time.sleep(0.05)
-
     before = signal.getsignal(signal.SIGTERM)
-    t = threading.Thread(target=term_when_ready)
-    t.start()
+    t = _sigterm_self_when(ready)
     try:
         assert supervise(_child(code)) == 0  # asked to stop, stopped cleanly
     finally:
@@ -171,22 +178,12 @@ def test_supervise_exit_status():
 def test_supervise_kills_a_child_that_ignores_the_signal(capfd):
     """A server that does not act on the passed-on SIGTERM (vLLM still starting up)
     is killed after the grace period: 128 + SIGKILL, said on stderr."""
-    import threading
-
     ready = Path(os.environ.get("TMPDIR", "/tmp")) / f"spfcore-supervise-ign-{os.getpid()}"
     ready.unlink(missing_ok=True)
     code = ("import signal, time, pathlib; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
             f"pathlib.Path({str(ready)!r}).touch(); time.sleep(60)")
 
-    def term_when_ready():
-        for _ in range(600):
-            if ready.exists():
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
-            time.sleep(0.05)
-
-    t = threading.Thread(target=term_when_ready)
-    t.start()
+    t = _sigterm_self_when(ready)
     try:
         assert supervise(_child(code), grace_s=1.0) == 128 + signal.SIGKILL
     finally:

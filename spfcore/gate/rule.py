@@ -67,6 +67,10 @@ SURVIVES, FAILS = "SURVIVES", "FAILS"
 INVALID_HARNESS, NO_HEADROOM, INCOMPLETE = "INVALID-HARNESS", "NO-HEADROOM", "INCOMPLETE"
 INCONCLUSIVE = "INCONCLUSIVE"
 VERDICTS = (SURVIVES, FAILS, INVALID_HARNESS, NO_HEADROOM, INCOMPLETE, INCONCLUSIVE)
+#: The interval method of a wasted-hints share that is 0 by definition (no hint issued in any cell):
+#: exact, so no resampled or t-interval widens it.
+_EXACT_ZERO = "none issued"
+
 #: The criteria of the seed's rule: (ttft OR prefill) AND throughput AND wasted hints.
 RULE_CRITERIA = ("ttft_p95_improvement", "prefill_reduction", "throughput_regression", "wasted_hints")
 
@@ -454,7 +458,7 @@ def evaluate(cells: Iterable[Mapping], *, roles: Roles, sim: Mapping | None = No
         if not any(c.get("hints_issued") for c in cand):
             # no hint issued in any cell: the share is 0 by definition, not an estimate (nothing to
             # resample; a units-t interval of one seed would be [0, 1] and hold the verdict open)
-            ci = CI(0.0, 0.0, BOOTSTRAP_LEVEL, 0, "none issued")
+            ci = CI(0.0, 0.0, BOOTSTRAP_LEVEL, 0, _EXACT_ZERO)
         else:
             ci = bootstrap_ci(lambda d: d[0][..., 0].mean(axis=-1), [np.asarray(shares)[:, None]],
                               method="seeds", **kw)
@@ -594,7 +598,7 @@ def _with_unit_intervals(crit: list, arm_cells: Callable, roles: Roles) -> list:
                 "wasted_hints": [wasted_share(c) for c in cand]}
     out = []
     for c in crit:
-        if c.name in per_unit and c.ci is not None and c.value is not None and c.ci.method != "none issued":
+        if c.name in per_unit and c.ci is not None and c.value is not None and c.ci.method != _EXACT_ZERO:
             lo, hi = units_t_interval(per_unit[c.name])
             least, most = CRITERION_RANGE[c.name]  # a t-interval knows no bounds: +4.79 for 1 - p95/p95
             lo, hi = min(max(lo, least), most), max(min(hi, most), least)
