@@ -13,7 +13,8 @@
 #   bash scripts/gpu_hotpath_gate.sh seeds   # ~9 min: engines start, cells run (resumable)
 #   bash scripts/gpu_hotpath_gate.sh seeds   # resumes each job's unfinished cells
 #   bash scripts/gpu_hotpath_gate.sh merge   # every job's cells into one run, judged (no engine: the cells are reused)
-# With 1-2 H200s set GPUS (seeds 42.. two per GPU: GPUS=2 runs 42..45), e.g.
+# With 1-2 H200s set GPUS (seeds 42.., SEEDS_PER_GPU of them per GPU, default 2: GPUS=2 runs 42..45;
+# one seed of all five arms takes ~7 min on one H200), e.g.
 #   GPUS=2 bash scripts/gpu_hotpath_gate.sh seeds ; GPUS=2 bash scripts/gpu_hotpath_gate.sh merge
 # The hot path alone, no engine and no GPU (~1-2 min, the numba wheels must be installed:
 # numba 0.68.1 + llvmlite 0.50.0 cp312 on the device's Python 3.12):
@@ -30,13 +31,14 @@ O=${OUT:-/tmp/out}
 ARGS=(--model llama-3.2-3b --no-progress --num-blocks 3561)  # stated so every per-seed job shares one fingerprint
 GATE="python3 -m spfcore.cli gate"
 G=${GPUS:-4}
-SEEDS=$(seq -s, 42 $((41 + 2 * G)))
+K=${SEEDS_PER_GPU:-2}
+SEEDS=$(seq -s, 42 $((41 + K * G)))
 mkdir -p "$W" "$O"
 pack() { tar czf "$O/hotpath.tgz" -C "$(dirname "$W")" "$(basename "$W")" 2>/dev/null || true; }
 case "${1:?seeds|merge|cost}" in
 seeds)
   for g in $(seq 0 $((G - 1))); do
-    s="$((42 + 2 * g)),$((43 + 2 * g))"
+    s=$(seq -s, $((42 + K * g)) $((41 + K * (g + 1))))
     CUDA_VISIBLE_DEVICES=$g $GATE "${ARGS[@]}" --seeds "$s" --min-seeds 1 --time-limit 480 \
       --output "$W/job-$g/results.json" >> "$W/job-$g.log" 2>&1 &
   done
