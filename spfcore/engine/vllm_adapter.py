@@ -900,25 +900,62 @@ def check_block_pool(scheduler) -> None:
 # block per chunk. vLLM's public interfaces have no ahead-of-arrival load: a
 # tier block reaches the GPU only through a request's own lookup, so prefetch
 # hints are counted here but promote nothing (the simulator models promotion).
+#
+# Two versions of that API are served, told apart by what the installed vLLM
+# has (``TIER_API``), never by its version string:
+#
+# * ``"worker"`` (vLLM 0.32, this project's CPU build): the spec hands out one
+#   ``OffloadingWorker`` (``get_worker``), and the manager tells the policy
+#   which chunks a request used when it ends
+#   (``CachePolicy.on_request_finished``: chunks loaded, and those offered for
+#   storing that were new or already ready, in prefix order).
+# * ``"handlers"`` (vLLM 0.24, the H200's): tier entries are "blocks"
+#   (``BlockStatus``, ``num_blocks``, ``block_size_factor``); the spec yields
+#   transfer handlers (``get_handlers``; ``OffloadingHandler`` in
+#   vllm/v1/kv_offload/worker/worker.py); the scheduler calls the manager's
+#   ``touch`` at each lookup and after each store, and only the manager hears
+#   of a request's end (``on_request_finished(req_context)``, no keys). Here
+#   :class:`SpfOffloadingManager` records what 0.32's manager records (the
+#   chunks a request loaded or offered, first-use order = prefix order),
+#   re-ranks them at the request's end and ignores ``touch``, so the tier
+#   keeps the same order on both versions and the two-tier simulator models
+#   both.
 
 try:
-    from vllm.v1.kv_offload.base import OffloadingWorker, TransferResult, make_offload_key
+    from vllm.v1.kv_offload.base import make_offload_key
     from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
     from vllm.v1.kv_offload.cpu.policies.base import CachePolicy
     from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
+
+    TIER_API = "handlers" if hasattr(CPUOffloadingSpec, "get_handlers") else "worker"
+    if TIER_API == "handlers":
+        from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
+        from vllm.v1.kv_offload.worker.worker import OffloadingHandler as _Transfers
+        from vllm.v1.kv_offload.worker.worker import TransferResult
+    else:
+        from vllm.v1.kv_offload.base import OffloadingWorker as _Transfers
+        from vllm.v1.kv_offload.base import TransferResult
+    if (TIER_API == "worker") != hasattr(CachePolicy, "on_request_finished"):
+        raise ImportError(f"this vLLM's CPU tier has {TIER_API!r} transfers but "
+                          f"{'no' if TIER_API == 'worker' else 'a'} CachePolicy.on_request_finished: "
+                          "neither vLLM 0.24's API nor 0.32's")
 except ImportError as _exc:  # pragma: no cover - vLLM versions without the pluggable CPU tier
     OFFLOAD_IMPORT_ERROR: str | None = f"vLLM's KV offloading API is not available: {_exc}"
+    TIER_API = None
 else:
     OFFLOAD_IMPORT_ERROR = None
 
-    class HostCopyWorker(OffloadingWorker):
+    class HostCopyWorker(_Transfers):
         """Transfers between vLLM's KV cache tensors and a host buffer, done at
-        once (synchronous ``index_copy``), for vLLM's CPU platform.
+        once (synchronous ``index_copy``), for vLLM's CPU platform: vLLM 0.32's
+        ``OffloadingWorker`` (``submit_store`` / ``submit_load``), or vLLM
+        0.24's ``OffloadingHandler`` (``transfer_async``, one object
+        registered for both directions).
 
         Args:
             kv_caches: vLLM's ``CanonicalKVCaches`` (tensors of
                 ``(num_blocks, page bytes)``).
-            num_chunks: Tier size, chunks.
+            num_chunks: Tier size, chunks (= blocks).
             blocks_per_chunk: Must be 1 (one GPU block per tier chunk).
 
         Raises:
@@ -951,12 +988,18 @@ else:
             return True
 
         def submit_store(self, job_id, src_spec, dst_spec) -> bool:
-            """GPU (here: the KV tensors) -> host, done before returning."""
+            """GPU (here: the KV tensors) -> host, done before returning (vLLM 0.32)."""
             return self._copy(job_id, src_spec.block_ids, dst_spec.block_ids, True)
 
         def submit_load(self, job_id, src_spec, dst_spec) -> bool:
-            """Host -> the KV tensors, done before returning."""
+            """Host -> the KV tensors, done before returning (vLLM 0.32)."""
             return self._copy(job_id, src_spec.block_ids, dst_spec.block_ids, False)
+
+        def transfer_async(self, job_id, spec) -> bool:
+            """``spec = (src, dst)``: to the host when ``dst`` is the CPU
+            tier's spec, else from it; done before returning (vLLM 0.24)."""
+            src, dst = spec
+            return self._copy(job_id, src.block_ids, dst.block_ids, isinstance(dst, CPULoadStoreSpec))
 
         def get_finished(self) -> list:
             out, self._done = self._done, []
@@ -1012,7 +1055,7 @@ else:
             self._rank.pop(key, None)
             self._evictable.discard(key)
 
-        def touch(self, keys, req_context) -> None:
+        def touch(self, keys, req_context=None) -> None:
             self._set(list(keys)[::-1])
 
         def on_request_finished(self, key_groups, insertion_only_keys, reused_keys, req_context) -> None:
@@ -1060,7 +1103,11 @@ else:
         """vLLM's CPU offloading manager with :class:`SpfTierPolicy`, an
         admission step (``spfcore_tier_admit``) before ``prepare_store``, and
         per-request counts of chunks loaded (``loaded``: request id -> chunks)
-        and stored (``stored_chunks``, ``not_admitted``)."""
+        and stored (``stored_chunks``, ``not_admitted``). On vLLM 0.24
+        (``TIER_API == "handlers"``) it also keeps each running request's
+        chunk accesses (``accessed``: request id -> keys in first-use order)
+        and hands them to the policy at the request's end, as vLLM 0.32's
+        manager does."""
 
         def __init__(self, num_chunks: int, **kwargs) -> None:
             super().__init__(num_chunks, cache_policy="lru", **kwargs)
@@ -1068,6 +1115,7 @@ else:
             self.loaded: dict[str, int] = {}
             self.stored_chunks = 0
             self.not_admitted = 0
+            self.accessed: dict[str, dict] = {}
 
         @property
         def tier_policy(self) -> SpfTierPolicy:
@@ -1076,6 +1124,8 @@ else:
 
         def prepare_load(self, keys, req_context):
             self.loaded[req_context.req_id] = self.loaded.get(req_context.req_id, 0) + len(keys)
+            if TIER_API == "handlers":
+                self.accessed.setdefault(req_context.req_id, {}).update(dict.fromkeys(keys))
             return super().prepare_load(keys, req_context)
 
         def prepare_store(self, keys, req_context):
@@ -1083,14 +1133,33 @@ else:
             owner = self._policy.owner
             if owner is not None:
                 keys = owner.spf_tier_admit(req_context.req_id, keys, self._policy)
+            if TIER_API == "handlers":
+                get = self._policy.get
+                used = [k for k in keys if get(k) is None or get(k).is_ready]
+                self.accessed.setdefault(req_context.req_id, {}).update(dict.fromkeys(used))
             out = super().prepare_store(keys, req_context)
             if out is not None:
                 self.stored_chunks += len(out.keys_to_store)
             return out
 
+        if TIER_API == "handlers":
+            def touch(self, keys, req_context) -> None:
+                """Nothing: the request's chunks are re-ranked at its end
+                (:meth:`on_request_finished`), as on vLLM 0.32, whose
+                scheduler does not touch."""
+                return None
+
+            def on_request_finished(self, req_context) -> None:
+                """Re-rank the chunks the request used (vLLM 0.24 calls this
+                once per request, after its last transfer)."""
+                keys = list(self.accessed.pop(req_context.req_id, ()))
+                if keys:
+                    self._policy.on_request_finished((keys,), set(), set(), req_context)
+
         def reset_cache(self) -> None:
             super().reset_cache()
             self.loaded.clear()
+            self.accessed.clear()
             self.stored_chunks = self.not_admitted = 0
 
     class SpfOffloadingSpec(CPUOffloadingSpec):
@@ -1103,32 +1172,58 @@ else:
         "kv_role": "kv_both", "kv_connector_extra_config": {"spec_name":
         "SpfOffloadingSpec", "spec_module_path": "spfcore.engine.vllm_adapter",
         "spfcore_cpu_blocks": N, "cpu_bytes_to_use": 1}}`` (see
-        :func:`offload_config`).
+        :func:`offload_config`). vLLM 0.32 builds it from one
+        ``OffloadingConfig``, vLLM 0.24 from ``(vllm_config, kv_cache_config)``.
+
+        Raises:
+            ValueError: an offloaded block spans more than one KV block
+                (``kv_connector_extra_config["block_size"]`` set larger).
         """
 
-        def __init__(self, config) -> None:
-            super().__init__(config)
+        _SIZE = "num_blocks" if TIER_API == "handlers" else "num_chunks"  # the tier's size, in vLLM's name
+
+        def __init__(self, *args) -> None:
+            super().__init__(*args)
+            self._spf_per_chunk = self.block_size_factor if TIER_API == "handlers" else self.blocks_per_chunk
             n = self.extra_config.get("spfcore_cpu_blocks")
             if n is not None:
-                if self.blocks_per_chunk != 1:
+                if self._spf_per_chunk != 1:
                     raise ValueError(f"spfcore's tier counts blocks: blocks_per_chunk must be 1, got "
-                                     f"{self.blocks_per_chunk}")
-                self.num_chunks = int(n)
+                                     f"{self._spf_per_chunk}")
+                setattr(self, self._SIZE, int(n))
 
         def get_manager(self):
             if not self._manager:
                 self._manager = SpfOffloadingManager(
-                    self.num_chunks, enable_events=self.kv_events_config.enable_kv_cache_events)
+                    getattr(self, self._SIZE), enable_events=self.kv_events_config.enable_kv_cache_events)
             return self._manager
 
-        def get_worker(self, kv_caches):
-            from vllm.platforms import current_platform
+        def _host_copy(self, kv_caches) -> HostCopyWorker:
+            if getattr(self, "_spf_host_copy", None) is None:
+                self._spf_host_copy = HostCopyWorker(kv_caches, getattr(self, self._SIZE), self._spf_per_chunk)
+            return self._spf_host_copy
 
-            if current_platform.is_cuda_alike() or current_platform.is_xpu():
-                return super().get_worker(kv_caches)
-            if not self._worker:
-                self._worker = HostCopyWorker(kv_caches, self.num_chunks, self.blocks_per_chunk)
-            return self._worker
+        if TIER_API == "handlers":
+            def get_handlers(self, kv_caches):
+                from vllm.platforms import current_platform
+
+                if current_platform.is_cuda_alike() or current_platform.is_xpu():
+                    yield from super().get_handlers(kv_caches)
+                    return
+                from vllm.v1.kv_offload.base import GPULoadStoreSpec
+
+                worker = self._host_copy(kv_caches)
+                yield GPULoadStoreSpec, CPULoadStoreSpec, worker
+                yield CPULoadStoreSpec, GPULoadStoreSpec, worker
+        else:
+            def get_worker(self, kv_caches):
+                from vllm.platforms import current_platform
+
+                if current_platform.is_cuda_alike() or current_platform.is_xpu():
+                    return super().get_worker(kv_caches)
+                if not self._worker:
+                    self._worker = self._host_copy(kv_caches)
+                return self._worker
 
 
 def offload_config(cpu_blocks: int) -> dict:
