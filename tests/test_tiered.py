@@ -283,7 +283,7 @@ def test_engine_cpu_tier_loads_the_kv_pages_that_were_computed():
     a, keys = req(1), block_keys(req(1), 32)
     sp = SamplingParams(max_tokens=4, min_tokens=4, ignore_eos=True, temperature=0.0)
     with open_engine(EngineSpec(num_blocks=14, cpu_blocks=32), "lru") as s:
-        worker = get_kv_transfer_group().connector_worker.worker
+        worker = get_kv_transfer_group().connector_worker.spec.host_copy
         for zeroed in (False, True):
             s.run(Workload("kv", {}, [a]), 0)
             rt = s.runtime

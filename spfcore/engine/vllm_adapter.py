@@ -569,6 +569,17 @@ class PolicySchedulerMixin:
         self.spf_guarded("arrived", self.spf_queue.runtime.arrived, view, now)
 
     # ------------------------------------------------------------ CPU tier
+    def _build_kv_connector_meta(self, connector, scheduler_output):
+        """vLLM's connector step (this step's tier loads and stores planned);
+        then the CPU tier re-ranks the requests that ended before it
+        (:meth:`SpfOffloadingManager.end_step`: on vLLM 0.24, where vLLM 0.32
+        does it itself)."""
+        meta = super()._build_kv_connector_meta(connector, scheduler_output)
+        tier = offload_manager(self)
+        if tier is not None and tier.ended:
+            tier.end_step()
+        return meta
+
     def _spf_tier_runtime(self):
         q = self.spf_queue
         return None if q is None or q.fallback is not None else q.runtime
@@ -917,9 +928,12 @@ def check_block_pool(scheduler) -> None:
 #   of a request's end (``on_request_finished(req_context)``, no keys). Here
 #   :class:`SpfOffloadingManager` records what 0.32's manager records (the
 #   chunks a request loaded or offered, first-use order = prefix order),
-#   re-ranks them at the request's end and ignores ``touch``, so the tier
-#   keeps the same order on both versions and the two-tier simulator models
-#   both.
+#   ignores ``touch``, and re-ranks them when 0.32 does: in the scheduler
+#   step after the request's end, once that step's stores are planned
+#   (:meth:`PolicySchedulerMixin._build_kv_connector_meta`). The tier keeps
+#   the same order on both versions, and the two-tier simulator models both.
+#   (On 0.24 a request whose store is still in flight at its end is told
+#   later, after that store: only with asynchronous copies, on a GPU.)
 
 try:
     from vllm.v1.kv_offload.base import make_offload_key
@@ -1106,8 +1120,9 @@ else:
         and stored (``stored_chunks``, ``not_admitted``). On vLLM 0.24
         (``TIER_API == "handlers"``) it also keeps each running request's
         chunk accesses (``accessed``: request id -> keys in first-use order)
-        and hands them to the policy at the request's end, as vLLM 0.32's
-        manager does."""
+        and hands them to the policy in the scheduler step after the
+        request's end (``ended``, :meth:`end_step`), as vLLM 0.32's manager
+        and connector do."""
 
         def __init__(self, num_chunks: int, **kwargs) -> None:
             super().__init__(num_chunks, cache_policy="lru", **kwargs)
@@ -1116,6 +1131,7 @@ else:
             self.stored_chunks = 0
             self.not_admitted = 0
             self.accessed: dict[str, dict] = {}
+            self.ended: list[tuple] = []
 
         @property
         def tier_policy(self) -> SpfTierPolicy:
@@ -1144,22 +1160,35 @@ else:
 
         if TIER_API == "handlers":
             def touch(self, keys, req_context) -> None:
-                """Nothing: the request's chunks are re-ranked at its end
-                (:meth:`on_request_finished`), as on vLLM 0.32, whose
-                scheduler does not touch."""
+                """Nothing: the request's chunks are re-ranked after its end
+                (:meth:`end_step`), as on vLLM 0.32, whose scheduler does not
+                touch."""
                 return None
 
             def on_request_finished(self, req_context) -> None:
-                """Re-rank the chunks the request used (vLLM 0.24 calls this
-                once per request, after its last transfer)."""
+                """Keep the chunks the request used for :meth:`end_step`
+                (vLLM 0.24 calls this once per request: at its end, or after
+                its last transfer if one is still running)."""
                 keys = list(self.accessed.pop(req_context.req_id, ()))
                 if keys:
-                    self._policy.on_request_finished((keys,), set(), set(), req_context)
+                    self.ended.append((req_context, keys))
+
+        def end_step(self) -> None:
+            """Re-rank the chunks of the requests that ended before this
+            scheduler step (``ended``), once the step's stores are planned:
+            where vLLM 0.32's connector tells the policy (at the end of its
+            ``build_connector_meta``). Called by
+            :meth:`PolicySchedulerMixin._build_kv_connector_meta`; ``ended``
+            stays empty on vLLM 0.32."""
+            ended, self.ended = self.ended, []
+            for req_context, keys in ended:
+                self._policy.on_request_finished((keys,), set(), set(), req_context)
 
         def reset_cache(self) -> None:
             super().reset_cache()
             self.loaded.clear()
             self.accessed.clear()
+            self.ended.clear()
             self.stored_chunks = self.not_admitted = 0
 
     class SpfOffloadingSpec(CPUOffloadingSpec):
@@ -1175,11 +1204,16 @@ else:
         :func:`offload_config`). vLLM 0.32 builds it from one
         ``OffloadingConfig``, vLLM 0.24 from ``(vllm_config, kv_cache_config)``.
 
+        Attributes:
+            host_copy: The :class:`HostCopyWorker` moving this tier's pages on
+                vLLM's CPU platform (worker side), else ``None``.
+
         Raises:
             ValueError: an offloaded block spans more than one KV block
                 (``kv_connector_extra_config["block_size"]`` set larger).
         """
 
+        host_copy: HostCopyWorker | None = None
         _SIZE = "num_blocks" if TIER_API == "handlers" else "num_chunks"  # the tier's size, in vLLM's name
 
         def __init__(self, *args) -> None:
@@ -1199,9 +1233,9 @@ else:
             return self._manager
 
         def _host_copy(self, kv_caches) -> HostCopyWorker:
-            if getattr(self, "_spf_host_copy", None) is None:
-                self._spf_host_copy = HostCopyWorker(kv_caches, getattr(self, self._SIZE), self._spf_per_chunk)
-            return self._spf_host_copy
+            if self.host_copy is None:
+                self.host_copy = HostCopyWorker(kv_caches, getattr(self, self._SIZE), self._spf_per_chunk)
+            return self.host_copy
 
         if TIER_API == "handlers":
             def get_handlers(self, kv_caches):
