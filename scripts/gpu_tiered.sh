@@ -13,10 +13,12 @@
 # Install first, per ../shared/gpu/README.md (vllm 0.24.0 wheels, VLLM_USE_FLASHINFER_SAMPLER=0),
 # with spfcore + plugins wheels built from THIS checkout (frequency's tier hooks are new):
 #   .venv/bin/pip wheel --no-deps --no-build-isolation -w .gpu/x2 . plugins/*
-# Device calls (kind nvidia-h200), back to back, one per line (about 9 min of device time in all):
-#   bash scripts/gpu_tiered.sh check      # imports + a 4-request tiered engine cell vs the simulator (< 1 min)
-#   bash scripts/gpu_tiered.sh gate       # seeds 42,43: no engine cell starts after 300 s (<= 8 min)
-#   bash scripts/gpu_tiered.sh gate       # only if the first call said INCOMPLETE: resumes the rest
+# Device calls (kind nvidia-h200), back to back, one per line (about 15 min of device time in all;
+# estimates from results/gpu-h200-4217080: engine start + warm-up ~2.5 min, ~75 s per cell of 128
+# requests, plus the tier's copies):
+#   bash scripts/gpu_tiered.sh check         # imports + a 4-request tiered engine cell vs the simulator (~1 min)
+#   bash scripts/gpu_tiered.sh gate          # seed 42, 3 arms: no engine cell starts after 300 s (<= 8 min)
+#   bash scripts/gpu_tiered.sh gate 42,43    # adds seed 43 (seed 42's cells reused); again if it says INCOMPLETE
 # The run folder is $WORK (default /tmp/gpu-tiered, kept while the machine is warm, so the second
 # `gate` call resumes); each call copies it to $OUT/gpu-tiered/ (check.txt, gate.txt, gate/results.json
 # with every cell, the sidecar, the plots). Then here:
@@ -34,15 +36,15 @@ trap back EXIT
 case "${1:-}" in
   check)
     # exit 2: this vLLM has no usable tier API (printed); 1: the cell disagrees with the simulator
-    python3 scripts/tier_check.py --model llama-3.2-3b --block-size 16 2>&1 | tee "$W/check.txt" ;;
+    python3 scripts/tier_check.py --model "${MODEL:-llama-3.2-3b}" --block-size "${BS:-16}" 2>&1 | tee "$W/check.txt" ;;
   calibrate)
     python3 benchmarks/calibrate_tier.py --model llama-3.2-3b --prompt-tokens 8192 | tee "$W/calibrate.txt" ;;
   gate)
     # frequency is the candidate against vLLM's tiers (lru: baseline and throughput floor); no oracle
     # arm (belady_oracle's engine cells would cost the budget; the simulator's tiered Belady still
-    # gives the headroom check). Exit 5 (INCONCLUSIVE on 2 seeds) is a result, not a failure.
+    # gives the headroom check). Exit 5 (INCONCLUSIVE) is a result, not a failure; INCOMPLETE exits 0.
     python3 -m spfcore.cli gate --preset seed --model llama-3.2-3b --block-size 16 --cpu-ratio 2 \
-        --seeds "${2:-42,43}" --arms lru,frequency,spf_expected_utility \
+        --seeds "${2:-42}" --arms lru,frequency,spf_expected_utility \
         --policy-opt spf_expected_utility.variant=seed --policy-opt spf_expected_utility.mode=prefetch \
         --candidate frequency --baseline lru --floor lru --oracle none --min-seeds 1 \
         --time-limit 300 --no-progress --output "$W/gate/results.json" 2>&1 | tee -a "$W/gate.txt" \
