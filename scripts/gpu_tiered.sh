@@ -47,7 +47,7 @@ case "${1:-}" in
         --seeds "${2:-42}" --arms lru,frequency,spf_expected_utility \
         --policy-opt spf_expected_utility.variant=seed --policy-opt spf_expected_utility.mode=prefetch \
         --candidate frequency --baseline lru --floor lru --oracle none --min-seeds 1 \
-        --time-limit 300 --no-progress --output "$W/gate/results.json" 2>&1 | tee -a "$W/gate.txt" \
+        --time-limit "${TIME_LIMIT:-300}" --no-progress --output "$W/gate/results.json" 2>&1 | tee -a "$W/gate.txt" \
       || [ "${PIPESTATUS[0]}" -eq 5 ] ;;
   *) echo "usage: $0 check | gate [SEEDS] | calibrate" >&2; exit 2 ;;
 esac
