@@ -1168,9 +1168,15 @@ else:
             def on_request_finished(self, req_context) -> None:
                 """Keep the chunks the request used for :meth:`end_step`
                 (vLLM 0.24 calls this once per request: at its end, or after
-                its last transfer if one is still running)."""
+                its last transfer if one is still running). Under a scheduler
+                without spfcore's policy queue (no ``owner``, nothing calls
+                :meth:`end_step`) they are re-ranked now, in LRU order."""
                 keys = list(self.accessed.pop(req_context.req_id, ()))
-                if keys:
+                if not keys:
+                    return
+                if self._policy.owner is None:
+                    self._policy.on_request_finished((keys,), set(), set(), req_context)
+                else:
                     self.ended.append((req_context, keys))
 
         def end_step(self) -> None:
