@@ -74,6 +74,16 @@ def _load_nb():
     return nb
 
 
+def prepare_numba() -> None:
+    """Import numba in a way vLLM's CPU build tolerates (see
+    :func:`_scannable_llvmlite`). A plugin with numba kernels calls it before
+    importing them (policy-ordered policies never load the scored evictor,
+    which does it otherwise)."""
+    import numba  # noqa: F401
+
+    _scannable_llvmlite()
+
+
 def _scannable_llvmlite() -> None:
     """Let vLLM's CPU build start in a process that loaded numba first (the
     simulator's scored cells before the gate's engine cells; the engine

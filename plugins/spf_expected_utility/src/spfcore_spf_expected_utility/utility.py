@@ -107,6 +107,22 @@ from spfcore import NEVER_ARRIVAL, Scores, hookimpl
 from spfcore_spf_expected_utility.params import ExpectedUtilityParams
 
 N_KINDS = 3  # decode, fresh prompt, continuation prompt
+_nb = None  # spfcore_spf_expected_utility._nb (numba), loaded by the first UtilityPolicy
+
+
+def _load_nb():
+    """Import (compile, or load from numba's cache) the compiled table
+    rebuild once per process, numba made safe for vLLM first."""
+    global _nb
+    if _nb is None:
+        from spfcore.evictor import prepare_numba
+
+        prepare_numba()
+        from spfcore_spf_expected_utility import _nb as mod
+
+        mod.warm()
+        _nb = mod
+    return _nb
 
 
 @functools.lru_cache(maxsize=8)
@@ -216,11 +232,13 @@ class UtilityPolicy:
     capabilities = frozenset({"scoring"})
 
     def __init__(self, params: ExpectedUtilityParams | None = None) -> None:
+        _load_nb()
         self.params = p = params or ExpectedUtilityParams()
         # lo: bucket lower edges (float); lo_int: first integer age of each bucket, and the end;
         # bucket_of: bucket per small integer age (direct lookup); shared read-only per layout
         self.nb, self.lo, lo_int, self.bucket_of = _age_buckets(p.buckets_per_octave, p.max_age_log2)
         self.lo_int = list(lo_int)
+        self._lo_int_np = np.array(lo_int, dtype=np.int64)
         # bucket of min(age, len(bucket_of)): ages past the resolved range fall in the last bucket
         self._bucket_np = np.array(self.bucket_of + (self.nb - 1,), dtype=np.int64)
         self.per_kind = p.max_count  # reuse classes per group
@@ -235,10 +253,7 @@ class UtilityPolicy:
                 continue
             gap = 2 ** ((g - 1) * p.gap_octaves)
             self.gap_prior[c, self.bucket_of[gap] if gap < len(self.bucket_of) else self.nb - 1] = p.gap_prior
-        nb, lo = self.nb, self.lo
-        a = lo[:nb][:, None]  # (nb, 1): start age of bucket i
-        self._layout = ((np.arange(nb)[None, :] >= np.arange(nb)[:, None])[None], a[None],
-                        lo[1:nb + 1][None, None, :] - a[None])  # for _build
+        self._lo_f = np.array(self.lo)  # a writable copy for the compiled loops (one array type)
         self._cwf = [1.0]  # count term per access count (index 0 unused), grown on demand
         self.rescored = 0  # blocks scored (first scores and re-scores), for cost accounting
         self._reset(0)
@@ -364,7 +379,7 @@ class UtilityPolicy:
         vals = np.zeros((self.nc + 1, nb))
         vals[:self.nc] = table
         offs = np.full((self.nc + 1, nb), -1, np.int64)
-        offs[:self.nc] = change_offsets(vals[:self.nc], self.lo_int, self.params.rel_tol, cut)
+        offs[:self.nc] = _nb.change_offsets(vals[:self.nc], self._lo_int_np, float(self.params.rel_tol), float(cut))
         self._vals, self._offs = vals, offs
 
     def _build(self) -> None:
@@ -386,17 +401,12 @@ class UtilityPolicy:
             h = h + self.gap_prior
         # for start bucket i (age a = lo_i) and horizon bucket j >= i:
         #   hits = H[j+1] - H[i];  occ = sum_{x=i..j} h_x (rep_x - a) + tail_j (hi_j - a)
+        #   index = max over j of hits / occ (where occ > 0), at least 0
+        # (compiled: _nb.density_index, the same float operations as the numpy form)
         H = np.concatenate([np.zeros((self.nc, 1)), np.cumsum(h, 1)], 1)  # (nc, nb+1)
         HR = np.concatenate([np.zeros((self.nc, 1)), np.cumsum(h * rep, 1)], 1)
         total = H[:, -1] + nev  # (nc,)
-        valid, a, span = self._layout  # j >= i; a = lo_i; hi_j - lo_i
-        hits = H[:, None, 1:] - H[:, :nb, None]  # (nc, i, j)
-        sum_hr = HR[:, None, 1:] - HR[:, :nb, None]
-        tail = total[:, None, None] - H[:, None, 1:]
-        occ = sum_hr - hits * a + tail * span
-        with np.errstate(divide="ignore", invalid="ignore"):
-            dens = np.where(valid & (occ > 0), hits / occ, 0.0)
-        idx = dens.max(2)
+        idx = _nb.density_index(H, HR, total, self._lo_f, nb)
         cut = p.cut_factor * self.theta if self.theta > 0 else math.inf
         self._install(idx, cut)
         self.theta = self.theta_next

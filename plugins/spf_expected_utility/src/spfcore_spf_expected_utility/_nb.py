@@ -1,0 +1,106 @@
+"""The ``utility`` variant's table rebuild as numba-compiled loops.
+
+Imported by :class:`~spfcore_spf_expected_utility.utility.UtilityPolicy` on
+construction (through :func:`spfcore.evictor.prepare_numba`, which makes
+llvmlite safe for vLLM's module scan). Each loop performs, element by element,
+the same IEEE operations in the same order as the numpy expressions it
+replaces (no ``fastmath``: no reassociation, no fused multiply-add), so the
+tables are bit-identical; it only skips numpy's ``(classes, buckets,
+buckets)`` temporaries. ``cache=True``: compiled once into numba's on-disk
+cache (``scripts/setup.sh`` warms it, :func:`warm`).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_jit = numba.njit(cache=True, nogil=True)
+
+
+@_jit
+def density_index(H, HR, total, lo, nb):
+    """``idx[c, i] = max(0, max_{j >= i, occ > 0} hits / occ)`` with
+    ``hits = H[c, j+1] - H[c, i]``, ``occ = (HR[c, j+1] - HR[c, i]) - hits *
+    lo[i] + (total[c] - H[c, j+1]) * (lo[j+1] - lo[i])`` (see
+    ``UtilityPolicy._build``).
+
+    Args:
+        H, HR: ``(classes, nb + 1)`` float64 prefix sums of the histograms
+            (``h`` and ``h * rep``), a leading zero column.
+        total: ``(classes,)`` float64, reuses plus never-reused.
+        lo: ``(nb + 1,)`` float64 bucket lower edges and the end, arrivals.
+        nb: buckets.
+
+    Returns:
+        ``(classes, nb)`` float64 index table.
+    """
+    nc = H.shape[0]
+    out = np.zeros((nc, nb))
+    for c in range(nc):
+        tc = total[c]
+        for i in range(nb):
+            a = lo[i]
+            h0 = H[c, i]
+            r0 = HR[c, i]
+            best = 0.0
+            for j in range(i, nb):
+                hits = H[c, j + 1] - h0
+                sum_hr = HR[c, j + 1] - r0
+                tail = tc - H[c, j + 1]
+                span = lo[j + 1] - a
+                t1 = hits * a
+                t2 = sum_hr - t1
+                t3 = tail * span
+                occ = t2 + t3
+                if occ > 0:
+                    d = hits / occ
+                    if d > best or d != d:  # NaN propagates, as numpy's max
+                        best = d
+            out[c, i] = best
+    return out
+
+
+@_jit
+def change_offsets(r, lo_int, rel_tol, cut):
+    """:func:`spfcore_spf_expected_utility.utility.change_offsets` (same
+    comparisons): per ``(class, bucket i)`` the first integer age of the
+    first later bucket ``j`` whose value differs by more than ``rel_tol``
+    relative and (finite ``cut``) where one of the two lies below ``cut``;
+    ``lo_int[nb]`` if one differs only above the cut; ``-1`` if none differs.
+
+    Args:
+        r: ``(classes, nb)`` float64 index table.
+        lo_int: ``(nb + 1,)`` int64 first integer age of each bucket and the end.
+        rel_tol: float.
+        cut: float (``inf``: no cut).
+
+    Returns:
+        ``(classes, nb)`` int64.
+    """
+    nc, nb = r.shape
+    out = np.empty((nc, nb), np.int64)
+    has_cut = cut != np.inf
+    for c in range(nc):
+        for i in range(nb):
+            x = r[c, i]
+            tol = rel_tol * abs(x)
+            res = -1
+            for j in range(i + 1, nb):
+                y = r[c, j]
+                if abs(y - x) > tol:
+                    if not has_cut or x < cut or y < cut:
+                        res = lo_int[j]
+                        break
+                    if res < 0:
+                        res = lo_int[nb]
+            out[c, i] = res
+    return out
+
+
+def warm() -> None:
+    """Compile both loops (or load them from numba's cache) now, on a tiny table."""
+    H = np.zeros((2, 4))
+    lo = np.array([0.0, 1.0, 2.0, 4.0])
+    idx = density_index(H, H, np.ones(2), lo, 3)
+    change_offsets(idx, np.array([0, 1, 2, 4], np.int64), 0.0, np.inf)
