@@ -319,6 +319,24 @@ def restore(ids, pinned, ib, val, hv, hi, c):
 
 
 @_jit
+def remove_many(ids, ib, c):
+    """Take free cached blocks ``ids`` out, in order (hits); returns ``-1``,
+    or the position of the first id that is not a free cached block (those
+    before it were taken out, the rest were not)."""
+    nb = ib.shape[1]
+    for k in range(ids.shape[0]):
+        i = ids[k]
+        if i < 0 or i >= nb or not ib[IN, i]:
+            return k
+        ib[IN, i] = 0  # its heap entries go stale
+        c[LIVE] -= 1
+        if ib[PIN, i]:
+            ib[PIN, i] = 0
+            c[NPIN] -= 1
+    return -1
+
+
+@_jit
 def live_unique(ids, unpinned, ib, c):
     """The ids that are free cached blocks (and unpinned, if asked), first
     occurrence kept, in order."""
@@ -454,6 +472,7 @@ def warm() -> None:
     e = np.empty(0)
     place(ids, np.ones(4, np.int64), e, e, e, np.empty(0, np.bool_), ids, 2, ib, val, hv, hi, tk, ti, ak, ai, c)
     live_unique(ids, True, ib, c)
+    remove_many(ids[:0], ib, c)
     d, _, _ = due(2.0, 2.0, ib, tk, ti, ak, ai, c)
     drain(2.0, 2.0, ib, tk, ti, ak, ai, c)
     out, pinned = np.empty(2, np.int64), np.empty(2, np.bool_)

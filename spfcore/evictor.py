@@ -396,6 +396,27 @@ class Evictor:
         except ValueError:
             raise KeyError(f"block {block_id} is not free") from None
 
+    def remove_many(self, ids: Sequence[int]) -> None:
+        """:meth:`remove` of each of ``ids`` in order, in one call (a hit
+        chain leaving the free queue).
+
+        Raises:
+            KeyError: a block is not free; the blocks before it were taken out.
+        """
+        if self._flat:
+            lru = self._lru
+            if all(map(lru.__contains__, ids)) and len(set(ids)) == len(ids):
+                deque(map(lru.__delitem__, ids), maxlen=0)
+                return
+        elif len(ids):
+            arr = self._ids(ids)
+            k = nb.remove_many(arr, self._ib, self._c)
+            if k < 0:
+                return
+            ids = arr[k:].tolist()  # the rest, one by one (a hashless block, or not free: KeyError)
+        for i in ids:
+            self.remove(i)
+
     def rescore(self, ids: Iterable[int], now: float) -> int:
         """Re-score these blocks now (those not free are skipped), in one
         batch. Returns how many were re-scored.

@@ -841,9 +841,12 @@ class PolicyRuntime:
             KeyError: a block is not free (a driver bug; the blocks before it
                 have left the free queue).
         """
-        remove = self.evictor.remove
-        for i in ids:
-            remove(i)
+        if not isinstance(ids, (list, tuple)):
+            ids = list(ids)
+        if len(ids) == 1:
+            self.evictor.remove(ids[0])
+        else:
+            self.evictor.remove_many(ids)
 
     @property
     def num_free(self) -> int:

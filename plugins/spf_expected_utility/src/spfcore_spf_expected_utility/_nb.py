@@ -98,9 +98,40 @@ def change_offsets(r, lo_int, rel_tol, cut):
     return out
 
 
+@_jit
+def chain_cap(x, pi, back):
+    """Cap each value at its parent's, in one pass: ``res[k] = min(x[k],
+    res[pi[k]])`` where the parent (position ``pi[k]`` in the batch, ``-1``:
+    none) comes earlier in the pass, which runs from the last position to the
+    first when ``back`` (a release batch, tail first), else forwards.
+
+    Args:
+        x: ``(n,)`` float64 values.
+        pi: ``(n,)`` int64 parent positions.
+        back: bool.
+
+    Returns:
+        ``(n,)`` float64, a new array.
+    """
+    n = x.shape[0]
+    res = x.copy()
+    if back:
+        for k in range(n - 1, -1, -1):
+            p = pi[k]
+            if p > k and res[p] < res[k]:
+                res[k] = res[p]
+    else:
+        for k in range(n):
+            p = pi[k]
+            if 0 <= p < k and res[p] < res[k]:
+                res[k] = res[p]
+    return res
+
+
 def warm() -> None:
     """Compile both loops (or load them from numba's cache) now, on a tiny table."""
     H = np.zeros((2, 4))
     lo = np.array([0.0, 1.0, 2.0, 4.0])
     idx = density_index(H, H, np.ones(2), lo, 3)
     change_offsets(idx, np.array([0, 1, 2, 4], np.int64), 0.0, np.inf)
+    chain_cap(np.ones(3), np.array([1, 2, -1], np.int64), True)

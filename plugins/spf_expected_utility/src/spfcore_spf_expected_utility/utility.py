@@ -597,6 +597,7 @@ class UtilityPolicy:
         depth = blocks.depth
         back = depth[0] > depth[-1]
         parents = blocks.parents
+        _load_nb()
         pos = dict(zip(keys, range(n)))
         if len(pos) < n:  # a hash twice (a recomputed copy): the latest one met counts
             xs = x.tolist()
@@ -608,30 +609,7 @@ class UtilityPolicy:
                 low[keys[k]] = xs[k]
             return np.array(xs)
         pi = np.fromiter(map(pos.get, parents, repeat(-1)), np.int64, n)
-        if back:  # work in pass order
-            pi = np.where(pi >= 0, n - 1 - pi, -1)[::-1]
-            x = x[::-1]
-        idx = np.arange(n)
-        first = pi != idx - 1  # starts a run (its parent is not the block just before it)
-        first[0] = True
-        link = np.flatnonzero(first & (pi >= 0) & (pi < idx))  # a run whose parent is met earlier
-        if first.all():  # no run longer than one block
-            if not len(link):
-                return x[::-1] if back else x
-            res = x.copy()
-        elif not first[1:].any():  # one run (a chain released whole): a plain running minimum
-            res = np.minimum.accumulate(x)
-        else:  # running minimum within runs, exactly: ranks, each run offset below all earlier ones
-            u, r = np.unique(x, return_inverse=True)
-            off = (np.cumsum(first) - 1) * len(u)
-            res = u[np.minimum.accumulate(r - off) + off]
-        if len(link):
-            starts = np.flatnonzero(first).tolist()
-            end_of = dict(zip(starts, starts[1:] + [n]))
-            for h, j in zip(link.tolist(), pi[link].tolist()):
-                e = end_of[h]
-                np.minimum(res[h:e], res[j], out=res[h:e])
-        return res[::-1] if back else res
+        return _nb.chain_cap(np.ascontiguousarray(x, np.float64), pi, bool(back))  # the same pass, compiled
 
 
 __all__ = ["UtilityPolicy", "change_offsets", "change_points", "change_points_all"]
