@@ -128,6 +128,16 @@ def chain_cap(x, pi, back):
     return res
 
 
+@_jit
+def take_back(never, cls, d):
+    """``never[cls[q]] = max(never[cls[q]] - d[q], 0)`` for each ``q`` in
+    order (ghosts coming back; ``d``: the decayed weight of each eviction)."""
+    for q in range(cls.shape[0]):
+        c = cls[q]
+        nv = never[c] - d[q]
+        never[c] = nv if nv > 0.0 else 0.0
+
+
 def warm() -> None:
     """Compile both loops (or load them from numba's cache) now, on a tiny table."""
     H = np.zeros((2, 4))
@@ -135,3 +145,4 @@ def warm() -> None:
     idx = density_index(H, H, np.ones(2), lo, 3)
     change_offsets(idx, np.array([0, 1, 2, 4], np.int64), 0.0, np.inf)
     chain_cap(np.ones(3), np.array([1, 2, -1], np.int64), True)
+    take_back(np.ones(3), np.array([1, 2], np.int64), np.ones(2))

@@ -98,8 +98,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections import OrderedDict
-from itertools import repeat
+from collections import deque
+from itertools import islice, repeat
 
 import numpy as np
 
@@ -264,7 +264,9 @@ class UtilityPolicy:
         self.kind = 1  # kind of the current request's prompt blocks
         self.prompt: set = set()
         self.info: dict = {}  # resident block hash -> slot
-        self.ghost: OrderedDict = OrderedDict()  # evicted block hash -> slot, oldest first
+        # evicted block hash -> slot, oldest first (a plain dict keeps insertion order and pops
+        # several times faster than an OrderedDict; the oldest leave in bulk, see blocks_evicted)
+        self.ghost: dict = {}
         self._dual: set = set()  # hashes with a ghost record and another (newer) resident one
         self.ghost_cap = max(1, int(p.ghost_factor * num_blocks))
         n = max(64, num_blocks + self.ghost_cap // 4)
@@ -478,28 +480,35 @@ class UtilityPolicy:
         if not n:
             return
         info = self.info
-        inp = np.fromiter(map(self.prompt.__contains__, keys), bool, n)
-        grp = self._grps(np.where(inp, self.kind, 0), blocks.depth)
+        if self.prompt.issuperset(keys):  # prompt blocks (the usual store): one kind
+            grp = self._grps(self.kind, blocks.depth)
+        else:
+            inp = np.fromiter(map(self.prompt.__contains__, keys), bool, n)
+            grp = self._grps(np.where(inp, self.kind, 0), blocks.depth)
+        if info.keys().isdisjoint(keys) and self.ghost.keys().isdisjoint(keys):  # all seen the first time
+            self._new(keys, grp)
+            return
         slots = np.fromiter(map(info.get, keys, repeat(-1)), np.int64, n)
         old = slots >= 0
         if not old.all():
-            miss = np.flatnonzero(~old).tolist()
-            gpop = self.ghost.pop
-            back = [gpop(keys[j], -1) for j in miss]
-            new = [j for j, s in zip(miss, back) if s < 0]
-            if len(new) < len(miss):  # ghosts come back: their eviction counted as "never"; take it back
-                never, cls, eps = self.never, self.cls, self.epoch_of
-                decay, epoch = self.params.decay, self.epoch
-                for j, s in zip(miss, back):
-                    if s >= 0:
-                        c = cls[s]
-                        nv = never[c] - decay ** (epoch - int(eps[s]))  # decayed since
-                        never[c] = nv if nv > 0.0 else 0.0
-                        info[keys[j]] = s
-                        slots[j] = s
-                        old[j] = True
-            if new:
-                self._new([keys[j] for j in new], grp[new])
+            miss = np.flatnonzero(~old)
+            mk = [keys[j] for j in miss.tolist()]
+            back = np.fromiter(map(self.ghost.pop, mk, repeat(-1)), np.int64, len(mk))
+            ret = back >= 0
+            if ret.any():  # ghosts come back: their eviction counted as "never"; take it back
+                rs, rj = back[ret], miss[ret]
+                ks = (self.epoch - self.epoch_of[rs]).tolist()
+                decay = self.params.decay
+                pw = {k: decay ** k for k in set(ks)}  # decayed since (Python's pow, as ever)
+                _nb.take_back(self.never, self.cls[rs], np.fromiter(map(pw.__getitem__, ks), np.float64, len(ks)))
+                info.update(zip([keys[j] for j in rj.tolist()], rs.tolist()))
+                slots[rj] = rs
+                old[rj] = True
+                new = miss[~ret]
+                if len(new):
+                    self._new([keys[j] for j in new.tolist()], grp[new])
+            else:
+                self._new(mk, grp[miss])
             slots, grp = slots[old], grp[old]
         if not len(slots):
             return
@@ -544,9 +553,10 @@ class UtilityPolicy:
         np.add.at(self.never, self.cls[s], 1.0)  # pessimistic until the hash comes back
         self.epoch_of[s] = self.epoch
         over = len(ghost) - self.ghost_cap
-        if over > 0:
-            pop = ghost.popitem
-            free += [pop(last=False)[1] for _ in range(over)]
+        if over > 0:  # the oldest ghosts leave, oldest first (one scan past the dict's freed slots)
+            old = list(islice(ghost.items(), over))
+            deque(map(ghost.__delitem__, [k for k, _ in old]), maxlen=0)
+            free += [s for _, s in old]
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
