@@ -375,16 +375,25 @@ class PolicyRuntime:
         self._direct = {n: d for n in HOOK_NAMES if (d := _direct_call(pm, n)) is not None}
         table = self.table
         score = admit = choose = None
+        shared = [None, None]  # (ids, batch) of the last admission call: its score call reuses the batch
+
         if self._has["spfcore_score_blocks"]:
             def score(ids, now):
-                res = self._call("spfcore_score_blocks", None, blocks=BlockBatch(table, ids), now=now)
+                if shared[0] is ids:  # the same release: one batch (columns read once) for both hooks
+                    batch = shared[1]
+                    shared[0] = shared[1] = None
+                else:
+                    batch = BlockBatch(table, ids)
+                res = self._call("spfcore_score_blocks", None, blocks=batch, now=now)
                 try:
                     return score_arrays(res, len(ids), self.policy_name)
                 except (TypeError, ValueError, OverflowError) as exc:  # e.g. a bare number: not a sequence
                     raise _bad(self.policy_name, "spfcore_score_blocks", f"{res!r:.80}: {exc}") from exc
         if self._has["spfcore_admit_blocks"]:
             def admit(ids, now):
-                res = self._call("spfcore_admit_blocks", None, blocks=BlockBatch(table, ids), now=now)
+                batch = BlockBatch(table, ids)
+                shared[0], shared[1] = ids, batch
+                res = self._call("spfcore_admit_blocks", None, blocks=batch, now=now)
                 if isinstance(res, np.ndarray) and res.dtype == np.bool_ and res.shape == (len(ids),):
                     return res  # bools already, as the evictor takes them
                 return admit_column(res, len(ids), self.policy_name)
