@@ -85,9 +85,13 @@ class FrequencyPolicy:
     @hookimpl
     def spfcore_blocks_stored(self, request, blocks, now):
         count, ghost, keys = self.count, self.ghost, blocks.keys
-        if count.keys().isdisjoint(keys) and ghost.keys().isdisjoint(keys):  # all new: +1 per occurrence, in C
-            count.update(keys)
-            return
+        if count.keys().isdisjoint(keys):  # none cached now (the usual store): in C-level calls
+            if ghost.keys().isdisjoint(keys):  # all new: +1 per occurrence
+                count.update(keys)
+                return
+            if len(set(keys)) == len(keys):  # each its ghost count (or 0) + 1
+                dict.update(count, zip(keys, map((1).__add__, map(ghost.pop, keys, repeat(0)))))
+                return
         for k in keys:
             count[k] = (count[k] if k in count else ghost.pop(k, 0)) + 1
 
@@ -100,12 +104,13 @@ class FrequencyPolicy:
         count, ghost, cap = self.count, self.ghost, self.ghost_cap
         cs = list(map(count.pop, keys, repeat(None)))
         if cap:
-            if None not in cs and ghost.keys().isdisjoint(keys):  # the usual case: appended in order, in C
+            n0 = len(ghost)
+            if None not in cs:  # the usual case: appended in order, in C
                 ghost.update(zip(keys, cs))
-            else:
+            if None in cs or len(ghost) != n0 + len(keys):  # some were there already: each to the newest end
                 for k, c in zip(keys, cs):
                     if c is not None:
-                        ghost.pop(k, None)  # to the newest end
+                        ghost.pop(k, None)
                         ghost[k] = c
         over = len(ghost) - cap
         if over > 0:  # the least recently evicted leave (one scan past the dict's freed slots)
