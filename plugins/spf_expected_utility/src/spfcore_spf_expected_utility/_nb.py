@@ -138,6 +138,43 @@ def take_back(never, cls, d):
         never[c] = nv if nv > 0.0 else 0.0
 
 
+@_jit
+def assign(slot_of_id, nhold, id_of_slot, ids, fin):
+    """Map block ``ids[k]`` to slot ``fin[k]`` (0: none), keeping per slot the
+    number of ids mapped to it and the last one."""
+    for k in range(ids.shape[0]):
+        i = ids[k]
+        o = slot_of_id[i]
+        if o > 0:
+            nhold[o] -= 1
+        f = fin[k]
+        slot_of_id[i] = f
+        if f > 0:
+            nhold[f] += 1
+            id_of_slot[f] = i
+
+
+@_jit
+def parent_pos(s, ps, scratch):
+    """Position in the batch of each block's parent: the block whose slot
+    ``s`` is the parent's slot ``ps`` (``<= 0``: none, -1); ``None`` if a slot
+    occurs twice. ``scratch``: -1 per slot, left as it was."""
+    n = s.shape[0]
+    ok = True
+    for k in range(n):
+        if scratch[s[k]] >= 0:
+            ok = False
+        scratch[s[k]] = k
+    pi = np.empty(n if ok else 0, np.int64)
+    if ok:
+        for k in range(n):
+            q = ps[k]
+            pi[k] = scratch[q] if q > 0 else -1
+    for k in range(n):
+        scratch[s[k]] = -1
+    return pi
+
+
 def warm() -> None:
     """Compile both loops (or load them from numba's cache) now, on a tiny table."""
     H = np.zeros((2, 4))
@@ -146,3 +183,6 @@ def warm() -> None:
     change_offsets(idx, np.array([0, 1, 2, 4], np.int64), 0.0, np.inf)
     chain_cap(np.ones(3), np.array([1, 2, -1], np.int64), True)
     take_back(np.ones(3), np.array([1, 2], np.int64), np.ones(2))
+    z = np.zeros(4, np.int64)
+    assign(z, z.copy(), z.copy(), np.array([1], np.int64), np.array([2], np.int64))
+    parent_pos(np.array([1, 2], np.int64), np.array([2, -1], np.int64), np.full(4, -1, np.int64))

@@ -284,6 +284,21 @@ class UtilityPolicy:
         self.epoch = 0  # table builds so far (decay steps)
         self.theta = 0.0  # eviction frontier: largest victim index in the previous period
         self.theta_next = 0.0  # ... in the current period
+        # The id map (see _score_by_ids): per block id of the runtime's table the slot of the
+        # hash it holds (0: none), the slot of its parent hash when stored (-1: depth 0, 0:
+        # unknown) and that slot's generation then; per slot the ids mapped to it, the last
+        # one, and a generation bumped when the slot stops naming its hash's record.
+        self._table = None
+        self._ids_ok = True  # False once set_record or a foreign batch made the map unsure
+        m = max(16, num_blocks)
+        self._slot_of_id = np.zeros(m, np.int64)
+        self._pslot_of_id = np.zeros(m, np.int64)
+        self._pgen_of_id = np.zeros(m, np.int64)
+        self._nhold = np.zeros(n, np.int64)
+        self._id_of_slot = np.zeros(n, np.int64)
+        self._gen = np.zeros(n, np.int64)
+        self._scratch = np.full(n, -1, np.int64)
+        self._orphans: dict = {}  # hash -> ids that held it when it lost its record (checked on use)
 
     # ------------------------------------------------------------ records
     def _alloc(self, m: int) -> np.ndarray:
@@ -292,17 +307,19 @@ class UtilityPolicy:
         if len(free) < m:
             n = len(self.last)
             grow = max(n, m)
-            for name in ("last", "count", "cls", "first", "epoch_of"):
+            for name in ("last", "count", "cls", "first", "epoch_of", "_nhold", "_id_of_slot", "_gen"):
                 a = getattr(self, name)
                 setattr(self, name, np.concatenate([a, np.zeros(grow, np.int64)]))
+            self._scratch = np.concatenate([self._scratch, np.full(grow, -1, np.int64)])
             free[:0] = range(n + grow - 1, n - 1, -1)
         out = free[len(free) - m:]
         del free[len(free) - m:]
         return np.array(out, dtype=np.int64)
 
-    def _new(self, keys: list, grp: np.ndarray) -> None:
+    def _new(self, keys: list, grp: np.ndarray) -> np.ndarray:
         """Records for hashes seen the first time now: one access, class 0 of
-        their group (``grp``, an array)."""
+        their group (``grp``, an array). Returns their slots (a hash twice in
+        ``keys``: the later slot is its record)."""
         s = self._alloc(len(keys))
         t = self.t
         self.last[s] = t
@@ -310,6 +327,7 @@ class UtilityPolicy:
         self.cls[s] = grp * self.per_kind
         self.first[s] = t
         self.info.update(zip(keys, s.tolist()))
+        return s
 
     def record(self, key) -> list | None:
         """``[last, count, class, first]`` of a resident hash, or None (tests, debugging)."""
@@ -324,6 +342,7 @@ class UtilityPolicy:
         if s is None:
             s = self.info[key] = int(self._alloc(1)[0])
         self.last[s], self.count[s], self.cls[s], self.first[s] = last, count, cls, first
+        self._ids_ok = False  # no block id named: score by hash from now on
 
     # ------------------------------------------------------------ helpers
     def _bucket(self, age: int) -> int:
@@ -417,6 +436,83 @@ class UtilityPolicy:
         self.never *= p.decay
         self.epoch += 1
 
+    # ------------------------------------------------------------ id map
+    def _ids_grow(self, top: int) -> None:
+        """Room for block ids up to ``top``."""
+        m = len(self._slot_of_id)
+        if top >= m:
+            add = max(m, top + 1 - m)
+            for name in ("_slot_of_id", "_pslot_of_id", "_pgen_of_id"):
+                setattr(self, name, np.concatenate([getattr(self, name), np.zeros(add, np.int64)]))
+
+    def _own_table(self, blocks) -> bool:
+        """Whether ``blocks`` is on the runtime's table (the first one seen);
+        a batch on another table turns the id map off."""
+        if self._table is None:
+            self._table = blocks.table
+        if blocks.table is not self._table:
+            self._ids_ok = False
+        return self._ids_ok
+
+    def _map_stored(self, blocks, keys: list, fin: np.ndarray) -> None:
+        """Map stored blocks to their records ``fin`` and their parents' slots."""
+        if not self._own_table(blocks):
+            return
+        ids = blocks.ids
+        self._ids_grow(int(ids.max()))
+        _nb.assign(self._slot_of_id, self._nhold, self._id_of_slot, ids, fin)
+        ps = np.empty(len(ids), np.int64)
+        ps[1:] = fin[:-1]  # a stored batch is one chain: its first block's parent comes before it
+        p0 = self._table.parent[int(ids[0])]
+        ps[0] = -1 if p0 is None else self.info.get(p0, 0)
+        self._pslot_of_id[ids] = ps
+        self._pgen_of_id[ids] = self._gen[np.maximum(ps, 0)]
+        if self._orphans:
+            self._attach(keys)
+
+    def _map_hit(self, blocks, new: np.ndarray, keys: list) -> None:
+        """Map hit blocks ``new`` (positions) that got records, hashes ``keys``."""
+        if not self._own_table(blocks):
+            return
+        ids = blocks.ids[new]
+        self._ids_grow(int(ids.max()))
+        fin = np.fromiter(map(self.info.__getitem__, keys), np.int64, len(keys))
+        _nb.assign(self._slot_of_id, self._nhold, self._id_of_slot, ids, fin)
+        if self._orphans:
+            self._attach(keys)
+
+    def _attach(self, keys) -> None:
+        """Copies of hashes in ``keys`` left without a record, still holding
+        them (checked against the table), are mapped to the new records."""
+        orphans, info, key = self._orphans, self.info, self._table.key
+        for k in orphans.keys() & set(keys):
+            held = [i for i in orphans.pop(k) if i < len(key) and key[i] == k]
+            if held and k in info:
+                _nb.assign(self._slot_of_id, self._nhold, self._id_of_slot, np.array(held, np.int64),
+                           np.full(len(held), info[k], np.int64))
+
+    def _unmap_evicted(self, keys: list, s: np.ndarray) -> None:
+        """Evicted hashes ``keys`` lost their records ``s``: unmap every block
+        id mapped to them (the victim; copies become orphans)."""
+        if not self._ids_ok:
+            return
+        nh = self._nhold[s]
+        if (nh == 1).all():  # the usual case: the victim is the one block holding each hash
+            self._slot_of_id[self._id_of_slot[s]] = 0
+            self._nhold[s] = 0
+            return
+        for k, sl, h in zip(keys, s.tolist(), nh.tolist()):
+            if h == 1:
+                self._slot_of_id[self._id_of_slot[sl]] = 0
+            elif h > 1:  # copies held elsewhere: unmapped, remembered until the hash gets a record
+                held = np.flatnonzero(self._slot_of_id == sl)
+                self._slot_of_id[held] = 0
+                self._orphans.setdefault(k, []).extend(held.tolist())
+            self._nhold[sl] = 0
+        if len(self._orphans) > len(self._slot_of_id):  # drop copies that no longer hold their hash
+            key = self._table.key
+            self._orphans = {k: v for k, v in self._orphans.items() if any(key[i] == k for i in v)}
+
     # ------------------------------------------------------------ hooks
     @hookimpl
     def spfcore_cache_configured(self, num_blocks, block_size):
@@ -462,8 +558,12 @@ class UtilityPolicy:
             new = np.flatnonzero(~old)
             nk = [keys[j] for j in new.tolist()]
             ghost = self.ghost
-            self._dual.update(k for k in nk if k in ghost)
+            dual = [k for k in nk if k in ghost]
+            if dual:  # the ghost's slot no longer names the hash's record
+                self._dual.update(dual)
+                self._gen[[ghost[k] for k in dual]] += 1
             self._new(nk, grp[new])
+            self._map_hit(blocks, new, nk)
             slots, grp = slots[old], grp[old]
         if not len(slots):
             return
@@ -479,6 +579,15 @@ class UtilityPolicy:
         n = len(keys)
         if not n:
             return
+        fin = self._store(blocks, keys, n)
+        if fin is None:  # the slot of each hash's record now
+            fin = np.fromiter(map(self.info.__getitem__, keys), np.int64, n)
+        self._map_stored(blocks, keys, fin)
+
+    def _store(self, blocks, keys: list, n: int) -> np.ndarray | None:
+        """The records' side of a store; returns the slot of each of ``keys``
+        after it, or ``None`` where a hash twice among the new ones makes that
+        a lookup."""
         info = self.info
         if self.prompt.issuperset(keys):  # prompt blocks (the usual store): one kind
             grp = self._grps(self.kind, blocks.depth)
@@ -486,11 +595,14 @@ class UtilityPolicy:
             inp = np.fromiter(map(self.prompt.__contains__, keys), bool, n)
             grp = self._grps(np.where(inp, self.kind, 0), blocks.depth)
         if info.keys().isdisjoint(keys) and self.ghost.keys().isdisjoint(keys):  # all seen the first time
-            self._new(keys, grp)
-            return
+            before = len(info)
+            s = self._new(keys, grp)
+            return s if len(info) - before == n else None
         slots = np.fromiter(map(info.get, keys, repeat(-1)), np.int64, n)
         old = slots >= 0
+        fin = slots.copy()
         if not old.all():
+            before = len(info)
             miss = np.flatnonzero(~old)
             mk = [keys[j] for j in miss.tolist()]
             back = np.fromiter(map(self.ghost.pop, mk, repeat(-1)), np.int64, len(mk))
@@ -503,15 +615,18 @@ class UtilityPolicy:
                 _nb.take_back(self.never, self.cls[rs], np.fromiter(map(pw.__getitem__, ks), np.float64, len(ks)))
                 info.update(zip([keys[j] for j in rj.tolist()], rs.tolist()))
                 slots[rj] = rs
+                fin[rj] = rs
                 old[rj] = True
                 new = miss[~ret]
                 if len(new):
-                    self._new([keys[j] for j in new.tolist()], grp[new])
+                    fin[new] = self._new([keys[j] for j in new.tolist()], grp[new])
             else:
-                self._new(mk, grp[miss])
+                fin[miss] = self._new(mk, grp[miss])
+            if len(info) - before != len(miss):  # a hash twice: its later record counts
+                fin = None
             slots, grp = slots[old], grp[old]
         if not len(slots):
-            return
+            return fin
         gap = self.t - self.last[slots]
         pos = gap > 0
         count = self.count[slots]
@@ -523,6 +638,7 @@ class UtilityPolicy:
             count += pos
         self.count[slots] = count
         self._update(slots, grp, gap, count)
+        return fin
 
     @hookimpl
     def spfcore_blocks_evicted(self, keys, now):
@@ -540,6 +656,7 @@ class UtilityPolicy:
         if not slots:
             return
         free = self._free
+        nfree = len(free)
         if self._dual:  # the ghost record a newer one replaces is dropped
             dual = self._dual
             for k in keys:
@@ -550,6 +667,7 @@ class UtilityPolicy:
                         free.append(s)
         ghost.update(zip(keys, slots))
         s = np.array(slots, dtype=np.int64)
+        self._unmap_evicted(keys, s)
         np.add.at(self.never, self.cls[s], 1.0)  # pessimistic until the hash comes back
         self.epoch_of[s] = self.epoch
         over = len(ghost) - self.ghost_cap
@@ -557,19 +675,81 @@ class UtilityPolicy:
             old = list(islice(ghost.items(), over))
             deque(map(ghost.__delitem__, [k for k, _ in old]), maxlen=0)
             free += [s for _, s in old]
+        if len(free) > nfree:  # freed slots name no record any more
+            self._gen[free[nfree:]] += 1
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
         """Index of each block (see the module doc), as :class:`~spfcore.Scores`
         expiring (in arrivals) where the index next changes, at most
         ``max_ttl`` ahead (``2**62``: flat for the rest of the block's life,
-        never re-scored); a plain array when no block expires."""
+        never re-scored); a plain array when no block expires.
+
+        Blocks of the runtime's table are looked up by block id (the id map,
+        :meth:`_score_by_ids`), others (and batches the map cannot answer
+        exactly) by hash: the same answer either way."""
+        self.rescored += len(blocks)
+        if self._ids_ok and blocks.table is self._table and len(blocks):
+            res = self._score_by_ids(blocks)
+            if res is not None:
+                return res
+        return self._score_by_keys(blocks)
+
+    def _score_by_keys(self, blocks):
+        """:meth:`spfcore_score_blocks` by hash: a dict lookup per block."""
         keys = blocks.keys
         n = len(keys)
-        self.rescored += n
+        s = np.fromiter(map(self.info.get, keys, repeat(0)), np.int64, n)  # 0: no record
+        x = None
+        if n > 1 and self.params.chain_monotone:
+            x = lambda v: self._chain_cap(blocks, keys, v)  # noqa: E731
+        return self._score_slots(s, x)
+
+    def _score_by_ids(self, blocks):
+        """:meth:`spfcore_score_blocks` through the id map: the slot of each
+        block's hash and of its parent's read from arrays by block id, no
+        per-block Python. ``None`` (score by hash) for a batch the map cannot
+        answer exactly: a block without a record, or a hash held twice.
+
+        The map is exact by construction: a store or a hit that makes a record
+        maps the block ids holding the hash (copies whose hash lost its record
+        are remembered and mapped again, checked against the table, when the
+        hash gets one); an eviction unmaps them; a parent's slot is kept with
+        the slot's generation, which changes whenever the slot stops naming
+        that hash's record (then it is looked up again by hash).
+        """
+        ids = blocks.ids
+        if int(ids.max()) >= len(self._slot_of_id):
+            return None
+        s = self._slot_of_id[ids]
+        if not s.all():
+            return None
+        cap = None
+        if len(ids) > 1 and self.params.chain_monotone:
+            ps = self._pslot_of_id[ids]
+            gen = self._gen
+            stale = (ps == 0) | ((ps > 0) & (gen[np.maximum(ps, 0)] != self._pgen_of_id[ids]))
+            if stale.any():  # the parent's slot may have changed: by hash
+                j = np.flatnonzero(stale)
+                sid = ids[j]
+                get = self.info.get
+                new = np.array([-1 if q is None else get(q, 0) for q in self._table.parent[sid].tolist()], np.int64)
+                ps[j] = new
+                self._pslot_of_id[sid] = new
+                self._pgen_of_id[sid] = gen[np.maximum(new, 0)]
+            pi = _nb.parent_pos(s, ps, self._scratch)
+            if pi is None or len(pi) != len(ids):  # a hash twice in the batch
+                return None
+            depth = self._table.depth
+            back = bool(depth[ids[0]] > depth[ids[-1]])
+            cap = lambda v: _nb.chain_cap(np.ascontiguousarray(v, np.float64), pi, back)  # noqa: E731
+        return self._score_slots(s, cap)
+
+    def _score_slots(self, s: np.ndarray, cap):
+        """Scores of records ``s`` (slots, 0: none); ``cap`` the chain cap of
+        the values, or ``None``."""
         t = self.t
         p = self.params
-        s = np.fromiter(map(self.info.get, keys, repeat(0)), np.int64, n)  # 0: no record
         t0 = self.last[s]
         b = self._buckets(t - t0)
         c = self.cls[s]
@@ -577,8 +757,8 @@ class UtilityPolicy:
         off = self._offs[c, b]
         if p.count_weight:
             x = x * self._count_factor(self.count[s])
-        if n > 1 and p.chain_monotone:
-            x = self._chain_cap(blocks, keys, x)
+        if cap is not None:
+            x = cap(x)
         never = off < 0
         if never.all():
             return x
