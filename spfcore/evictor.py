@@ -133,6 +133,8 @@ class Evictor:
         pin_cap_fraction: Most pinned free blocks, as a share of ``num_blocks``
             (0..1). Pins beyond the cap are refused (the block keeps its value,
             unpinned).
+        score_arrays: ``score`` takes re-scored ids as an int64 numpy array
+            (else a list); releases pass what the caller gave.
 
     Raises:
         ValueError: on a bad ``pin_cap_fraction``, or ``evict`` given with
@@ -148,10 +150,12 @@ class Evictor:
         choose: ChooseFn | None = None,
         evict: EvictFn | None = None,
         pin_cap_fraction: float = 0.5,
+        score_arrays: bool = False,
     ) -> None:
         if not 0.0 <= pin_cap_fraction <= 1.0:
             raise ValueError(f"pin_cap_fraction must be in [0, 1], got {pin_cap_fraction}")
         self._score, self._admit, self._choose, self._evict = score, admit, choose, evict
+        self.score_arrays = score_arrays
         # _flat: free cached blocks in the dict ``_lru`` (release order), no scored order
         self._flat = score is None and admit is None and choose is None
         if evict is not None and not self._flat:
@@ -450,7 +454,10 @@ class Evictor:
         ids = ids if isinstance(ids, np.ndarray) else nb.live_unique(self._ids(ids), False, self._ib, self._c)
         if not len(ids):
             return None
-        cols = self._score(ids.tolist(), now) if self._score is not None else None
+        if self._score is None:
+            cols = None
+        else:  # the runtime's callback takes the id array as it is (a list for any other)
+            cols = self._score(ids if self.score_arrays else ids.tolist(), now)
         return _due, cols, ids
 
     def _expiry_due(self, now: float, arrival: int) -> bool:

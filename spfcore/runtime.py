@@ -438,7 +438,7 @@ class PolicyRuntime:
                     raise _bad(self.policy_name, hook, f"{ids!r:.200}: need {n} distinct ids of free cached blocks")
                 return ids if plain else [int(i) for i in ids]
         self.evictor = Evictor(num_blocks, score=score, admit=admit, choose=choose, evict=evict,
-                               pin_cap_fraction=pin_cap_fraction)
+                               pin_cap_fraction=pin_cap_fraction, score_arrays=True)
         self._call("spfcore_cache_configured", None, num_blocks=num_blocks, block_size=block_size)
 
     @classmethod
