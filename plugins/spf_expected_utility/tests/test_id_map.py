@@ -51,3 +51,23 @@ def test_id_map_equals_hash_lookup(checked, shape, mode, seed):
     nb = max(64, len({k for v in prep.views for k in v.block_keys}) // 3)  # pressure 3: evictions, copies
     simulate(prep, "spf_expected_utility", num_blocks=nb, block_size=16, mode=mode)
     assert checked["ids"] > 2 * checked["declined"]  # the map answered most batches
+
+
+def test_id_map_under_a_thrashing_batch(checked, monkeypatch):
+    """A 24-block cache under continuous batching: chains broken mid-way,
+    parents evicted and recomputed elsewhere (their slots looked up again)."""
+    refreshed = []
+    gen_of = U.UtilityPolicy._score_by_ids
+
+    def spy(self, blocks):
+        before = self._pslot_of_id.copy()
+        out = gen_of(self, blocks)
+        refreshed.append(int((before != self._pslot_of_id).sum()))
+        return out
+
+    monkeypatch.setattr(U.UtilityPolicy, "_score_by_ids", spy)
+    wl = make("personas", seed=3, personas=4, prefix_tokens=96, sessions=8, turns=3, query_tokens=16,
+              output_tokens=12, arrival="poisson", rate=10.0)
+    simulate(wl, "spf_expected_utility", num_blocks=24, block_size=16, mode="concurrent", max_running=4,
+             token_budget=64)
+    assert checked["ids"] > 0 and sum(refreshed) > 0

@@ -733,7 +733,8 @@ class UtilityPolicy:
                 j = np.flatnonzero(stale)
                 sid = ids[j]
                 get = self.info.get
-                new = np.array([-1 if q is None else get(q, 0) for q in self._table.parent[sid].tolist()], np.int64)
+                par = self._table.parent
+                new = np.array([-1 if (q := par[i]) is None else get(q, 0) for i in sid.tolist()], np.int64)
                 ps[j] = new
                 self._pslot_of_id[sid] = new
                 self._pgen_of_id[sid] = gen[np.maximum(new, 0)]
