@@ -262,7 +262,8 @@ class UtilityPolicy:
         p = self.params
         self.t = 0
         self.kind = 1  # kind of the current request's prompt blocks
-        self.prompt: set = set()
+        self.prompt: set | None = set()  # the current request's prompt hashes (built on first need)
+        self._prompt_keys: tuple = ()
         self.info: dict = {}  # resident block hash -> slot
         # evicted block hash -> slot, oldest first (a plain dict keeps insertion order and pops
         # several times faster than an OrderedDict; the oldest leave in bulk, see blocks_evicted)
@@ -533,7 +534,8 @@ class UtilityPolicy:
                 break
             seen += 1
         self.kind = 2 if seen > rb else 1
-        self.prompt = set(keys)
+        self.prompt = None
+        self._prompt_keys = keys
 
     def _update(self, s: np.ndarray, grp: np.ndarray, gap: np.ndarray, count: np.ndarray) -> None:
         """Latest access now of records ``s`` (access counts ``count`` after
@@ -589,11 +591,18 @@ class UtilityPolicy:
         after it, or ``None`` where a hash twice among the new ones makes that
         a lookup."""
         info = self.info
-        if self.prompt.issuperset(keys):  # prompt blocks (the usual store): one kind
-            grp = self._grps(self.kind, blocks.depth)
+        depth = blocks.depth
+        d0 = int(depth[0])
+        if list(self._prompt_keys[d0:d0 + n]) == keys:  # the prompt's own blocks (the usual store): one kind
+            grp = self._grps(self.kind, depth)
         else:
-            inp = np.fromiter(map(self.prompt.__contains__, keys), bool, n)
-            grp = self._grps(np.where(inp, self.kind, 0), blocks.depth)
+            if self.prompt is None:
+                self.prompt = set(self._prompt_keys)
+            if self.prompt.issuperset(keys):
+                grp = self._grps(self.kind, depth)
+            else:
+                inp = np.fromiter(map(self.prompt.__contains__, keys), bool, n)
+                grp = self._grps(np.where(inp, self.kind, 0), depth)
         if info.keys().isdisjoint(keys) and self.ghost.keys().isdisjoint(keys):  # all seen the first time
             before = len(info)
             s = self._new(keys, grp)
