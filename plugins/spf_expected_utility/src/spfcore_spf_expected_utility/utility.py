@@ -232,7 +232,6 @@ class UtilityPolicy:
     capabilities = frozenset({"scoring"})
 
     def __init__(self, params: ExpectedUtilityParams | None = None) -> None:
-        _load_nb()
         self.params = p = params or ExpectedUtilityParams()
         # lo: bucket lower edges (float); lo_int: first integer age of each bucket, and the end;
         # bucket_of: bucket per small integer age (direct lookup); shared read-only per layout
@@ -401,7 +400,11 @@ class UtilityPolicy:
         vals = np.zeros((self.nc + 1, nb))
         vals[:self.nc] = table
         offs = np.full((self.nc + 1, nb), -1, np.int64)
-        offs[:self.nc] = _nb.change_offsets(vals[:self.nc], self._lo_int_np, float(self.params.rel_tol), float(cut))
+        if _nb is None:  # not loaded yet (a policy built, not run: the empty table): numpy, the same offsets
+            offs[:self.nc] = change_offsets(vals[:self.nc], self.lo_int, self.params.rel_tol, cut)
+        else:
+            offs[:self.nc] = _nb.change_offsets(vals[:self.nc], self._lo_int_np, float(self.params.rel_tol),
+                                                float(cut))
         self._vals, self._offs = vals, offs
 
     def _build(self) -> None:
@@ -428,7 +431,7 @@ class UtilityPolicy:
         H = np.concatenate([np.zeros((self.nc, 1)), np.cumsum(h, 1)], 1)  # (nc, nb+1)
         HR = np.concatenate([np.zeros((self.nc, 1)), np.cumsum(h * rep, 1)], 1)
         total = H[:, -1] + nev  # (nc,)
-        idx = _nb.density_index(H, HR, total, self._lo_f, nb)
+        idx = _load_nb().density_index(H, HR, total, self._lo_f, nb)
         cut = p.cut_factor * self.theta if self.theta > 0 else math.inf
         self._install(idx, cut)
         self.theta = self.theta_next
@@ -461,7 +464,7 @@ class UtilityPolicy:
             return
         ids = blocks.ids
         self._ids_grow(int(ids.max()))
-        _nb.assign(self._slot_of_id, self._nhold, self._id_of_slot, ids, fin)
+        _load_nb().assign(self._slot_of_id, self._nhold, self._id_of_slot, ids, fin)
         ps = np.empty(len(ids), np.int64)
         ps[1:] = fin[:-1]  # a stored batch is one chain: its first block's parent comes before it
         p0 = self._table.parent[int(ids[0])]
@@ -478,7 +481,7 @@ class UtilityPolicy:
         ids = blocks.ids[new]
         self._ids_grow(int(ids.max()))
         fin = np.fromiter(map(self.info.__getitem__, keys), np.int64, len(keys))
-        _nb.assign(self._slot_of_id, self._nhold, self._id_of_slot, ids, fin)
+        _load_nb().assign(self._slot_of_id, self._nhold, self._id_of_slot, ids, fin)
         if self._orphans:
             self._attach(keys)
 
@@ -489,7 +492,7 @@ class UtilityPolicy:
         for k in orphans.keys() & set(keys):
             held = [i for i in orphans.pop(k) if i < len(key) and key[i] == k]
             if held and k in info:
-                _nb.assign(self._slot_of_id, self._nhold, self._id_of_slot, np.array(held, np.int64),
+                _load_nb().assign(self._slot_of_id, self._nhold, self._id_of_slot, np.array(held, np.int64),
                            np.full(len(held), info[k], np.int64))
 
     def _unmap_evicted(self, keys: list, s: np.ndarray) -> None:
@@ -517,6 +520,7 @@ class UtilityPolicy:
     # ------------------------------------------------------------ hooks
     @hookimpl
     def spfcore_cache_configured(self, num_blocks, block_size):
+        _load_nb()  # numba's kernels now, when a runtime is built (untimed), not in the first event
         self._reset(num_blocks)
 
     @hookimpl
@@ -621,7 +625,8 @@ class UtilityPolicy:
                 ks = (self.epoch - self.epoch_of[rs]).tolist()
                 decay = self.params.decay
                 pw = {k: decay ** k for k in set(ks)}  # decayed since (Python's pow, as ever)
-                _nb.take_back(self.never, self.cls[rs], np.fromiter(map(pw.__getitem__, ks), np.float64, len(ks)))
+                d = np.fromiter(map(pw.__getitem__, ks), np.float64, len(ks))
+                _load_nb().take_back(self.never, self.cls[rs], d)
                 info.update(zip([keys[j] for j in rj.tolist()], rs.tolist()))
                 slots[rj] = rs
                 fin[rj] = rs
@@ -747,7 +752,7 @@ class UtilityPolicy:
                 ps[j] = new
                 self._pslot_of_id[sid] = new
                 self._pgen_of_id[sid] = gen[np.maximum(new, 0)]
-            pi = _nb.parent_pos(s, ps, self._scratch)
+            pi = _load_nb().parent_pos(s, ps, self._scratch)
             if pi is None or len(pi) != len(ids):  # a hash twice in the batch
                 return None
             depth = self._table.depth
