@@ -495,6 +495,12 @@ class UtilityPolicy:
                 _load_nb().assign(self._slot_of_id, self._nhold, self._id_of_slot, np.array(held, np.int64),
                            np.full(len(held), info[k], np.int64))
 
+    def _unmap_one(self, s: int) -> None:
+        """:meth:`_unmap_evicted` of one record ``s`` held by one block at most."""
+        if self._ids_ok and self._nhold[s] == 1:
+            self._slot_of_id[self._id_of_slot[s]] = 0
+            self._nhold[s] = 0
+
     def _unmap_evicted(self, keys: list, s: np.ndarray) -> None:
         """Evicted hashes ``keys`` lost their records ``s``: unmap every block
         id mapped to them (the victim; copies become orphans)."""
@@ -594,6 +600,8 @@ class UtilityPolicy:
         """The records' side of a store; returns the slot of each of ``keys``
         after it, or ``None`` where a hash twice among the new ones makes that
         a lookup."""
+        if n == 1:  # one block (decode): the same steps on scalars
+            return self._store_one(keys[0], int(blocks.table.depth[blocks.ids[0]]))
         info = self.info
         depth = blocks.depth
         d0 = int(depth[0])
@@ -654,6 +662,40 @@ class UtilityPolicy:
         self._update(slots, grp, gap, count)
         return fin
 
+    def _store_one(self, k, depth: int) -> np.ndarray:
+        """:meth:`_store` of one block (hash ``k`` at ``depth``) in scalar
+        steps: the same records, classes and float operations as the batch
+        form, without its numpy calls (a decode block is stored alone)."""
+        if list(self._prompt_keys[depth:depth + 1]) == [k]:
+            kind = self.kind
+        else:
+            if self.prompt is None:
+                self.prompt = set(self._prompt_keys)
+            kind = self.kind if k in self.prompt else 0
+        grp = self._grp(kind, depth)
+        info = self.info
+        s = info.get(k)
+        if s is None:
+            g = self.ghost.pop(k, -1)
+            if g < 0:  # seen the first time
+                return self._new([k], np.array([grp], np.int64))
+            c = self.cls[g]  # a ghost comes back: its eviction counted as "never"; take it back
+            nv = self.never[c] - self.params.decay ** (self.epoch - int(self.epoch_of[g]))
+            self.never[c] = nv if nv > 0.0 else 0.0
+            info[k] = s = g
+        t = self.t
+        gap = t - int(self.last[s])
+        count = int(self.count[s])
+        if gap > 0:
+            self.hist[self.cls[s], self._bucket(gap)] += 1.0
+            count += 1
+        self.count[s] = count
+        self.last[s] = t
+        if self.params.gap_mean and count > 1:
+            gap = (t - int(self.first[s])) // max(count - 1, 1)
+        self.cls[s] = self._cls(grp, count, gap)
+        return np.array([s], np.int64)
+
     @hookimpl
     def spfcore_blocks_evicted(self, keys, now):
         info, ghost = self.info, self.ghost
@@ -680,9 +722,17 @@ class UtilityPolicy:
                     if s is not None:
                         free.append(s)
         ghost.update(zip(keys, slots))
-        s = np.array(slots, dtype=np.int64)
-        self._unmap_evicted(keys, s)
-        np.add.at(self.never, self.cls[s], 1.0)  # pessimistic until the hash comes back
+        if len(slots) == 1:  # one victim (a decode allocation): scalar steps, the same updates
+            s = slots[0]
+            if self._nhold[s] > 1:
+                self._unmap_evicted(keys, np.array(slots, dtype=np.int64))
+            else:
+                self._unmap_one(s)
+            self.never[self.cls[s]] += 1.0  # pessimistic until the hash comes back
+        else:
+            s = np.array(slots, dtype=np.int64)
+            self._unmap_evicted(keys, s)
+            np.add.at(self.never, self.cls[s], 1.0)  # pessimistic until the hash comes back
         self.epoch_of[s] = self.epoch
         over = len(ghost) - self.ghost_cap
         if over > 0:  # the oldest ghosts leave, oldest first (one scan past the dict's freed slots)
