@@ -668,10 +668,8 @@ class UtilityPolicy:
         form, without its numpy calls (a decode block is stored alone)."""
         if list(self._prompt_keys[depth:depth + 1]) == [k]:
             kind = self.kind
-        else:
-            if self.prompt is None:
-                self.prompt = set(self._prompt_keys)
-            kind = self.kind if k in self.prompt else 0
+        else:  # one lookup: a scan of the prompt's keys costs less than building their set
+            kind = self.kind if k in (self._prompt_keys if self.prompt is None else self.prompt) else 0
         grp = self._grp(kind, depth)
         info = self.info
         s = info.get(k)
