@@ -319,6 +319,24 @@ def restore(ids, pinned, ib, val, hv, hi, c):
 
 
 @_jit
+def remove_many(ids, ib, c):
+    """Take free cached blocks ``ids`` out, in order (hits); returns ``-1``,
+    or the position of the first id that is not a free cached block (those
+    before it were taken out, the rest were not)."""
+    nb = ib.shape[1]
+    for k in range(ids.shape[0]):
+        i = ids[k]
+        if i < 0 or i >= nb or not ib[IN, i]:
+            return k
+        ib[IN, i] = 0  # its heap entries go stale
+        c[LIVE] -= 1
+        if ib[PIN, i]:
+            ib[PIN, i] = 0
+            c[NPIN] -= 1
+    return -1
+
+
+@_jit
 def live_unique(ids, unpinned, ib, c):
     """The ids that are free cached blocks (and unpinned, if asked), first
     occurrence kept, in order."""
@@ -366,9 +384,9 @@ def _due_at(tk, n, clock):
 
 
 @_jit
-def _due_of(tk, ti, n, clock):
+def due_entries(tk, ti, n, clock):
     """The entries of an expiry heap with key <= ``clock``, as ``(keys,
-    versions, ids)`` in ``(key, version)`` order; changes nothing."""
+    versions, ids)`` in heap order (unsorted); changes nothing."""
     idx = _due_at(tk, n, clock)
     m = idx.shape[0]
     bk = np.empty(m, np.float64)
@@ -377,21 +395,34 @@ def _due_of(tk, ti, n, clock):
     for q in range(m):
         j = idx[q]
         bk[q], bv[q], bi[q] = tk[j], ti[0, j], ti[1, j]
-    o = np.argsort(bv, kind="mergesort")
-    o = o[np.argsort(bk[o], kind="mergesort")]
-    return bk[o], bv[o], bi[o]
+    return bk, bv, bi
 
 
-@_jit
 def due(now, arrival, ib, tk, ti, ak, ai, c):
     """The blocks whose score expired by ``now`` (seconds heap, first) then
     by ``arrival``, in ``(expiry, version)`` order, live entries only, each
     block once (first occurrence). Changes no entry. Returns ``(ids, entries
-    due in the seconds heap, in the arrivals heap)`` (stale ones counted)."""
+    due in the seconds heap, in the arrivals heap)`` (stale ones counted).
+    The entries are sorted by numpy's ``lexsort`` (numba's sorts are several
+    times slower); ``(expiry, version)`` pairs are distinct, so the order is
+    that of any sort."""
+    tk_, tv, tid = due_entries(tk, ti, c[TN], now)
+    ak_, av, aid = due_entries(ak, ai, c[AN], arrival)
+    if len(tv) > 1:
+        o = np.lexsort((tv, tk_))
+        tv, tid = tv[o], tid[o]
+    if len(av) > 1:
+        o = np.lexsort((av, ak_))
+        av, aid = av[o], aid[o]
+    return due_live(tv, tid, av, aid, ib, c), len(tid), len(aid)
+
+
+@_jit
+def due_live(tv, tid, av, aid, ib, c):
+    """:func:`due`'s live entries, each block once (first occurrence), from
+    sorted entries ``(versions, ids)`` of both heaps."""
     s = c[DSEQ] + 1
     c[DSEQ] = s
-    _, tv, tid = _due_of(tk, ti, c[TN], now)
-    _, av, aid = _due_of(ak, ai, c[AN], arrival)
     out = np.empty(tid.shape[0] + aid.shape[0], np.int64)
     m = 0
     for j in range(tid.shape[0]):
@@ -406,7 +437,7 @@ def due(now, arrival, ib, tk, ti, ak, ai, c):
             ib[DST, i] = s
             out[m] = i
             m += 1
-    return out[:m], tid.shape[0], aid.shape[0]
+    return out[:m]
 
 
 @_jit
@@ -454,6 +485,7 @@ def warm() -> None:
     e = np.empty(0)
     place(ids, np.ones(4, np.int64), e, e, e, np.empty(0, np.bool_), ids, 2, ib, val, hv, hi, tk, ti, ak, ai, c)
     live_unique(ids, True, ib, c)
+    remove_many(ids[:0], ib, c)
     d, _, _ = due(2.0, 2.0, ib, tk, ti, ak, ai, c)
     drain(2.0, 2.0, ib, tk, ti, ak, ai, c)
     out, pinned = np.empty(2, np.int64), np.empty(2, np.bool_)

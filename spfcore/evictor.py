@@ -10,7 +10,7 @@ be handed out. Victims are taken in this order:
    1 = admitted, 2 = pinned.
 
 With no score, admission or victim hook the order is plain release order
-(vLLM's LRU) kept in an ``OrderedDict`` (O(1) per operation); in
+(vLLM's LRU) kept in an insertion-ordered ``dict`` (O(1) per operation); in
 policy-ordered mode (an ``evict`` callback: the policy implements
 ``spfcore_evict_blocks``) the same dict is a plain set of the free cached
 blocks and the policy names the victims from its own order. Otherwise
@@ -29,9 +29,9 @@ victims are chosen, so stale predictions age out without an O(n) scan.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import islice
+from itertools import islice, repeat
 from numbers import Integral
 from types import MappingProxyType
 
@@ -72,6 +72,16 @@ def _load_nb():
         _evictor_nb.warm()
         nb = _evictor_nb
     return nb
+
+
+def prepare_numba() -> None:
+    """Import numba in a way vLLM's CPU build tolerates (see
+    :func:`_scannable_llvmlite`). A plugin with numba kernels calls it before
+    importing them (policy-ordered policies never load the scored evictor,
+    which does it otherwise)."""
+    import numba  # noqa: F401
+
+    _scannable_llvmlite()
 
 
 def _scannable_llvmlite() -> None:
@@ -123,6 +133,8 @@ class Evictor:
         pin_cap_fraction: Most pinned free blocks, as a share of ``num_blocks``
             (0..1). Pins beyond the cap are refused (the block keeps its value,
             unpinned).
+        score_arrays: ``score`` takes re-scored ids as an int64 numpy array
+            (else a list); releases pass what the caller gave.
 
     Raises:
         ValueError: on a bad ``pin_cap_fraction``, or ``evict`` given with
@@ -138,10 +150,12 @@ class Evictor:
         choose: ChooseFn | None = None,
         evict: EvictFn | None = None,
         pin_cap_fraction: float = 0.5,
+        score_arrays: bool = False,
     ) -> None:
         if not 0.0 <= pin_cap_fraction <= 1.0:
             raise ValueError(f"pin_cap_fraction must be in [0, 1], got {pin_cap_fraction}")
         self._score, self._admit, self._choose, self._evict = score, admit, choose, evict
+        self.score_arrays = score_arrays
         # _flat: free cached blocks in the dict ``_lru`` (release order), no scored order
         self._flat = score is None and admit is None and choose is None
         if evict is not None and not self._flat:
@@ -150,7 +164,9 @@ class Evictor:
         self.ordered = evict is not None
         self.pin_cap = int(pin_cap_fraction * num_blocks)
         self._hashless: deque[int] = deque()
-        self._lru: OrderedDict[int, None] = OrderedDict()  # fifo and policy-ordered modes
+        # fifo and policy-ordered modes: a plain dict (insertion order = release order; releases
+        # and allocations in bulk C-level calls, several times cheaper than an OrderedDict's)
+        self._lru: dict[int, None] = {}
         self._order = 0  # release orders handed out (scored mode)
         self._popped = None  # (ids, hashless taken, (ids array, pinned flags) or None): for unpop
         if not self._flat:  # scored mode: see spfcore._evictor_nb for the layout
@@ -291,7 +307,7 @@ class Evictor:
         """Add cached blocks whose ref count reached 0, in release order
         (vLLM ``append_n``: a finished request's deepest block first)."""
         if self._flat:
-            self._lru.update(dict.fromkeys(ids))  # released blocks are not in it: appended in order
+            self._lru.update(zip(ids, repeat(None)))  # released blocks are not in it: appended in order
             return
         n = len(ids)
         if not n:
@@ -386,6 +402,27 @@ class Evictor:
         except ValueError:
             raise KeyError(f"block {block_id} is not free") from None
 
+    def remove_many(self, ids: Sequence[int]) -> None:
+        """:meth:`remove` of each of ``ids`` in order, in one call (a hit
+        chain leaving the free queue).
+
+        Raises:
+            KeyError: a block is not free; the blocks before it were taken out.
+        """
+        if self._flat:
+            lru = self._lru
+            if all(map(lru.__contains__, ids)) and len(set(ids)) == len(ids):
+                deque(map(lru.__delitem__, ids), maxlen=0)
+                return
+        elif len(ids):
+            arr = self._ids(ids)
+            k = nb.remove_many(arr, self._ib, self._c)
+            if k < 0:
+                return
+            ids = arr[k:].tolist()  # the rest, one by one (a hashless block, or not free: KeyError)
+        for i in ids:
+            self.remove(i)
+
     def rescore(self, ids: Iterable[int], now: float) -> int:
         """Re-score these blocks now (those not free are skipped), in one
         batch. Returns how many were re-scored.
@@ -417,7 +454,10 @@ class Evictor:
         ids = ids if isinstance(ids, np.ndarray) else nb.live_unique(self._ids(ids), False, self._ib, self._c)
         if not len(ids):
             return None
-        cols = self._score(ids.tolist(), now) if self._score is not None else None
+        if self._score is None:
+            cols = None
+        else:  # the runtime's callback takes the id array as it is (a list for any other)
+            cols = self._score(ids if self.score_arrays else ids.tolist(), now)
         return _due, cols, ids
 
     def _expiry_due(self, now: float, arrival: int) -> bool:
@@ -479,8 +519,7 @@ class Evictor:
         if self.fifo:
             lru = self._lru
             got = list(islice(lru, need))  # the least recently released, in order
-            for i in got:
-                del lru[i]
+            deque(map(lru.__delitem__, got), maxlen=0)
             out += got
             self._popped = (out, nh, None)
             return out
@@ -551,10 +590,11 @@ class Evictor:
         out, nh, cached = rec
         taken = out[nh:]
         if self._flat:
-            lru = self._lru
-            for i in reversed(taken):
-                lru[i] = None
-                lru.move_to_end(i, last=False)
+            lru = self._lru  # back at the front, in order (a failure path: O(free blocks))
+            rest = list(lru)
+            lru.clear()
+            lru.update(zip(taken, repeat(None)))
+            lru.update(zip(rest, repeat(None)))
         elif cached is not None:
             got, pinned = cached  # take freed room for them on the heap
             nb.restore(got, pinned, *self._state())

@@ -375,16 +375,25 @@ class PolicyRuntime:
         self._direct = {n: d for n in HOOK_NAMES if (d := _direct_call(pm, n)) is not None}
         table = self.table
         score = admit = choose = None
+        shared = [None, None]  # (ids, batch) of the last admission call: its score call reuses the batch
+
         if self._has["spfcore_score_blocks"]:
             def score(ids, now):
-                res = self._call("spfcore_score_blocks", None, blocks=BlockBatch(table, ids), now=now)
+                if shared[0] is ids:  # the same release: one batch (columns read once) for both hooks
+                    batch = shared[1]
+                    shared[0] = shared[1] = None
+                else:
+                    batch = BlockBatch(table, ids)
+                res = self._call("spfcore_score_blocks", None, blocks=batch, now=now)
                 try:
                     return score_arrays(res, len(ids), self.policy_name)
                 except (TypeError, ValueError, OverflowError) as exc:  # e.g. a bare number: not a sequence
                     raise _bad(self.policy_name, "spfcore_score_blocks", f"{res!r:.80}: {exc}") from exc
         if self._has["spfcore_admit_blocks"]:
             def admit(ids, now):
-                res = self._call("spfcore_admit_blocks", None, blocks=BlockBatch(table, ids), now=now)
+                batch = BlockBatch(table, ids)
+                shared[0], shared[1] = ids, batch
+                res = self._call("spfcore_admit_blocks", None, blocks=batch, now=now)
                 if isinstance(res, np.ndarray) and res.dtype == np.bool_ and res.shape == (len(ids),):
                     return res  # bools already, as the evictor takes them
                 return admit_column(res, len(ids), self.policy_name)
@@ -429,7 +438,7 @@ class PolicyRuntime:
                     raise _bad(self.policy_name, hook, f"{ids!r:.200}: need {n} distinct ids of free cached blocks")
                 return ids if plain else [int(i) for i in ids]
         self.evictor = Evictor(num_blocks, score=score, admit=admit, choose=choose, evict=evict,
-                               pin_cap_fraction=pin_cap_fraction)
+                               pin_cap_fraction=pin_cap_fraction, score_arrays=True)
         self._call("spfcore_cache_configured", None, num_blocks=num_blocks, block_size=block_size)
 
     @classmethod
@@ -841,9 +850,12 @@ class PolicyRuntime:
             KeyError: a block is not free (a driver bug; the blocks before it
                 have left the free queue).
         """
-        remove = self.evictor.remove
-        for i in ids:
-            remove(i)
+        if not isinstance(ids, (list, tuple)):
+            ids = list(ids)
+        if len(ids) == 1:
+            self.evictor.remove(ids[0])
+        else:
+            self.evictor.remove_many(ids)
 
     @property
     def num_free(self) -> int:

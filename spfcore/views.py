@@ -10,6 +10,7 @@ import math
 from collections.abc import Hashable
 
 import attrs
+import numpy as np
 
 #: ``expires_at_arrival`` of a score that never expires (arrival index; any value >= it means never).
 NEVER_ARRIVAL = 2**62
@@ -147,8 +148,6 @@ class BlockTable:
                  "last_access", "stored_at", "sessions", "_session_ids")
 
     def __init__(self, num_blocks: int) -> None:
-        import numpy as np
-
         self.key: list = [None] * num_blocks
         self.parent: list = [None] * num_blocks
         self.request_id: list = [None] * num_blocks
@@ -209,8 +208,11 @@ class BlockBatch:
 
     def __init__(self, table: BlockTable, ids) -> None:
         self.table = table
-        self._ids = ids  # list (or array) of physical block ids
-        self._arr = None
+        if type(ids) is np.ndarray:  # an int64 array of ids: the list is made if needed
+            self._arr, self._ids = ids.astype(np.int64, copy=False), None
+        else:
+            self._ids = ids  # list (or sequence) of physical block ids
+            self._arr = None
         self._cols: dict = {}
 
     @classmethod
@@ -225,17 +227,23 @@ class BlockBatch:
             t.access_count[i], t.last_access[i], t.stored_at[i] = b.access_count, b.last_access, b.stored_at
         return cls(t, list(range(len(views))))
 
+    def _list(self):
+        ids = self._ids
+        if ids is None:
+            ids = self._ids = self._arr.tolist()
+        return ids
+
     def __len__(self) -> int:
-        return len(self._ids)
+        return len(self._arr) if self._ids is None else len(self._ids)
 
     def __iter__(self):
         view = self.table.view
-        return (view(i) for i in self._ids)
+        return (view(i) for i in self._list())
 
     def __getitem__(self, j):
         if isinstance(j, slice):
-            return [self.table.view(i) for i in list(self._ids)[j]]
-        return self.table.view(self._ids[j])
+            return [self.table.view(i) for i in list(self._list())[j]]
+        return self.table.view(self._list()[j])
 
     def __repr__(self) -> str:
         return f"BlockBatch({len(self)} blocks)"
@@ -244,8 +252,6 @@ class BlockBatch:
     def ids(self):
         a = self._arr
         if a is None:
-            import numpy as np
-
             a = self._arr = np.asarray(self._ids, dtype=np.int64)
         return a
 
@@ -259,23 +265,21 @@ class BlockBatch:
     def keys(self) -> list:
         c = self._cols.get("keys")
         if c is None:
-            c = self._cols["keys"] = list(map(self.table.key.__getitem__, self._ids))
+            c = self._cols["keys"] = list(map(self.table.key.__getitem__, self._list()))
         return c
 
     @property
     def parents(self) -> list:
         p = self.table.parent
-        return [p[i] for i in self._ids]
+        return [p[i] for i in self._list()]
 
     @property
     def request_ids(self) -> list:
         r = self.table.request_id
-        return [r[i] for i in self._ids]
+        return [r[i] for i in self._list()]
 
     @property
     def parent_index(self):
-        import numpy as np
-
         pos = {k: j for j, k in enumerate(self.keys)}
         return np.fromiter((pos.get(p, -1) for p in self.parents), np.int64, len(self))
 

@@ -8,8 +8,8 @@ hash has been seen often enough, and the history of evicted hashes is kept
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
-from itertools import repeat
+from collections import Counter, deque
+from itertools import islice, repeat
 
 import attrs
 import numpy as np
@@ -71,18 +71,28 @@ class FrequencyPolicy:
     def __init__(self, params: FrequencyParams | None = None) -> None:
         self.params = params or FrequencyParams()
         self.count: Counter = Counter()
-        self.ghost: OrderedDict[object, int] = OrderedDict()
+        # evicted hash -> its count, least recently evicted first (a plain dict keeps insertion
+        # order: an entry moves to the end by pop and set; the oldest leave in bulk)
+        self.ghost: dict[object, int] = {}
         self.ghost_cap = 0
+        self._counted = (None, None)  # (batch, counts) of the last admission call, for its score call
 
     @hookimpl
     def spfcore_cache_configured(self, num_blocks, block_size):
-        self.count, self.ghost = Counter(), OrderedDict()
+        self.count, self.ghost = Counter(), {}
         self.ghost_cap = self.params.ghost_factor * num_blocks
 
     @hookimpl
     def spfcore_blocks_stored(self, request, blocks, now):
-        count, ghost = self.count, self.ghost
-        for k in blocks.keys:
+        count, ghost, keys = self.count, self.ghost, blocks.keys
+        if count.keys().isdisjoint(keys):  # none cached now (the usual store): in C-level calls
+            if ghost.keys().isdisjoint(keys):  # all new: +1 per occurrence
+                count.update(keys)
+                return
+            if len(set(keys)) == len(keys):  # each its ghost count (or 0) + 1
+                dict.update(count, zip(keys, map((1).__add__, map(ghost.pop, keys, repeat(0)))))
+                return
+        for k in keys:
             count[k] = (count[k] if k in count else ghost.pop(k, 0)) + 1
 
     @hookimpl
@@ -92,13 +102,19 @@ class FrequencyPolicy:
     @hookimpl
     def spfcore_blocks_evicted(self, keys, now):
         count, ghost, cap = self.count, self.ghost, self.ghost_cap
-        for k in keys:
-            c = count.pop(k, None)
-            if c is not None and cap:
-                ghost[k] = c
-                ghost.move_to_end(k)
-        while len(ghost) > cap:
-            ghost.popitem(last=False)
+        cs = list(map(count.pop, keys, repeat(None)))
+        if cap:
+            n0 = len(ghost)
+            if None not in cs:  # the usual case: appended in order, in C
+                ghost.update(zip(keys, cs))
+            if None in cs or len(ghost) != n0 + len(keys):  # some were there already: each to the newest end
+                for k, c in zip(keys, cs):
+                    if c is not None:
+                        ghost.pop(k, None)
+                        ghost[k] = c
+        over = len(ghost) - cap
+        if over > 0:  # the least recently evicted leave (one scan past the dict's freed slots)
+            deque(map(ghost.__delitem__, list(islice(ghost, over))), maxlen=0)
 
     def counts(self, blocks) -> np.ndarray:
         """Access count per block of a batch (float64 array, 1 for an unknown hash)."""
@@ -106,11 +122,15 @@ class FrequencyPolicy:
 
     @hookimpl
     def spfcore_admit_blocks(self, blocks, now):
-        return self.counts(blocks) >= self.params.min_count
+        c = self.counts(blocks)
+        self._counted = (blocks, c)  # the score call that follows reads the same counts
+        return c >= self.params.min_count
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
-        return self.counts(blocks)
+        b, c = self._counted
+        self._counted = (None, None)
+        return c if b is blocks else self.counts(blocks)
 
     def _count_of(self, k) -> int:
         """Access count of block hash ``k``: cached, else its ghost count, else 1."""

@@ -9,7 +9,7 @@ every other block, the rest are evicted in vLLM's LRU order. Pins are capped
 from __future__ import annotations
 
 import math
-from collections import OrderedDict, defaultdict, deque
+from collections import OrderedDict, deque
 from itertools import repeat
 
 import attrs
@@ -85,7 +85,9 @@ class SessionTTLPolicy:
         # PYTHONHASHSEED, so a set made runs irreproducible)
         # (an OrderedDict in activity order: at most max_sessions, the least recently active is forgotten)
         self.session_keys: OrderedDict[str, dict] = OrderedDict()
-        self.key_sessions: defaultdict[object, set] = defaultdict(set)  # block hash -> sessions that touched it
+        # block hash -> sessions that touched it: a tuple of one session (shared by the keys of one
+        # touch: no object per key) or, once a second session touches it, a set
+        self.key_sessions: dict[object, tuple | set] = {}
         self._arrival_keys: list = []
         self._max_end = -math.inf  # the largest ``until`` ever set
 
@@ -130,23 +132,38 @@ class SessionTTLPolicy:
                 for k in old_keys:
                     owners = key_sessions.get(k)
                     if owners is not None:
-                        owners.discard(old)
-                        if not owners:
-                            del key_sessions[k]
+                        if type(owners) is tuple:
+                            if owners == (old,):
+                                del key_sessions[k]
+                        else:
+                            owners.discard(old)
+                            if not owners:
+                                del key_sessions[k]
         else:
             session_keys.move_to_end(sid)
         end, until, keys = self._end(request, now), self.until, blocks.keys
         if end >= self._max_end:  # no block is protected beyond ``end``: the max is ``end`` itself
             self._max_end = end
-            until.update(dict.fromkeys(keys, end))
+            until.update(zip(keys, repeat(end)))
         else:  # (a request served after a later arrival, under continuous batching)
             get = until.get
             for k in keys:
                 if get(k, -1) < end:
                     until[k] = end
-        mine.update(dict.fromkeys(keys))  # first-touch order kept
+        mine.update(zip(keys, repeat(None)))  # first-touch order kept
+        one = (sid,)
+        if key_sessions.keys().isdisjoint(keys):  # the usual touch: hashes no session touched yet
+            key_sessions.update(zip(keys, repeat(one)))
+            return
         for k in keys:
-            key_sessions[k].add(sid)
+            owners = key_sessions.get(k)
+            if owners is None:
+                key_sessions[k] = one
+            elif type(owners) is tuple:
+                if owners[0] != sid:
+                    key_sessions[k] = {owners[0], sid}
+            else:
+                owners.add(sid)
 
     @hookimpl
     def spfcore_blocks_hit(self, request, blocks, now):
@@ -160,14 +177,21 @@ class SessionTTLPolicy:
     def spfcore_blocks_evicted(self, keys, now):
         session_keys = self.session_keys
         deque(map(self.until.pop, keys, repeat(None)), maxlen=0)  # in C
-        owners = map(self.key_sessions.pop, keys, repeat(()))
-        for k, ss in zip(keys, owners):
+        owners = list(map(self.key_sessions.pop, keys, repeat(())))
+        j, n = 0, len(keys)
+        while j < n:
+            ss = owners[j]
+            e = j + 1
+            if type(ss) is tuple:  # a run of keys of one touch (the same tuple): in one C-level pass
+                while e < n and owners[e] is ss:
+                    e += 1
             for s in ss:
                 mine = session_keys.get(s)
                 if mine is not None:
-                    mine.pop(k, None)
+                    deque(map(mine.pop, keys[j:e], repeat(None)), maxlen=0)
                     if not mine:  # a session with no cached block left is forgotten
                         del session_keys[s]
+            j = e
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):

@@ -98,8 +98,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections import OrderedDict
-from itertools import repeat
+from collections import deque
+from itertools import islice, repeat
 
 import numpy as np
 
@@ -107,6 +107,22 @@ from spfcore import NEVER_ARRIVAL, Scores, hookimpl
 from spfcore_spf_expected_utility.params import ExpectedUtilityParams
 
 N_KINDS = 3  # decode, fresh prompt, continuation prompt
+_nb = None  # spfcore_spf_expected_utility._nb (numba), loaded by the first UtilityPolicy
+
+
+def _load_nb():
+    """Import (compile, or load from numba's cache) the compiled table
+    rebuild once per process, numba made safe for vLLM first."""
+    global _nb
+    if _nb is None:
+        from spfcore.evictor import prepare_numba
+
+        prepare_numba()
+        from spfcore_spf_expected_utility import _nb as mod
+
+        mod.warm()
+        _nb = mod
+    return _nb
 
 
 @functools.lru_cache(maxsize=8)
@@ -221,6 +237,7 @@ class UtilityPolicy:
         # bucket_of: bucket per small integer age (direct lookup); shared read-only per layout
         self.nb, self.lo, lo_int, self.bucket_of = _age_buckets(p.buckets_per_octave, p.max_age_log2)
         self.lo_int = list(lo_int)
+        self._lo_int_np = np.array(lo_int, dtype=np.int64)
         # bucket of min(age, len(bucket_of)): ages past the resolved range fall in the last bucket
         self._bucket_np = np.array(self.bucket_of + (self.nb - 1,), dtype=np.int64)
         self.per_kind = p.max_count  # reuse classes per group
@@ -235,10 +252,7 @@ class UtilityPolicy:
                 continue
             gap = 2 ** ((g - 1) * p.gap_octaves)
             self.gap_prior[c, self.bucket_of[gap] if gap < len(self.bucket_of) else self.nb - 1] = p.gap_prior
-        nb, lo = self.nb, self.lo
-        a = lo[:nb][:, None]  # (nb, 1): start age of bucket i
-        self._layout = ((np.arange(nb)[None, :] >= np.arange(nb)[:, None])[None], a[None],
-                        lo[1:nb + 1][None, None, :] - a[None])  # for _build
+        self._lo_f = np.array(self.lo)  # a writable copy for the compiled loops (one array type)
         self._cwf = [1.0]  # count term per access count (index 0 unused), grown on demand
         self.rescored = 0  # blocks scored (first scores and re-scores), for cost accounting
         self._reset(0)
@@ -247,9 +261,12 @@ class UtilityPolicy:
         p = self.params
         self.t = 0
         self.kind = 1  # kind of the current request's prompt blocks
-        self.prompt: set = set()
+        self.prompt: set | None = set()  # the current request's prompt hashes (built on first need)
+        self._prompt_keys: tuple = ()
         self.info: dict = {}  # resident block hash -> slot
-        self.ghost: OrderedDict = OrderedDict()  # evicted block hash -> slot, oldest first
+        # evicted block hash -> slot, oldest first (a plain dict keeps insertion order and pops
+        # several times faster than an OrderedDict; the oldest leave in bulk, see blocks_evicted)
+        self.ghost: dict = {}
         self._dual: set = set()  # hashes with a ghost record and another (newer) resident one
         self.ghost_cap = max(1, int(p.ghost_factor * num_blocks))
         n = max(64, num_blocks + self.ghost_cap // 4)
@@ -267,6 +284,21 @@ class UtilityPolicy:
         self.epoch = 0  # table builds so far (decay steps)
         self.theta = 0.0  # eviction frontier: largest victim index in the previous period
         self.theta_next = 0.0  # ... in the current period
+        # The id map (see _score_by_ids): per block id of the runtime's table the slot of the
+        # hash it holds (0: none), the slot of its parent hash when stored (-1: depth 0, 0:
+        # unknown) and that slot's generation then; per slot the ids mapped to it, the last
+        # one, and a generation bumped when the slot stops naming its hash's record.
+        self._table = None
+        self._ids_ok = True  # False once set_record or a foreign batch made the map unsure
+        m = max(16, num_blocks)
+        self._slot_of_id = np.zeros(m, np.int64)
+        self._pslot_of_id = np.zeros(m, np.int64)
+        self._pgen_of_id = np.zeros(m, np.int64)
+        self._nhold = np.zeros(n, np.int64)
+        self._id_of_slot = np.zeros(n, np.int64)
+        self._gen = np.zeros(n, np.int64)
+        self._scratch = np.full(n, -1, np.int64)
+        self._orphans: dict = {}  # hash -> ids that held it when it lost its record (checked on use)
 
     # ------------------------------------------------------------ records
     def _alloc(self, m: int) -> np.ndarray:
@@ -275,17 +307,19 @@ class UtilityPolicy:
         if len(free) < m:
             n = len(self.last)
             grow = max(n, m)
-            for name in ("last", "count", "cls", "first", "epoch_of"):
+            for name in ("last", "count", "cls", "first", "epoch_of", "_nhold", "_id_of_slot", "_gen"):
                 a = getattr(self, name)
                 setattr(self, name, np.concatenate([a, np.zeros(grow, np.int64)]))
+            self._scratch = np.concatenate([self._scratch, np.full(grow, -1, np.int64)])
             free[:0] = range(n + grow - 1, n - 1, -1)
         out = free[len(free) - m:]
         del free[len(free) - m:]
         return np.array(out, dtype=np.int64)
 
-    def _new(self, keys: list, grp: np.ndarray) -> None:
+    def _new(self, keys: list, grp: np.ndarray) -> np.ndarray:
         """Records for hashes seen the first time now: one access, class 0 of
-        their group (``grp``, an array)."""
+        their group (``grp``, an array). Returns their slots (a hash twice in
+        ``keys``: the later slot is its record)."""
         s = self._alloc(len(keys))
         t = self.t
         self.last[s] = t
@@ -293,6 +327,7 @@ class UtilityPolicy:
         self.cls[s] = grp * self.per_kind
         self.first[s] = t
         self.info.update(zip(keys, s.tolist()))
+        return s
 
     def record(self, key) -> list | None:
         """``[last, count, class, first]`` of a resident hash, or None (tests, debugging)."""
@@ -307,6 +342,7 @@ class UtilityPolicy:
         if s is None:
             s = self.info[key] = int(self._alloc(1)[0])
         self.last[s], self.count[s], self.cls[s], self.first[s] = last, count, cls, first
+        self._ids_ok = False  # no block id named: score by hash from now on
 
     # ------------------------------------------------------------ helpers
     def _bucket(self, age: int) -> int:
@@ -364,7 +400,11 @@ class UtilityPolicy:
         vals = np.zeros((self.nc + 1, nb))
         vals[:self.nc] = table
         offs = np.full((self.nc + 1, nb), -1, np.int64)
-        offs[:self.nc] = change_offsets(vals[:self.nc], self.lo_int, self.params.rel_tol, cut)
+        if _nb is None:  # not loaded yet (a policy built, not run: the empty table): numpy, the same offsets
+            offs[:self.nc] = change_offsets(vals[:self.nc], self.lo_int, self.params.rel_tol, cut)
+        else:
+            offs[:self.nc] = _nb.change_offsets(vals[:self.nc], self._lo_int_np, float(self.params.rel_tol),
+                                                float(cut))
         self._vals, self._offs = vals, offs
 
     def _build(self) -> None:
@@ -386,17 +426,12 @@ class UtilityPolicy:
             h = h + self.gap_prior
         # for start bucket i (age a = lo_i) and horizon bucket j >= i:
         #   hits = H[j+1] - H[i];  occ = sum_{x=i..j} h_x (rep_x - a) + tail_j (hi_j - a)
+        #   index = max over j of hits / occ (where occ > 0), at least 0
+        # (compiled: _nb.density_index, the same float operations as the numpy form)
         H = np.concatenate([np.zeros((self.nc, 1)), np.cumsum(h, 1)], 1)  # (nc, nb+1)
         HR = np.concatenate([np.zeros((self.nc, 1)), np.cumsum(h * rep, 1)], 1)
         total = H[:, -1] + nev  # (nc,)
-        valid, a, span = self._layout  # j >= i; a = lo_i; hi_j - lo_i
-        hits = H[:, None, 1:] - H[:, :nb, None]  # (nc, i, j)
-        sum_hr = HR[:, None, 1:] - HR[:, :nb, None]
-        tail = total[:, None, None] - H[:, None, 1:]
-        occ = sum_hr - hits * a + tail * span
-        with np.errstate(divide="ignore", invalid="ignore"):
-            dens = np.where(valid & (occ > 0), hits / occ, 0.0)
-        idx = dens.max(2)
+        idx = _load_nb().density_index(H, HR, total, self._lo_f, nb)
         cut = p.cut_factor * self.theta if self.theta > 0 else math.inf
         self._install(idx, cut)
         self.theta = self.theta_next
@@ -405,9 +440,93 @@ class UtilityPolicy:
         self.never *= p.decay
         self.epoch += 1
 
+    # ------------------------------------------------------------ id map
+    def _ids_grow(self, top: int) -> None:
+        """Room for block ids up to ``top``."""
+        m = len(self._slot_of_id)
+        if top >= m:
+            add = max(m, top + 1 - m)
+            for name in ("_slot_of_id", "_pslot_of_id", "_pgen_of_id"):
+                setattr(self, name, np.concatenate([getattr(self, name), np.zeros(add, np.int64)]))
+
+    def _own_table(self, blocks) -> bool:
+        """Whether ``blocks`` is on the runtime's table (the first one seen);
+        a batch on another table turns the id map off."""
+        if self._table is None:
+            self._table = blocks.table
+        if blocks.table is not self._table:
+            self._ids_ok = False
+        return self._ids_ok
+
+    def _map_stored(self, blocks, keys: list, fin: np.ndarray) -> None:
+        """Map stored blocks to their records ``fin`` and their parents' slots."""
+        if not self._own_table(blocks):
+            return
+        ids = blocks.ids
+        self._ids_grow(int(ids.max()))
+        _load_nb().assign(self._slot_of_id, self._nhold, self._id_of_slot, ids, fin)
+        ps = np.empty(len(ids), np.int64)
+        ps[1:] = fin[:-1]  # a stored batch is one chain: its first block's parent comes before it
+        p0 = self._table.parent[int(ids[0])]
+        ps[0] = -1 if p0 is None else self.info.get(p0, 0)
+        self._pslot_of_id[ids] = ps
+        self._pgen_of_id[ids] = self._gen[np.maximum(ps, 0)]
+        if self._orphans:
+            self._attach(keys)
+
+    def _map_hit(self, blocks, new: np.ndarray, keys: list) -> None:
+        """Map hit blocks ``new`` (positions) that got records, hashes ``keys``."""
+        if not self._own_table(blocks):
+            return
+        ids = blocks.ids[new]
+        self._ids_grow(int(ids.max()))
+        fin = np.fromiter(map(self.info.__getitem__, keys), np.int64, len(keys))
+        _load_nb().assign(self._slot_of_id, self._nhold, self._id_of_slot, ids, fin)
+        if self._orphans:
+            self._attach(keys)
+
+    def _attach(self, keys) -> None:
+        """Copies of hashes in ``keys`` left without a record, still holding
+        them (checked against the table), are mapped to the new records."""
+        orphans, info, key = self._orphans, self.info, self._table.key
+        for k in orphans.keys() & set(keys):
+            held = [i for i in orphans.pop(k) if i < len(key) and key[i] == k]
+            if held and k in info:
+                _load_nb().assign(self._slot_of_id, self._nhold, self._id_of_slot, np.array(held, np.int64),
+                           np.full(len(held), info[k], np.int64))
+
+    def _unmap_one(self, s: int) -> None:
+        """:meth:`_unmap_evicted` of one record ``s`` held by one block at most."""
+        if self._ids_ok and self._nhold[s] == 1:
+            self._slot_of_id[self._id_of_slot[s]] = 0
+            self._nhold[s] = 0
+
+    def _unmap_evicted(self, keys: list, s: np.ndarray) -> None:
+        """Evicted hashes ``keys`` lost their records ``s``: unmap every block
+        id mapped to them (the victim; copies become orphans)."""
+        if not self._ids_ok:
+            return
+        nh = self._nhold[s]
+        if (nh == 1).all():  # the usual case: the victim is the one block holding each hash
+            self._slot_of_id[self._id_of_slot[s]] = 0
+            self._nhold[s] = 0
+            return
+        for k, sl, h in zip(keys, s.tolist(), nh.tolist()):
+            if h == 1:
+                self._slot_of_id[self._id_of_slot[sl]] = 0
+            elif h > 1:  # copies held elsewhere: unmapped, remembered until the hash gets a record
+                held = np.flatnonzero(self._slot_of_id == sl)
+                self._slot_of_id[held] = 0
+                self._orphans.setdefault(k, []).extend(held.tolist())
+            self._nhold[sl] = 0
+        if len(self._orphans) > len(self._slot_of_id):  # drop copies that no longer hold their hash
+            key = self._table.key
+            self._orphans = {k: v for k, v in self._orphans.items() if any(key[i] == k for i in v)}
+
     # ------------------------------------------------------------ hooks
     @hookimpl
     def spfcore_cache_configured(self, num_blocks, block_size):
+        _load_nb()  # numba's kernels now, when a runtime is built (untimed), not in the first event
         self._reset(num_blocks)
 
     @hookimpl
@@ -425,7 +544,8 @@ class UtilityPolicy:
                 break
             seen += 1
         self.kind = 2 if seen > rb else 1
-        self.prompt = set(keys)
+        self.prompt = None
+        self._prompt_keys = keys
 
     def _update(self, s: np.ndarray, grp: np.ndarray, gap: np.ndarray, count: np.ndarray) -> None:
         """Latest access now of records ``s`` (access counts ``count`` after
@@ -450,8 +570,12 @@ class UtilityPolicy:
             new = np.flatnonzero(~old)
             nk = [keys[j] for j in new.tolist()]
             ghost = self.ghost
-            self._dual.update(k for k in nk if k in ghost)
+            dual = [k for k in nk if k in ghost]
+            if dual:  # the ghost's slot no longer names the hash's record
+                self._dual.update(dual)
+                self._gen[[ghost[k] for k in dual]] += 1
             self._new(nk, grp[new])
+            self._map_hit(blocks, new, nk)
             slots, grp = slots[old], grp[old]
         if not len(slots):
             return
@@ -467,32 +591,64 @@ class UtilityPolicy:
         n = len(keys)
         if not n:
             return
+        fin = self._store(blocks, keys, n)
+        if fin is None:  # the slot of each hash's record now
+            fin = np.fromiter(map(self.info.__getitem__, keys), np.int64, n)
+        self._map_stored(blocks, keys, fin)
+
+    def _store(self, blocks, keys: list, n: int) -> np.ndarray | None:
+        """The records' side of a store; returns the slot of each of ``keys``
+        after it, or ``None`` where a hash twice among the new ones makes that
+        a lookup."""
+        if n == 1:  # one block (decode): the same steps on scalars
+            return self._store_one(keys[0], int(blocks.table.depth[blocks.ids[0]]))
         info = self.info
-        inp = np.fromiter(map(self.prompt.__contains__, keys), bool, n)
-        grp = self._grps(np.where(inp, self.kind, 0), blocks.depth)
+        depth = blocks.depth
+        d0 = int(depth[0])
+        if list(self._prompt_keys[d0:d0 + n]) == keys:  # the prompt's own blocks (the usual store): one kind
+            grp = self._grps(self.kind, depth)
+        else:
+            if self.prompt is None:
+                self.prompt = set(self._prompt_keys)
+            if self.prompt.issuperset(keys):
+                grp = self._grps(self.kind, depth)
+            else:
+                inp = np.fromiter(map(self.prompt.__contains__, keys), bool, n)
+                grp = self._grps(np.where(inp, self.kind, 0), depth)
+        if info.keys().isdisjoint(keys) and self.ghost.keys().isdisjoint(keys):  # all seen the first time
+            before = len(info)
+            s = self._new(keys, grp)
+            return s if len(info) - before == n else None
         slots = np.fromiter(map(info.get, keys, repeat(-1)), np.int64, n)
         old = slots >= 0
+        fin = slots.copy()
         if not old.all():
-            miss = np.flatnonzero(~old).tolist()
-            gpop = self.ghost.pop
-            back = [gpop(keys[j], -1) for j in miss]
-            new = [j for j, s in zip(miss, back) if s < 0]
-            if len(new) < len(miss):  # ghosts come back: their eviction counted as "never"; take it back
-                never, cls, eps = self.never, self.cls, self.epoch_of
-                decay, epoch = self.params.decay, self.epoch
-                for j, s in zip(miss, back):
-                    if s >= 0:
-                        c = cls[s]
-                        nv = never[c] - decay ** (epoch - int(eps[s]))  # decayed since
-                        never[c] = nv if nv > 0.0 else 0.0
-                        info[keys[j]] = s
-                        slots[j] = s
-                        old[j] = True
-            if new:
-                self._new([keys[j] for j in new], grp[new])
+            before = len(info)
+            miss = np.flatnonzero(~old)
+            mk = [keys[j] for j in miss.tolist()]
+            back = np.fromiter(map(self.ghost.pop, mk, repeat(-1)), np.int64, len(mk))
+            ret = back >= 0
+            if ret.any():  # ghosts come back: their eviction counted as "never"; take it back
+                rs, rj = back[ret], miss[ret]
+                ks = (self.epoch - self.epoch_of[rs]).tolist()
+                decay = self.params.decay
+                pw = {k: decay ** k for k in set(ks)}  # decayed since (Python's pow, as ever)
+                d = np.fromiter(map(pw.__getitem__, ks), np.float64, len(ks))
+                _load_nb().take_back(self.never, self.cls[rs], d)
+                info.update(zip([keys[j] for j in rj.tolist()], rs.tolist()))
+                slots[rj] = rs
+                fin[rj] = rs
+                old[rj] = True
+                new = miss[~ret]
+                if len(new):
+                    fin[new] = self._new([keys[j] for j in new.tolist()], grp[new])
+            else:
+                fin[miss] = self._new(mk, grp[miss])
+            if len(info) - before != len(miss):  # a hash twice: its later record counts
+                fin = None
             slots, grp = slots[old], grp[old]
         if not len(slots):
-            return
+            return fin
         gap = self.t - self.last[slots]
         pos = gap > 0
         count = self.count[slots]
@@ -504,6 +660,39 @@ class UtilityPolicy:
             count += pos
         self.count[slots] = count
         self._update(slots, grp, gap, count)
+        return fin
+
+    def _store_one(self, k, depth: int) -> np.ndarray:
+        """:meth:`_store` of one block (hash ``k`` at ``depth``) in scalar
+        steps: the same records, classes and float operations as the batch
+        form, without its numpy calls (a decode block is stored alone)."""
+        if list(self._prompt_keys[depth:depth + 1]) == [k]:
+            kind = self.kind
+        else:  # one lookup: a scan of the prompt's keys costs less than building their set
+            kind = self.kind if k in (self._prompt_keys if self.prompt is None else self.prompt) else 0
+        grp = self._grp(kind, depth)
+        info = self.info
+        s = info.get(k)
+        if s is None:
+            g = self.ghost.pop(k, -1)
+            if g < 0:  # seen the first time
+                return self._new([k], np.array([grp], np.int64))
+            c = self.cls[g]  # a ghost comes back: its eviction counted as "never"; take it back
+            nv = self.never[c] - self.params.decay ** (self.epoch - int(self.epoch_of[g]))
+            self.never[c] = nv if nv > 0.0 else 0.0
+            info[k] = s = g
+        t = self.t
+        gap = t - int(self.last[s])
+        count = int(self.count[s])
+        if gap > 0:
+            self.hist[self.cls[s], self._bucket(gap)] += 1.0
+            count += 1
+        self.count[s] = count
+        self.last[s] = t
+        if self.params.gap_mean and count > 1:
+            gap = (t - int(self.first[s])) // max(count - 1, 1)
+        self.cls[s] = self._cls(grp, count, gap)
+        return np.array([s], np.int64)
 
     @hookimpl
     def spfcore_blocks_evicted(self, keys, now):
@@ -521,6 +710,7 @@ class UtilityPolicy:
         if not slots:
             return
         free = self._free
+        nfree = len(free)
         if self._dual:  # the ghost record a newer one replaces is dropped
             dual = self._dual
             for k in keys:
@@ -530,26 +720,99 @@ class UtilityPolicy:
                     if s is not None:
                         free.append(s)
         ghost.update(zip(keys, slots))
-        s = np.array(slots, dtype=np.int64)
-        np.add.at(self.never, self.cls[s], 1.0)  # pessimistic until the hash comes back
+        if len(slots) == 1:  # one victim (a decode allocation): scalar steps, the same updates
+            s = slots[0]
+            if self._nhold[s] > 1:
+                self._unmap_evicted(keys, np.array(slots, dtype=np.int64))
+            else:
+                self._unmap_one(s)
+            self.never[self.cls[s]] += 1.0  # pessimistic until the hash comes back
+        else:
+            s = np.array(slots, dtype=np.int64)
+            self._unmap_evicted(keys, s)
+            np.add.at(self.never, self.cls[s], 1.0)  # pessimistic until the hash comes back
         self.epoch_of[s] = self.epoch
         over = len(ghost) - self.ghost_cap
-        if over > 0:
-            pop = ghost.popitem
-            free += [pop(last=False)[1] for _ in range(over)]
+        if over > 0:  # the oldest ghosts leave, oldest first (one scan past the dict's freed slots)
+            old = list(islice(ghost.items(), over))
+            deque(map(ghost.__delitem__, [k for k, _ in old]), maxlen=0)
+            free += [s for _, s in old]
+        if len(free) > nfree:  # freed slots name no record any more
+            self._gen[free[nfree:]] += 1
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
         """Index of each block (see the module doc), as :class:`~spfcore.Scores`
         expiring (in arrivals) where the index next changes, at most
         ``max_ttl`` ahead (``2**62``: flat for the rest of the block's life,
-        never re-scored); a plain array when no block expires."""
+        never re-scored); a plain array when no block expires.
+
+        Blocks of the runtime's table are looked up by block id (the id map,
+        :meth:`_score_by_ids`), others (and batches the map cannot answer
+        exactly) by hash: the same answer either way."""
+        self.rescored += len(blocks)
+        if self._ids_ok and blocks.table is self._table and len(blocks):
+            res = self._score_by_ids(blocks)
+            if res is not None:
+                return res
+        return self._score_by_keys(blocks)
+
+    def _score_by_keys(self, blocks):
+        """:meth:`spfcore_score_blocks` by hash: a dict lookup per block."""
         keys = blocks.keys
         n = len(keys)
-        self.rescored += n
+        s = np.fromiter(map(self.info.get, keys, repeat(0)), np.int64, n)  # 0: no record
+        x = None
+        if n > 1 and self.params.chain_monotone:
+            x = lambda v: self._chain_cap(blocks, keys, v)  # noqa: E731
+        return self._score_slots(s, x)
+
+    def _score_by_ids(self, blocks):
+        """:meth:`spfcore_score_blocks` through the id map: the slot of each
+        block's hash and of its parent's read from arrays by block id, no
+        per-block Python. ``None`` (score by hash) for a batch the map cannot
+        answer exactly: a block without a record, or a hash held twice.
+
+        The map is exact by construction: a store or a hit that makes a record
+        maps the block ids holding the hash (copies whose hash lost its record
+        are remembered and mapped again, checked against the table, when the
+        hash gets one); an eviction unmaps them; a parent's slot is kept with
+        the slot's generation, which changes whenever the slot stops naming
+        that hash's record (then it is looked up again by hash).
+        """
+        ids = blocks.ids
+        if int(ids.max()) >= len(self._slot_of_id):
+            return None
+        s = self._slot_of_id[ids]
+        if not s.all():
+            return None
+        cap = None
+        if len(ids) > 1 and self.params.chain_monotone:
+            ps = self._pslot_of_id[ids]
+            gen = self._gen
+            stale = (ps == 0) | ((ps > 0) & (gen[np.maximum(ps, 0)] != self._pgen_of_id[ids]))
+            if stale.any():  # the parent's slot may have changed: by hash
+                j = np.flatnonzero(stale)
+                sid = ids[j]
+                get = self.info.get
+                par = self._table.parent
+                new = np.array([-1 if (q := par[i]) is None else get(q, 0) for i in sid.tolist()], np.int64)
+                ps[j] = new
+                self._pslot_of_id[sid] = new
+                self._pgen_of_id[sid] = gen[np.maximum(new, 0)]
+            pi = _load_nb().parent_pos(s, ps, self._scratch)
+            if pi is None or len(pi) != len(ids):  # a hash twice in the batch
+                return None
+            depth = self._table.depth
+            back = bool(depth[ids[0]] > depth[ids[-1]])
+            cap = lambda v: _nb.chain_cap(np.ascontiguousarray(v, np.float64), pi, back)  # noqa: E731
+        return self._score_slots(s, cap)
+
+    def _score_slots(self, s: np.ndarray, cap):
+        """Scores of records ``s`` (slots, 0: none); ``cap`` the chain cap of
+        the values, or ``None``."""
         t = self.t
         p = self.params
-        s = np.fromiter(map(self.info.get, keys, repeat(0)), np.int64, n)  # 0: no record
         t0 = self.last[s]
         b = self._buckets(t - t0)
         c = self.cls[s]
@@ -557,8 +820,8 @@ class UtilityPolicy:
         off = self._offs[c, b]
         if p.count_weight:
             x = x * self._count_factor(self.count[s])
-        if n > 1 and p.chain_monotone:
-            x = self._chain_cap(blocks, keys, x)
+        if cap is not None:
+            x = cap(x)
         never = off < 0
         if never.all():
             return x
@@ -587,6 +850,7 @@ class UtilityPolicy:
         depth = blocks.depth
         back = depth[0] > depth[-1]
         parents = blocks.parents
+        _load_nb()
         pos = dict(zip(keys, range(n)))
         if len(pos) < n:  # a hash twice (a recomputed copy): the latest one met counts
             xs = x.tolist()
@@ -598,30 +862,7 @@ class UtilityPolicy:
                 low[keys[k]] = xs[k]
             return np.array(xs)
         pi = np.fromiter(map(pos.get, parents, repeat(-1)), np.int64, n)
-        if back:  # work in pass order
-            pi = np.where(pi >= 0, n - 1 - pi, -1)[::-1]
-            x = x[::-1]
-        idx = np.arange(n)
-        first = pi != idx - 1  # starts a run (its parent is not the block just before it)
-        first[0] = True
-        link = np.flatnonzero(first & (pi >= 0) & (pi < idx))  # a run whose parent is met earlier
-        if first.all():  # no run longer than one block
-            if not len(link):
-                return x[::-1] if back else x
-            res = x.copy()
-        elif not first[1:].any():  # one run (a chain released whole): a plain running minimum
-            res = np.minimum.accumulate(x)
-        else:  # running minimum within runs, exactly: ranks, each run offset below all earlier ones
-            u, r = np.unique(x, return_inverse=True)
-            off = (np.cumsum(first) - 1) * len(u)
-            res = u[np.minimum.accumulate(r - off) + off]
-        if len(link):
-            starts = np.flatnonzero(first).tolist()
-            end_of = dict(zip(starts, starts[1:] + [n]))
-            for h, j in zip(link.tolist(), pi[link].tolist()):
-                e = end_of[h]
-                np.minimum(res[h:e], res[j], out=res[h:e])
-        return res[::-1] if back else res
+        return _nb.chain_cap(np.ascontiguousarray(x, np.float64), pi, bool(back))  # the same pass, compiled
 
 
 __all__ = ["UtilityPolicy", "change_offsets", "change_points", "change_points_all"]

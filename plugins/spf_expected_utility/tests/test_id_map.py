@@ -1,0 +1,73 @@
+"""The utility variant's id map answers exactly what the by-hash lookup does.
+
+Every score batch of real replays (sequential and concurrent, with recomputed
+copies of hashes and chains broken by evictions) is scored both ways; the id
+map must give the same values and expiries, or decline (``None``) where it
+cannot be sure.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from spfcore import Scores
+from spfcore.sim import prepare, simulate
+from spfcore.workloads.generators import make
+from spfcore_spf_expected_utility import utility as U
+
+
+def _parts(res):
+    return (res.values, res.expires_at_arrival) if isinstance(res, Scores) else (res, None)
+
+
+@pytest.fixture
+def checked(monkeypatch):
+    seen = {"ids": 0, "declined": 0}
+    by_ids = U.UtilityPolicy._score_by_ids
+
+    def both(self, blocks):
+        got = by_ids(self, blocks)
+        if got is None:
+            seen["declined"] += 1
+            return None
+        seen["ids"] += 1
+        (v1, e1), (v2, e2) = _parts(got), _parts(self._score_by_keys(blocks))
+        np.testing.assert_array_equal(v1, v2)
+        assert (e1 is None) == (e2 is None)
+        if e1 is not None:
+            np.testing.assert_array_equal(np.asarray(e1), np.asarray(e2))
+        return got
+
+    monkeypatch.setattr(U.UtilityPolicy, "_score_by_ids", both)
+    return seen
+
+
+@pytest.mark.parametrize("shape,mode,seed", [("mix", "sequential", 7), ("mix", "concurrent", 3),
+                                             ("revisit", "sequential", 1), ("multiturn", "concurrent", 2)])
+def test_id_map_equals_hash_lookup(checked, shape, mode, seed):
+    wl = make(shape, seed=seed)
+    prep = prepare(wl, 16)
+    nb = max(64, len({k for v in prep.views for k in v.block_keys}) // 3)  # pressure 3: evictions, copies
+    simulate(prep, "spf_expected_utility", num_blocks=nb, block_size=16, mode=mode)
+    assert checked["ids"] > 2 * checked["declined"]  # the map answered most batches
+
+
+def test_id_map_under_a_thrashing_batch(checked, monkeypatch):
+    """A 24-block cache under continuous batching: chains broken mid-way,
+    parents evicted and recomputed elsewhere (their slots looked up again)."""
+    refreshed = []
+    gen_of = U.UtilityPolicy._score_by_ids
+
+    def spy(self, blocks):
+        before = self._pslot_of_id.copy()
+        out = gen_of(self, blocks)
+        refreshed.append(int((before != self._pslot_of_id).sum()))
+        return out
+
+    monkeypatch.setattr(U.UtilityPolicy, "_score_by_ids", spy)
+    wl = make("personas", seed=3, personas=4, prefix_tokens=96, sessions=8, turns=3, query_tokens=16,
+              output_tokens=12, arrival="poisson", rate=10.0)
+    simulate(wl, "spf_expected_utility", num_blocks=24, block_size=16, mode="concurrent", max_running=4,
+             token_budget=64)
+    assert checked["ids"] > 0 and sum(refreshed) > 0
