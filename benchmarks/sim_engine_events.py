@@ -1,0 +1,110 @@
+"""What the engine and the simulator's concurrent model tell a policy, event by
+event, on the CPU engine test's workload under load (issue 15, part 4).
+
+Usage::
+
+    python benchmarks/sim_engine_events.py OUT_DIR [--runs N] [--arms lru,spf_expected_utility]
+    python benchmarks/sim_engine_events.py OUT_DIR --replay   # again on recorded runs, no engine
+
+Each run is ``tests/test_sim_calibrate.py``'s load test (4 personas x 256
+tokens, 8 sessions x 3 turns, 24 requests, 30 blocks of 32 tokens,
+``max_num_seqs`` 4, Poisson arrivals at 0.8 of lru's capacity measured in the
+run) through :func:`spfcore.run.pipeline.run_load_gate`, in
+``OUT_DIR/run-<i>``. The engine's events are recorded while it runs
+(:func:`spfcore.sim.events.record_events`); then each arm is replayed in the
+simulator on the engine's own step clock, as the gate does, with its events
+recorded too. Prints per arm: token hit rate (engine / sim), preemptions,
+requests whose cached tokens differ, and where the two event streams first
+part (labels, then physical block ids). ``--replay`` re-simulates the runs
+already in ``OUT_DIR`` (their engine events kept in ``events-<arm>.pkl``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+from pathlib import Path
+
+FLAGS = {"personas": 4, "prefix_tokens": 256, "sessions": 8, "turns": 3, "query_tokens": 32, "output_tokens": 8}
+
+
+def config(arms):
+    from spfcore import gate
+    from spfcore.run.spec import GateConfig
+
+    return GateConfig(workload="personas", workload_flags=FLAGS, arms=tuple(arms), seeds=(5,), block_size=32,
+                      num_blocks=30, cache_pressure=None,
+                      engine={"model": "tiny", "max_num_seqs": 4, "dtype": "float32"},
+                      roles=gate.Roles(candidate=arms[-1], baseline="lru", floor="lru", oracle=None),
+                      thresholds=gate.GateThresholds(min_seeds=1), command="sim_engine_events")
+
+
+def engine_run(folder: Path, arms) -> None:
+    from spfcore.run.pipeline import run_load_gate
+    from spfcore.sim.events import record_events
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with record_events() as logs:
+        run_load_gate(config(arms), folder / "results.json", (0.8,), progress=False, plots=False)
+    for arm in arms:  # the timed cell: the last engine runtime of the arm that saw every request
+        log = [x for x in logs if x.driver == "engine" and x.policy == arm and x.requests() == 24][-1]
+        (folder / f"events-{arm}.pkl").write_bytes(pickle.dumps(log))
+
+
+def compare(folder: Path, arms) -> list:
+    from spfcore.sim import simulate
+    from spfcore.sim.calibrate import fit_timing
+    from spfcore.sim.events import first_difference, record_events
+    from spfcore.workloads.generators import make
+
+    res = json.loads((folder / "load-0.8" / "results.json").read_text())
+    cfg = res["config"]
+    wl = make(cfg["workload"], seed=5, **cfg["workload_flags"])
+    eng = {c["arm"]: c for c in res["cells"] if not c.get("repeat")}
+    out = []
+    for arm in arms:
+        e = eng[arm]
+        t = fit_timing([(wl, e)], num_blocks=cfg["num_blocks"], block_size=cfg["block_size"], arm=arm)
+        with record_events() as logs:
+            s = simulate(wl, arm, num_blocks=cfg["num_blocks"], block_size=cfg["block_size"], mode="concurrent",
+                         **t.simulate_kwargs())
+        elog = pickle.loads((folder / f"events-{arm}.pkl").read_bytes())
+        diff = [(i, x["cached_tokens"], y["cached_tokens"]) for i, (x, y) in enumerate(zip(e["requests"], s["requests"]))
+                if x["cached_tokens"] != y["cached_tokens"]]
+        print(f"{folder.name} {arm}: engine {100 * e['token_hit_rate']:.2f} sim {100 * s['token_hit_rate']:.2f} "
+              f"preemptions {e.get('preemptions')} steps {e.get('num_steps')} requests differing {len(diff)} {diff}")
+        for ids in (False, True):
+            d = first_difference(elog, logs[-1], ids=ids)
+            print(("  events (labels): " if not ids else "  events (ids): ") + ("same" if d is None else d))
+        out.append((arm, e["token_hit_rate"], s["token_hit_rate"], len(diff), e.get("preemptions")))
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--arms", default="lru,spf_expected_utility")
+    ap.add_argument("--replay", action="store_true")
+    a = ap.parse_args(argv)
+    arms = a.arms.split(",")
+    if a.replay:
+        folders = sorted(p.parent for p in a.out.glob("run-*/events-*.pkl"))
+        folders = sorted(set(folders))
+    else:
+        start = len(list(a.out.glob("run-*")))
+        folders = [a.out / f"run-{start + i}" for i in range(a.runs)]
+    rows = []
+    for f in folders:
+        if not a.replay:
+            engine_run(f, arms)
+        rows += compare(f, arms)
+    print("\narm                   runs  exact  max |gap| (points)")
+    for arm in arms:
+        r = [x for x in rows if x[0] == arm]
+        print(f"{arm:22s} {len(r):4d} {sum(x[3] == 0 for x in r):6d}  {max(abs(x[2] - x[1]) for x in r) * 100:.2f}")
+
+
+if __name__ == "__main__":
+    main()
