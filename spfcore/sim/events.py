@@ -150,15 +150,34 @@ def first_difference(a: EventLog, b: EventLog, *, ids: bool = False, context: in
 
     Args:
         a, b: The two logs (e.g. engine and simulator).
-        ids: Compare physical block ids too (else labels only).
+        ids: Compare physical block ids too (``a``'s mapped onto ``b``'s by
+            their places in the first release, the whole free pool), else
+            labels only. Touches are left out (not a hook, implied by the
+            hit; the engine touches before the hit, the simulator after), and
+            consecutive releases are merged (vLLM frees a request's hashless
+            and cached blocks in two calls).
         context: Events shown before the first difference.
     """
+    # physical ids: a's mapped onto b's by position in the first release (every block, hashless: an
+    # engine's free queue after a reset need not run 1 .. n-1 as the simulator's does)
+    first = [e for e in (a.events[:1], b.events[:1]) if e and e[0][0] == "release"]
+    pos = dict(zip(a.events[0][3], b.events[0][3])) if len(first) == 2 else {}
+
+    def mapped(e):
+        m = lambda xs: [pos.get(i, i) for i in xs]  # noqa: E731
+        kind = e[0]
+        if kind == "touch":
+            return (kind, m(e[1]))
+        if kind in ("hit", "stored", "evict"):
+            return e[:-1] + (m(e[-1]),)
+        if kind == "release":
+            return (kind, e[1], m(e[2]), m(e[3]))
+        return e
+
     def norm(e):
         if ids:
             return e
         kind = e[0]
-        if kind == "touch":
-            return (kind, len(e[1]))
         if kind in ("hit", "stored", "evict"):
             return e[:-1]
         if kind == "release":
@@ -168,13 +187,15 @@ def first_difference(a: EventLog, b: EventLog, *, ids: bool = False, context: in
     def merged(events):  # vLLM frees hashless and cached blocks in two calls (prepend_n, append_n)
         out = []
         for e in map(norm, events):
-            if out and e[0] == "release" == out[-1][0] and not ids:
-                out[-1] = ("release", out[-1][1] + e[1], out[-1][2] + e[2])
+            if e[0] == "touch":  # not a hook, and implied by the hit: the engine touches before it, the simulator after
+                continue
+            if out and e[0] == "release" == out[-1][0]:
+                out[-1] = ("release",) + tuple(x + y for x, y in zip(out[-1][1:], e[1:]))
             else:
                 out.append(e)
         return out
 
-    na, nb = merged(a.events), merged(b.events)
+    na, nb = merged([mapped(e) for e in a.events]), merged(b.events)
     for j, (x, y) in enumerate(zip(na, nb)):
         if x != y:
             break
