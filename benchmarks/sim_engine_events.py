@@ -53,6 +53,8 @@ def engine_run(folder: Path, arms) -> None:
 
 
 def compare(folder: Path, arms) -> list:
+    import numpy as np
+
     from spfcore.sim import simulate
     from spfcore.sim.calibrate import fit_timing
     from spfcore.sim.events import first_difference, record_events
@@ -72,8 +74,10 @@ def compare(folder: Path, arms) -> list:
         elog = pickle.loads((folder / f"events-{arm}.pkl").read_bytes())
         diff = [(i, x["cached_tokens"], y["cached_tokens"]) for i, (x, y) in enumerate(zip(e["requests"], s["requests"]))
                 if x["cached_tokens"] != y["cached_tokens"]]
+        p10, p50, p90 = (1e3 * float(x) for x in np.percentile(e["steps"]["dur_s"], [10, 50, 90]))
         print(f"{folder.name} {arm}: engine {100 * e['token_hit_rate']:.2f} sim {100 * s['token_hit_rate']:.2f} "
-              f"preemptions {e.get('preemptions')} steps {e.get('num_steps')} requests differing {len(diff)} {diff}")
+              f"preemptions {e.get('preemptions')} steps {e.get('num_steps')} (p10/50/90 {p10:.0f}/{p50:.0f}/{p90:.0f} "
+              f"ms) requests differing {len(diff)} {diff}")
         for ids in (False, True):
             d = first_difference(elog, logs[-1], ids=ids)
             print(("  events (labels): " if not ids else "  events (ids): ") + ("same" if d is None else d))
@@ -93,7 +97,7 @@ def main(argv=None) -> None:
         folders = sorted(p.parent for p in a.out.glob("run-*/events-*.pkl"))
         folders = sorted(set(folders))
     else:
-        start = len(list(a.out.glob("run-*")))
+        start = 1 + max((int(p.name[4:]) for p in a.out.glob("run-*") if p.name[4:].isdigit()), default=-1)
         folders = [a.out / f"run-{start + i}" for i in range(a.runs)]
     rows = []
     for f in folders:
