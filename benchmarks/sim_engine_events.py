@@ -14,16 +14,16 @@ run) through :func:`spfcore.run.pipeline.run_load_gate`, in
 (:func:`spfcore.sim.events.record_events`); then each arm is replayed in the
 simulator on the engine's own step clock, as the gate does, with its events
 recorded too. Prints per arm: token hit rate (engine / sim), preemptions,
-requests whose cached tokens differ, and where the two event streams first
-part (labels, then physical block ids). ``--replay`` re-simulates the runs
-already in ``OUT_DIR`` (their engine events kept in ``events-<arm>.pkl``).
+engine step times, requests whose cached tokens differ, and where the two
+event streams first part (labels, then physical block ids); then per arm how
+many runs had every request the same and the same events. ``--replay`` re-simulates the runs
+already in ``OUT_DIR`` (their engine events kept in ``events-<arm>.json``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import pickle
 from pathlib import Path
 
 FLAGS = {"personas": 4, "prefix_tokens": 256, "sessions": 8, "turns": 3, "query_tokens": 32, "output_tokens": 8}
@@ -49,7 +49,7 @@ def engine_run(folder: Path, arms) -> None:
         run_load_gate(config(arms), folder / "results.json", (0.8,), progress=False, plots=False)
     for arm in arms:  # the timed cell: the last engine runtime of the arm that saw every request
         log = [x for x in logs if x.driver == "engine" and x.policy == arm and x.requests() == 24][-1]
-        (folder / f"events-{arm}.pkl").write_bytes(pickle.dumps(log))
+        (folder / f"events-{arm}.json").write_text(json.dumps(log.to_json()))
 
 
 def compare(folder: Path, arms) -> list:
@@ -57,7 +57,7 @@ def compare(folder: Path, arms) -> list:
 
     from spfcore.sim import simulate
     from spfcore.sim.calibrate import fit_timing
-    from spfcore.sim.events import first_difference, record_events
+    from spfcore.sim.events import EventLog, first_difference, record_events
     from spfcore.workloads.generators import make
 
     res = json.loads((folder / "load-0.8" / "results.json").read_text())
@@ -71,17 +71,19 @@ def compare(folder: Path, arms) -> list:
         with record_events() as logs:
             s = simulate(wl, arm, num_blocks=cfg["num_blocks"], block_size=cfg["block_size"], mode="concurrent",
                          **t.simulate_kwargs())
-        elog = pickle.loads((folder / f"events-{arm}.pkl").read_bytes())
-        diff = [(i, x["cached_tokens"], y["cached_tokens"]) for i, (x, y) in enumerate(zip(e["requests"], s["requests"]))
-                if x["cached_tokens"] != y["cached_tokens"]]
+        elog = EventLog.from_json(json.loads((folder / f"events-{arm}.json").read_text()))
+        diff = [(i, x["cached_tokens"], y["cached_tokens"])
+                for i, (x, y) in enumerate(zip(e["requests"], s["requests"])) if x["cached_tokens"] != y["cached_tokens"]]
         p10, p50, p90 = (1e3 * float(x) for x in np.percentile(e["steps"]["dur_s"], [10, 50, 90]))
         print(f"{folder.name} {arm}: engine {100 * e['token_hit_rate']:.2f} sim {100 * s['token_hit_rate']:.2f} "
               f"preemptions {e.get('preemptions')} steps {e.get('num_steps')} (p10/50/90 {p10:.0f}/{p50:.0f}/{p90:.0f} "
               f"ms) requests differing {len(diff)} {diff}")
+        same = []
         for ids in (False, True):
             d = first_difference(elog, logs[-1], ids=ids)
+            same.append(d is None)
             print(("  events (labels): " if not ids else "  events (ids): ") + ("same" if d is None else d))
-        out.append((arm, e["token_hit_rate"], s["token_hit_rate"], len(diff), e.get("preemptions")))
+        out.append((arm, e["token_hit_rate"], s["token_hit_rate"], len(diff), all(same)))
     return out
 
 
@@ -94,8 +96,7 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     arms = a.arms.split(",")
     if a.replay:
-        folders = sorted(p.parent for p in a.out.glob("run-*/events-*.pkl"))
-        folders = sorted(set(folders))
+        folders = sorted({p.parent for p in a.out.glob("run-*/events-*.json")}, key=lambda p: int(p.name[4:]))
     else:
         start = 1 + max((int(p.name[4:]) for p in a.out.glob("run-*") if p.name[4:].isdigit()), default=-1)
         folders = [a.out / f"run-{start + i}" for i in range(a.runs)]
@@ -104,10 +105,11 @@ def main(argv=None) -> None:
         if not a.replay:
             engine_run(f, arms)
         rows += compare(f, arms)
-    print("\narm                   runs  exact  max |gap| (points)")
+    print("\narm                   runs  all requests the same  events the same  max |gap| (points)")
     for arm in arms:
         r = [x for x in rows if x[0] == arm]
-        print(f"{arm:22s} {len(r):4d} {sum(x[3] == 0 for x in r):6d}  {max(abs(x[2] - x[1]) for x in r) * 100:.2f}")
+        print(f"{arm:22s} {len(r):4d} {sum(x[3] == 0 for x in r):22d} {sum(x[4] for x in r):16d}  "
+              f"{max(abs(x[2] - x[1]) for x in r) * 100:.2f}")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 from spfcore.runtime import PolicyRuntime
 from spfcore.sim import simulate
-from spfcore.sim.events import first_difference, record_events
+from spfcore.sim.events import EventLog, first_difference, record_events
 from spfcore.workloads.generators import make
 
 
@@ -30,3 +32,5 @@ def test_the_recorder_keeps_each_runtimes_events_and_finds_where_two_part():
     d = first_difference(a, c)
     assert d is not None and d.startswith("first difference at event ")
     assert first_difference(a, c, ids=True).startswith("first difference at event 0 ")  # the pool itself
+    back = EventLog.from_json(json.loads(json.dumps(a.to_json())))  # as benchmarks/sim_engine_events.py keeps it
+    assert back.events == a.events and first_difference(back, a, ids=True) is None

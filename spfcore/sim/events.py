@@ -51,6 +51,25 @@ class EventLog:
         """Arrivals recorded."""
         return sum(1 for e in self.events if e[0] == "arrived")
 
+    def to_json(self) -> dict:
+        """``{"policy", "driver", "events"}`` (tuples as lists)."""
+        return {"policy": self.policy, "driver": self.driver, "events": self.events}
+
+    @classmethod
+    def from_json(cls, d: dict) -> EventLog:
+        """The log :meth:`to_json` wrote (decode labels back to tuples)."""
+        def lab(x):
+            return tuple(x) if isinstance(x, list) else x
+
+        events = []
+        for e in d["events"]:
+            kind = e[0]
+            if kind in ("hit", "stored", "release", "evict"):
+                at = 1 if kind == "release" else 2 if kind in ("hit", "evict") else 3
+                e = e[:at] + [[lab(x) for x in e[at]]] + e[at + 1:]
+            events.append(tuple(e))
+        return cls(d["policy"], d["driver"], events)
+
 
 def _driver() -> str:
     f = sys._getframe(2)
