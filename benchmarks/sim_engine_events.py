@@ -11,7 +11,8 @@ tokens, 8 sessions x 3 turns, 24 requests, 30 blocks of 32 tokens,
 ``max_num_seqs`` 4, Poisson arrivals at 0.8 of lru's capacity measured in the
 run) through :func:`spfcore.run.pipeline.run_load_gate`, in
 ``OUT_DIR/run-<i>``. The engine's events are recorded while it runs
-(:func:`spfcore.sim.events.record_events`); then each arm is replayed in the
+(:func:`spfcore.sim.replay.record_runtime_calls`, kept as
+:func:`spfcore.sim.events.events`); then each arm is replayed in the
 simulator on the engine's own step clock, as the gate does, with its events
 recorded too. Prints per arm: token hit rate (engine / sim), preemptions,
 engine step times, requests whose cached tokens differ, and where the two
@@ -42,14 +43,17 @@ def config(arms):
 
 def engine_run(folder: Path, arms) -> None:
     from spfcore.run.pipeline import run_load_gate
-    from spfcore.sim.events import record_events
+    from spfcore.sim.events import events
+    from spfcore.sim.replay import record_runtime_calls
 
     folder.mkdir(parents=True, exist_ok=True)
-    with record_events() as logs:
+    with record_runtime_calls() as log:
         run_load_gate(config(arms), folder / "results.json", (0.8,), progress=False, plots=False)
     for arm in arms:  # the timed cell: the last engine runtime of the arm that saw every request
-        log = [x for x in logs if x.driver == "engine" and x.policy == arm and x.requests() == 24][-1]
-        (folder / f"events-{arm}.json").write_text(json.dumps(log.to_json()))
+        key = [k for k, rt in log.runtimes.items() if log.drivers[k] == "engine" and rt.policy_name == arm
+               and sum(c[0] == "arrived" for c in log.events[k]) == 24][-1]
+        doc = {"policy": arm, "driver": "engine", "events": events(log.events[key])}
+        (folder / f"events-{arm}.json").write_text(json.dumps(doc))
 
 
 def compare(folder: Path, arms) -> list:
@@ -57,7 +61,8 @@ def compare(folder: Path, arms) -> list:
 
     from spfcore.sim import simulate
     from spfcore.sim.calibrate import fit_timing
-    from spfcore.sim.events import EventLog, first_difference, record_events
+    from spfcore.sim.events import events, first_difference, from_json
+    from spfcore.sim.replay import record_runtime_calls
     from spfcore.workloads.generators import make
 
     res = json.loads((folder / "load-0.8" / "results.json").read_text())
@@ -68,10 +73,11 @@ def compare(folder: Path, arms) -> list:
     for arm in arms:
         e = eng[arm]
         t = fit_timing([(wl, e)], num_blocks=cfg["num_blocks"], block_size=cfg["block_size"], arm=arm)
-        with record_events() as logs:
+        with record_runtime_calls() as log:
             s = simulate(wl, arm, num_blocks=cfg["num_blocks"], block_size=cfg["block_size"], mode="concurrent",
                          **t.simulate_kwargs())
-        elog = EventLog.from_json(json.loads((folder / f"events-{arm}.json").read_text()))
+        sim_events = events(list(log.events.values())[-1])
+        eng_events = from_json(json.loads((folder / f"events-{arm}.json").read_text())["events"])
         diff = [(i, x["cached_tokens"], y["cached_tokens"])
                 for i, (x, y) in enumerate(zip(e["requests"], s["requests"])) if x["cached_tokens"] != y["cached_tokens"]]
         p10, p50, p90 = (1e3 * float(x) for x in np.percentile(e["steps"]["dur_s"], [10, 50, 90]))
@@ -80,7 +86,7 @@ def compare(folder: Path, arms) -> list:
               f"ms) requests differing {len(diff)} {diff}")
         same = []
         for ids in (False, True):
-            d = first_difference(elog, logs[-1], ids=ids)
+            d = first_difference(eng_events, sim_events, ids=ids)
             same.append(d is None)
             print(("  events (labels): " if not ids else "  events (ids): ") + ("same" if d is None else d))
         out.append((arm, e["token_hit_rate"], s["token_hit_rate"], len(diff), all(same)))

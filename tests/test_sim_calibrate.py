@@ -176,7 +176,8 @@ def test_the_calibrated_simulator_predicts_the_cpu_engines_hit_rate_under_load(t
     engine's own cached-token count; and the events the policy was shown
     (arrivals, hits, stores, finishes, releases and evictions, in order, with
     the physical blocks) are the engine's, so its decisions are too
-    (:mod:`spfcore.sim.events`; a failure shows where they first differ).
+    (:func:`spfcore.sim.replay.record_runtime_calls`, compared by
+    :mod:`spfcore.sim.events`; a failure shows where they first differ).
 
     History (results/sim-vs-engine-load/README.md). With constant step costs
     fitted on the same cell instead, one CI run on a loaded 2-core machine
@@ -200,7 +201,8 @@ def test_the_calibrated_simulator_predicts_the_cpu_engines_hit_rate_under_load(t
     from spfcore import gate
     from spfcore.run.pipeline import run_load_gate
     from spfcore.run.spec import GateConfig
-    from spfcore.sim.events import first_difference, record_events
+    from spfcore.sim.events import events, first_difference
+    from spfcore.sim.replay import record_runtime_calls
 
     flags = {"personas": 4, "prefix_tokens": 256, "sessions": 8, "turns": 3, "query_tokens": 32, "output_tokens": 8}
     cfg = GateConfig(workload="personas", workload_flags=flags, arms=("lru", "spf_expected_utility"), seeds=(5,),
@@ -208,7 +210,7 @@ def test_the_calibrated_simulator_predicts_the_cpu_engines_hit_rate_under_load(t
                      engine={"model": "tiny", "max_num_seqs": 4, "dtype": "float32"},
                      roles=gate.Roles(candidate="spf_expected_utility", baseline="lru", floor="lru", oracle=None),
                      thresholds=gate.GateThresholds(min_seeds=1), command="test")
-    with record_events() as logs:
+    with record_runtime_calls() as log:
         doc = run_load_gate(cfg, tmp_path / "results.json", (0.8,), progress=False, plots=False)
     res = json.loads((tmp_path / "load-0.8" / "results.json").read_text())
     eng = {c["arm"]: c for c in res["cells"]}
@@ -233,11 +235,12 @@ def test_the_calibrated_simulator_predicts_the_cpu_engines_hit_rate_under_load(t
         same = sum(x["cached_tokens"] == y["cached_tokens"] for x, y in zip(e["requests"], s["requests"]))
         # what the policy was shown: the engine's events against those of the gate's sim cell, replayed
         timing = fit_timing([(wl, e)], num_blocks=30, block_size=32, arm=arm)
-        with record_events() as sim_logs:
+        with record_runtime_calls() as sim_log:
             again = simulate(wl, arm, num_blocks=30, block_size=32, mode="concurrent", **timing.simulate_kwargs())
         assert [x["cached_tokens"] for x in again["requests"]] == [x["cached_tokens"] for x in s["requests"]]
-        elog = [x for x in logs if x.driver == "engine" and x.policy == arm and x.requests() == 24][-1]
-        diff = first_difference(elog, sim_logs[-1], ids=True)
+        key = [k for k, rt in log.runtimes.items() if log.drivers[k] == "engine" and rt.policy_name == arm
+               and sum(c[0] == "arrived" for c in log.events[k]) == 24][-1]  # the timed cell's runtime
+        diff = first_difference(events(log.events[key]), events(list(sim_log.events.values())[-1]), ids=True)
         msg = (f"{arm}: sim {s['token_hit_rate']:.4f} engine {e['token_hit_rate']:.4f}, {same} of 24 requests "
                f"the same, {e['preemptions']} preemptions\n{diff}")
         assert abs(s["token_hit_rate"] - e["token_hit_rate"]) <= 0.01 and same >= 23, msg
