@@ -305,9 +305,11 @@ class EngineSession:
             "ttft_s", "e2e_s", "queue_s" (scheduled - queued, vLLM engine-core
             timestamps), "preemptions"}]``; in ``timed`` mode also ``"num_steps"`` and the step
             log ``"steps": {"start_s", "dur_s", "tokens"}``: per ``engine.step()``
-            its start (s after the run's start), its duration (s, until the next
+            its start (s after the run's start: its arrival cut-off, the moment
+            the loop took the requests that had arrived, which were added before
+            the step and later ones after it), its duration (s, until the next
             step starts while the engine stays busy, so the loop's own work between
-            steps counts, else until it returns) and the tokens its schedule
+            steps, adding requests included, counts, else until it returns) and the tokens its schedule
             scheduled (``SchedulerOutput.total_num_scheduled_tokens``): the
             engine's own clock, which the simulator can replay
             (:class:`spfcore.sim.calibrate.EngineClock`). Tokens are counts, times seconds. Stock
@@ -407,25 +409,27 @@ class EngineSession:
             starts, durs, toks = [], [], []  # the step log (see _cell)
             busy_since = None  # start of the last step, while the engine has not idled since
             while i < len(reqs) or engine.has_unfinished_requests():
-                elapsed = time.monotonic() - t0
+                # a step starts at its arrival cut-off: the requests that arrived by then are added
+                # (runtime.arrived) before it schedules, a later one after it
+                s0 = time.monotonic()
+                elapsed = s0 - t0
                 while i < len(reqs) and reqs[i].arrival_s <= elapsed:
                     add(reqs[i], t0 + reqs[i].arrival_s, w0 + reqs[i].arrival_s)
                     i += 1
                 if engine.has_unfinished_requests():
-                    s0 = time.monotonic()
                     if busy_since is not None:  # the previous step lasts until this one starts
-                        durs[-1] = s0 - busy_since
+                        durs[-1] = elapsed - busy_since
                     step()
-                    starts.append(s0 - t0)
+                    starts.append(elapsed)
                     durs.append(time.monotonic() - s0)
                     toks.append(int(getattr(sched, "spf_scheduled_tokens", 0)))
-                    busy_since = s0
+                    busy_since = elapsed
                 else:
                     busy_since = None
                     if i < len(reqs):
                         time.sleep(max(0.0, min(reqs[i].arrival_s - elapsed, 0.05)))
-            steps = {"start_s": [round(x, 6) for x in starts], "dur_s": [round(x, 6) for x in durs],
-                     "tokens": toks}
+            # not rounded: the simulator compares arrival times with these starts
+            steps = {"start_s": starts, "dur_s": durs, "tokens": toks}
         wall = time.monotonic() - t0
         return self._cell(workload, seed, mode, reqs, recs, wall, steps)
 

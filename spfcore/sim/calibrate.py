@@ -95,7 +95,10 @@ class EngineClock:
     engine's first step starts some ms after the first arrival) do not
     accumulate and move an arrival to another step, unless that leaves less
     than ``d / 2`` (then it lasts ``d``). After the log's last step ends it
-    lasts ``a + b * n``.
+    lasts ``a + b * n``. A step's start is the engine's arrival cut-off (the
+    requests that arrived by then were added before it scheduled), so where the
+    schedules agree, each request arrives before the same step in both; an
+    idle model waits for the engine's next step (:meth:`next_start`).
 
     Attributes:
         start_s, dur_s, tokens: The engine's step log (``cell["steps"]``), one
@@ -136,6 +139,14 @@ class EngineClock:
                 a, b = float(a1), float(b1)
         order = np.argsort(st, kind="stable")
         return cls(st[order], du[order], tk[order], a, b, f"steps of engine {cell.get('arm')} seed {cell.get('seed')}")
+
+    def next_start(self, t: float) -> float:
+        """The start (s) of the first logged step at or after ``t``, or ``t``
+        past the log's end: where an idle engine took the requests that had
+        arrived since it went idle (its arrival cut-off,
+        :meth:`spfcore.engine.runner.EngineSession.run`)."""
+        k = int(np.searchsorted(self.start_s, t))
+        return float(self.start_s[k]) if k < len(self.start_s) else t
 
     def __call__(self, t: float, n: int) -> float:
         """Seconds of a step starting at ``t`` (s) that schedules ``n`` tokens."""

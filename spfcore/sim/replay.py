@@ -23,6 +23,8 @@ compares every ``evict`` answer.
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from collections.abc import Iterator, Sequence
 
 import attrs
@@ -43,10 +45,14 @@ class EventLog:
             are copied (sequences as tuples, ``set_future``'s iterable as a
             tuple); ``result`` is ``evict``'s victim ids, else None.
         runtimes: ``{id(runtime): runtime}`` (kept alive, so ids stay unique).
+        drivers: ``{id(runtime): "engine" | "sim"}``: ``"engine"`` when its
+            first recorded call came from :mod:`spfcore.engine` (the vLLM
+            adapter), else ``"sim"``.
     """
 
     events: dict = attrs.field(factory=dict)
     runtimes: dict = attrs.field(factory=dict)
+    drivers: dict = attrs.field(factory=dict)
 
     def of(self, runtime: PolicyRuntime) -> list[tuple]:
         """The events of ``runtime``.
@@ -65,6 +71,15 @@ def _frozen(x):
     return x
 
 
+def _driver() -> str:
+    f = sys._getframe(2)
+    while f is not None:
+        if f"spfcore{os.sep}engine{os.sep}" in f.f_code.co_filename:
+            return "engine"
+        f = f.f_back
+    return "sim"
+
+
 @contextlib.contextmanager
 def record_runtime_calls() -> Iterator[EventLog]:
     """Record every :data:`RECORDED` call on any :class:`PolicyRuntime`
@@ -80,6 +95,8 @@ def record_runtime_calls() -> Iterator[EventLog]:
                 reqs = tuple(kwargs.pop("requests", args[0] if args else ()))
                 args = (reqs,)
             key = id(self)
+            if key not in log.runtimes:
+                log.drivers[key] = _driver()
             log.runtimes[key] = self
             rec = [name, tuple(_frozen(a) for a in args) + tuple(_frozen(v) for v in kwargs.values()), None]
             log.events.setdefault(key, []).append(rec)

@@ -469,7 +469,10 @@ def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, m
     ``step_time``, when given, replaces that cost model: ``step_time(t, n)``
     is the seconds of a step starting at virtual time ``t`` that schedules
     ``n`` tokens (:class:`spfcore.sim.calibrate.EngineClock`: the engine's own
-    step log).
+    step log); if it also has ``next_start(t)`` (the start of the engine's
+    first step at or after ``t``, s), an idle model waits for that step, not
+    just for the next arrival (the engine takes the arrivals of its idle spell
+    when it wakes).
     A runtime call that raises leaves the pool (``cache``, ref counts, the
     runtime) as before that call, as in :func:`_run_sequential`."""
     bs = prep.block_size
@@ -486,6 +489,7 @@ def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, m
     waiting: deque[_Req] = deque()
     running: list[_Req] = []
     nxt, finished_n, t = 0, 0, 0.0
+    next_start = getattr(step_time, "next_start", None)
 
     def key_at(j, d):
         fk = FK[j]
@@ -540,8 +544,8 @@ def _run_concurrent(prep: Prepared, rt: PolicyRuntime, num_blocks: int, views, m
             rt.arrived(views[nxt], arr[nxt])
             waiting.append(_Req(nxt))
             nxt += 1
-        if not running and not waiting:
-            t = arr[nxt]
+        if not running and not waiting:  # idle until the next arrival (an engine clock: its next step)
+            t = arr[nxt] if next_start is None else max(arr[nxt], next_start(arr[nxt]))
             continue
         budget = token_budget
         preempted = False

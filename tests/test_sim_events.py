@@ -1,0 +1,36 @@
+"""What a policy was shown, compared across drivers (spfcore.sim.events)."""
+
+from __future__ import annotations
+
+import json
+
+from spfcore.sim import simulate
+from spfcore.sim.events import events, first_difference, from_json
+from spfcore.sim.replay import record_runtime_calls
+from spfcore.workloads.generators import make
+
+
+def test_events_name_blocks_by_content_and_first_difference_finds_where_two_streams_part():
+    wl = make("personas", seed=3, personas=2, prefix_tokens=64, sessions=4, turns=2, query_tokens=16,
+              output_tokens=20, arrival="poisson", rate=20.0)
+    kw = dict(block_size=16, mode="concurrent", max_running=2, token_budget=64)
+    with record_runtime_calls() as log:
+        simulate(wl, "lru", num_blocks=14, **kw)
+        simulate(wl, "lru", num_blocks=14, **kw)
+        simulate(wl, "lru", num_blocks=12, **kw)  # a smaller cache: another eviction sooner
+    assert set(log.drivers.values()) == {"sim"}
+    a, b, c = (events(x) for x in log.events.values())
+    kinds = [e[0] for e in a]
+    assert a[0][0] == "release" and len(a[0][3]) == 13  # the whole pool, hashless
+    assert kinds.count("arrived") == kinds.count("hit") == kinds.count("finished") == 8
+    # decode blocks are named by request and depth (the engine hashes its own output tokens); an
+    # eviction names the hash the block held
+    stored = [lab for e in a if e[0] == "stored" for lab in e[3]]
+    assert ("decode", "s0-t0", 5) in stored
+    evicted = [lab for e in a if e[0] == "evict" for lab in e[2] if lab is not None]
+    assert evicted and set(evicted) <= set(stored)
+    assert first_difference(a, b) is None and first_difference(a, b, ids=True) is None
+    assert first_difference(a, c).startswith("first difference at event ")
+    assert first_difference(a, c, ids=True).startswith("first difference at event 0 ")  # the pool itself
+    back = from_json(json.loads(json.dumps(a)))  # as benchmarks/sim_engine_events.py keeps the engine's
+    assert back == a and first_difference(back, a, ids=True) is None
