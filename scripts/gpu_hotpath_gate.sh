@@ -61,7 +61,7 @@ PY
   pack; tail -n 60 "$W/verdict.txt"
   ;;
 cost)
-  python3 -c "import spfcore._evictor_nb as nb; nb.warm()"  # numba compiles once, untimed
+  python3 -c "import spfcore._evictor_nb as nb; nb.warm(); from spfcore_spf_expected_utility import _nb; _nb.warm()"  # numba compiles once, untimed
   python3 benchmarks/bench_policy_cost.py --repeat 3 --wall-clock | tee "$O/policy_cost.txt"
   ;;
 esac
