@@ -83,15 +83,18 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from functools import partial
-from itertools import takewhile
+from itertools import islice, takewhile
 from operator import is_not
 
 import attrs
+import numpy as np
 
+from spfcore.hookspecs import HOOK_NAMES
 from spfcore.keys import chain_keys, decode_key
 from spfcore.run.cell import SimRecord
 from spfcore.runtime import PolicyRuntime
@@ -129,6 +132,8 @@ class Prepared:
     prompt_tokens: tuple
     output_tokens: tuple
     plans: tuple
+    #: The compiled replay's interned arrays of these plans, built on first use.
+    _flat: list = attrs.field(factory=list, init=False, eq=False, repr=False)
 
     @property
     def blocks_needed(self) -> list[int]:
@@ -446,6 +451,178 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
     return n_req, prompt_total, refs_total, hits_total
 
 
+#: Environment variable choosing the sequential replay of hook-less arms
+#: (``lru``): ``auto`` (default) the compiled one (:mod:`spfcore.sim._replay_nb`),
+#: ``python`` the reference loop :func:`_run_sequential` (same decisions and
+#: counts; ~20x slower).
+REPLAY_ENV = "SPFCORE_SIM_REPLAY"
+_nb = None  # spfcore.sim._replay_nb, once loaded
+
+
+def _compiled_ok(rt: PolicyRuntime) -> bool:
+    """Whether the sequential replay of ``rt``'s policy may run compiled: it
+    implements no hook but ``spfcore_cache_configured`` (vLLM's own order,
+    nothing to observe) and :data:`REPLAY_ENV` does not ask for ``python``.
+
+    Raises:
+        ValueError: :data:`REPLAY_ENV` is neither ``auto`` nor ``python``.
+    """
+    mode = os.environ.get(REPLAY_ENV, "auto").strip() or "auto"
+    if mode not in ("auto", "python"):
+        raise ValueError(f"{REPLAY_ENV}={mode!r}: expected 'auto' or 'python'")
+    return mode == "auto" and not rt.needs_future and not any(
+        rt.implements(h) for h in HOOK_NAMES if h != "spfcore_cache_configured")
+
+
+def _load_nb():
+    global _nb
+    if _nb is None:
+        from spfcore.evictor import _scannable_llvmlite
+        from spfcore.sim import _replay_nb
+        _scannable_llvmlite()
+        _replay_nb.warm()
+        _nb = _replay_nb
+    return _nb
+
+
+def _flatten(plans: list, ids: dict) -> tuple:
+    """The compiled replay's input for ``plans``: keys interned through
+    ``ids`` (key -> dense id, new keys numbered ``len(ids)`` on), as int64
+    arrays ``(fk, fk_off, n_look, dk, dk_off, n_prompt, n_total)`` (see
+    :func:`spfcore.sim._replay_nb.replay`)."""
+    sd = ids.setdefault
+    i64 = np.int64
+    n = len(plans)
+    fk = np.fromiter((sd(k, len(ids)) for pl in plans for k in pl[2]), i64)
+    dk = np.fromiter((sd(k, len(ids)) for pl in plans for k in pl[3]), i64)
+    fk_off = np.zeros(n + 1, i64)
+    np.cumsum(np.fromiter((len(pl[2]) for pl in plans), i64, n), out=fk_off[1:])
+    dk_off = np.zeros(n + 1, i64)
+    np.cumsum(np.fromiter((len(pl[3]) for pl in plans), i64, n), out=dk_off[1:])
+    return (fk, fk_off, np.fromiter((len(pl[1]) for pl in plans), i64, n), dk, dk_off,
+            np.fromiter((pl[4] for pl in plans), i64, n), np.fromiter((pl[5] for pl in plans), i64, n))
+
+
+class _LruState:
+    """The compiled ``lru`` replay's pool (see :mod:`spfcore.sim._replay_nb`),
+    fed chunk by chunk; ``victims``, when a list, receives every block id
+    handed out, in order (as ``PolicyRuntime.evict`` returns them)."""
+
+    def __init__(self, num_blocks: int, victims: list | None = None) -> None:
+        self.nb = nb = _load_nb()
+        i64 = np.int64
+        self.num_blocks = num_blocks
+        self.key_of, self.dn, self.dp = (np.full(num_blocks, -1, i64) for _ in range(3))
+        self.ln, self.lp, self.hs = (np.zeros(num_blocks, i64) for _ in range(3))
+        self.kh = self.kt = np.empty(0, i64)
+        self.c = np.zeros(nb.NCOUNTERS, i64)
+        self.victims = victims
+        nb.init(num_blocks, self.ln, self.lp, self.hs, self.c)
+
+    def run(self, flat: tuple, nkeys: int, first_id: int = 0) -> np.ndarray:
+        """Replay one chunk (:func:`_flatten`'s arrays, key ids < ``nkeys``);
+        returns hit blocks per request.
+
+        Raises:
+            ValueError: a request needs more blocks than the cache has
+                (``first_id`` + its index in the chunk named).
+        """
+        if nkeys > len(self.kh):  # room for every key id of the chunk
+            grow = max(nkeys, 2 * len(self.kh), 1024) - len(self.kh)
+            self.kh = np.concatenate([self.kh, np.full(grow, -1, np.int64)])
+            self.kt = np.concatenate([self.kt, np.full(grow, -1, np.int64)])
+        n_total = flat[6]
+        n = len(n_total)
+        hits = np.empty(n, np.int64)
+        if not n:
+            return hits
+        rec = self.victims is not None
+        victims = np.empty(int(n_total.sum()) if rec else 0, np.int64)
+        self.c[self.nb.NVICT] = 0
+        bad = self.nb.replay(*flat, self.key_of, self.kh, self.kt, self.dn, self.dp, self.ln, self.lp, self.hs,
+                             self.c, np.empty(int(n_total.max()), np.int64), hits, victims)
+        if rec:
+            self.victims.extend(victims[: self.c[self.nb.NVICT]].tolist())
+        if bad >= 0:
+            raise ValueError(f"request #{first_id + bad} needs {int(n_total[bad])} blocks but the cache has "
+                             f"{self.num_blocks - 1} usable (num_blocks={self.num_blocks} includes the null block)")
+        return hits
+
+    def compact(self, ids: dict) -> dict:
+        """Renumber the keys still cached densely from 0 and forget the
+        others (bounds ``ids`` by the cache, not the trace); returns the new
+        key -> id map."""
+        kh = self.kh
+        live = {k: i for k, i in ids.items() if kh[i] >= 0}
+        old = np.fromiter(live.values(), np.int64, len(live))
+        remap = np.full(len(kh), -1, np.int64)
+        remap[old] = np.arange(len(old))
+        held = self.key_of >= 0
+        self.key_of[held] = remap[self.key_of[held]]
+        kh2, kt2 = np.full(len(kh), -1, np.int64), np.full(len(kh), -1, np.int64)
+        kh2[: len(old)], kt2[: len(old)] = kh[old], self.kt[old]
+        self.kh, self.kt = kh2, kt2
+        return dict(zip(live, range(len(old))))
+
+    def stats(self, rt: PolicyRuntime, seconds: float) -> None:
+        """Put the replay's counts into ``rt`` as its own replay would have
+        (``evictions``, ``evict_calls``); ``policy_seconds`` and
+        ``evict_seconds`` get the compiled replay's whole time (the pool's and
+        the free queue's work are one loop there)."""
+        c = self.c
+        rt.evictions += int(c[self.nb.EVICTIONS])
+        rt.evict_calls += int(c[self.nb.EVICT_CALLS])
+        rt.policy_seconds += seconds
+        rt.evict_seconds += seconds
+
+
+def _replay_lru(plans, rt: PolicyRuntime, num_blocks: int, rows: list | None = None,
+                victims: list | None = None, chunk: int = 4096) -> tuple[int, int, int, int]:
+    """:func:`_run_sequential` of a policy without hooks (see
+    :func:`_compiled_ok`), compiled: same return value, same ``rows``, same
+    ``rt`` counters (:meth:`_LruState.stats`); ``rt``'s block table is not
+    kept. ``plans``: a :class:`Prepared` (its keys interned once and kept on
+    it) or an iterable of plans, read ``chunk`` requests at a time with the
+    interned keys bounded by the cache (:meth:`_LruState.compact`).
+
+    Raises:
+        ValueError: a request does not fit in the cache (as :func:`_run_sequential`).
+    """
+    t0 = time.perf_counter()
+    st = _LruState(num_blocks, victims)
+    totals = [0, 0, 0, 0]
+
+    def account(pls: list | tuple, hits: np.ndarray) -> None:
+        totals[0] += len(pls)
+        totals[1] += sum(pl[0].num_prompt_tokens for pl in pls)
+        totals[2] += sum(len(pl[0].block_keys) for pl in pls)
+        totals[3] += int(hits.sum())
+        if rows is not None:
+            keep = rows.append
+            for pl, h in zip(pls, hits.tolist()):
+                v = pl[0]
+                keep((v.request_id, v.session_id, v.prefix_group, pl[6], v.num_prompt_tokens, h))
+
+    if isinstance(plans, Prepared):
+        if not plans._flat:
+            ids: dict = {}
+            plans._flat.append((_flatten(plans.plans, ids), len(ids)))
+        flat, nkeys = plans._flat[0]
+        account(plans.plans, st.run(flat, nkeys))
+    else:
+        ids = {}
+        it = iter(plans)
+        first = 0
+        limit = 4 * num_blocks + 65536
+        while pls := list(islice(it, chunk)):
+            account(pls, st.run(_flatten(pls, ids), len(ids), first))
+            first += len(pls)
+            if len(ids) > limit:
+                ids = st.compact(ids)
+    st.stats(rt, time.perf_counter() - t0)
+    return tuple(totals)
+
+
 class _Req:
     __slots__ = ("j", "blocks", "computed", "outputs", "done_hash", "first_lookup", "first_token", "mark")
 
@@ -700,7 +877,10 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
         rows: list = []
         with _no_gc():
             t = time.perf_counter()
-            totals = _run_sequential(prep.plans, rt, num_blocks, block_size, rows)
+            if _compiled_ok(rt):
+                totals = _replay_lru(prep, rt, num_blocks, rows)
+            else:
+                totals = _run_sequential(prep.plans, rt, num_blocks, block_size, rows)
             wall = time.perf_counter() - t
         return _cell(arm, seed, mode, num_blocks, block_size, totals, rt, wall, rows)
     if max_running < 1 or token_budget < 1:
@@ -784,7 +964,11 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
     rows: list | None = [] if per_request else None
     with _no_gc():
         t = time.perf_counter()
-        totals = _run_sequential(iter_plans(requests, block_size, num_blocks), rt, num_blocks, block_size, rows)
+        plans = iter_plans(requests, block_size, num_blocks)
+        if _compiled_ok(rt):
+            totals = _replay_lru(plans, rt, num_blocks, rows)
+        else:
+            totals = _run_sequential(plans, rt, num_blocks, block_size, rows)
         wall = time.perf_counter() - t
     return _cell(arm, seed, "sequential", num_blocks, block_size, totals, rt, wall, rows)
 
