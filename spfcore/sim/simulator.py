@@ -88,7 +88,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from functools import partial
-from itertools import islice, takewhile
+from itertools import chain, islice, takewhile
 from operator import is_not
 
 import attrs
@@ -487,19 +487,19 @@ def _load_nb():
 
 def _flatten(plans: list, ids: dict) -> tuple:
     """The compiled replay's input for ``plans``: keys interned through
-    ``ids`` (key -> dense id, new keys numbered ``len(ids)`` on), as int64
-    arrays ``(fk, fk_off, n_look, dk, dk_off, n_prompt, n_total)`` (see
-    :func:`spfcore.sim._replay_nb.replay`)."""
-    sd = ids.setdefault
+    ``ids`` (key -> dense id, new keys numbered ``len(ids)`` on, in order of
+    first appearance), as int64 arrays ``(fk, fk_off, n_look, dk, dk_off,
+    n_prompt, n_total)`` (see :func:`spfcore.sim._replay_nb.replay`)."""
     i64 = np.int64
     n = len(plans)
-    fk = np.fromiter((sd(k, len(ids)) for pl in plans for k in pl[2]), i64)
-    dk = np.fromiter((sd(k, len(ids)) for pl in plans for k in pl[3]), i64)
+    sd = ids.setdefault  # one dict operation per key (cheaper than building the unique keys first)
+    fk = np.fromiter((sd(k, len(ids)) for k in chain.from_iterable(pl[2] for pl in plans)), i64)
+    dk = np.fromiter((sd(k, len(ids)) for k in chain.from_iterable(pl[3] for pl in plans)), i64)
     fk_off = np.zeros(n + 1, i64)
-    np.cumsum(np.fromiter((len(pl[2]) for pl in plans), i64, n), out=fk_off[1:])
+    np.cumsum(np.fromiter(map(len, (pl[2] for pl in plans)), i64, n), out=fk_off[1:])
     dk_off = np.zeros(n + 1, i64)
-    np.cumsum(np.fromiter((len(pl[3]) for pl in plans), i64, n), out=dk_off[1:])
-    return (fk, fk_off, np.fromiter((len(pl[1]) for pl in plans), i64, n), dk, dk_off,
+    np.cumsum(np.fromiter(map(len, (pl[3] for pl in plans)), i64, n), out=dk_off[1:])
+    return (fk, fk_off, np.fromiter(map(len, (pl[1] for pl in plans)), i64, n), dk, dk_off,
             np.fromiter((pl[4] for pl in plans), i64, n), np.fromiter((pl[5] for pl in plans), i64, n))
 
 
@@ -577,13 +577,15 @@ class _LruState:
 
 
 def _replay_lru(plans, rt: PolicyRuntime, num_blocks: int, rows: list | None = None,
-                victims: list | None = None, chunk: int = 4096) -> tuple[int, int, int, int]:
+                victims: list | None = None, chunk: int = 4096, limit: int | None = None) -> tuple[int, int, int, int]:
     """:func:`_run_sequential` of a policy without hooks (see
     :func:`_compiled_ok`), compiled: same return value, same ``rows``, same
     ``rt`` counters (:meth:`_LruState.stats`); ``rt``'s block table is not
     kept. ``plans``: a :class:`Prepared` (its keys interned once and kept on
     it) or an iterable of plans, read ``chunk`` requests at a time with the
-    interned keys bounded by the cache (:meth:`_LruState.compact`).
+    interned keys bounded by the cache: once more than ``limit`` (default
+    ``4 * num_blocks + 65536``) are held, those no longer cached are
+    forgotten (:meth:`_LruState.compact`).
 
     Raises:
         ValueError: a request does not fit in the cache (as :func:`_run_sequential`).
@@ -613,7 +615,7 @@ def _replay_lru(plans, rt: PolicyRuntime, num_blocks: int, rows: list | None = N
         ids = {}
         it = iter(plans)
         first = 0
-        limit = 4 * num_blocks + 65536
+        limit = 4 * num_blocks + 65536 if limit is None else limit
         while pls := list(islice(it, chunk)):
             account(pls, st.run(_flatten(pls, ids), len(ids), first))
             first += len(pls)
