@@ -2,7 +2,7 @@
 arm): hit counts and a SHA-256 of the victim sequence (every block id
 ``PolicyRuntime.evict`` hands out, in order). Run it on two trees and compare
 the files: identical decisions give identical files (issue 11: speed work must
-not change a decision). The compiled replay of hook-less arms (``lru``) runs
+not change a decision). The compiled replays (``lru``, ``belady_oracle``) run
 as ``simulate`` chooses (``SPFCORE_SIM_REPLAY``), its victims recorded too.
 
     PYTHONPATH=<tree>:<its plugins> python benchmarks/decision_digest.py out.json [--trace-requests 3000]
@@ -43,9 +43,9 @@ def main() -> None:
         victims.extend(ids)
         return ids
     runtime.PolicyRuntime.evict = recording
-    replay = getattr(simulator, "_replay_lru", None)  # a tree with the compiled replay of hook-less arms
+    replay = getattr(simulator, "_replay_compiled", None)  # a tree with compiled replays (lru, belady_oracle)
     if replay is not None:  # it hands its victims out without PolicyRuntime.evict: record them there
-        simulator._replay_lru = lambda *args, **kw: replay(*args, victims=victims, **kw)
+        simulator._replay_compiled = lambda *args, **kw: replay(*args, victims=victims, **kw)
 
     seed = make("personas", seed=42, personas=16, prefix_tokens=8192, sessions=32, turns=4, query_tokens=128,
                 output_tokens=32, order="round_robin")

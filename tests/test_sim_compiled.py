@@ -1,7 +1,7 @@
-"""The compiled sequential replay of hook-less arms (spfcore.sim._replay_nb) against the
-reference loop (_run_sequential through PolicyRuntime): every field of the cell, every
-per-request record and the victim sequence, on the Mooncake trace's head, generated
-workloads and random traces."""
+"""The compiled sequential replays (spfcore.sim._replay_nb: hook-less arms such as lru, and
+belady_oracle) against the reference loop (_run_sequential through PolicyRuntime and the
+plugin's hooks): every field of the cell, every per-request record and the victim sequence,
+on the Mooncake trace's head, generated workloads and random traces."""
 
 from __future__ import annotations
 
@@ -27,7 +27,10 @@ def strip(rec: dict) -> dict:
     return {k: v for k, v in rec.items() if k not in TIMING}
 
 
-def reference(monkeypatch, prep, nb: int, bs: int) -> tuple[dict, list]:
+ARMS = ("lru", "belady_oracle")
+
+
+def reference(monkeypatch, prep, nb: int, bs: int, arm: str = "lru") -> tuple[dict, list]:
     """The Python loop's cell and victims (every id PolicyRuntime.evict hands out)."""
     victims: list = []
     evict = runtime.PolicyRuntime.evict
@@ -39,44 +42,46 @@ def reference(monkeypatch, prep, nb: int, bs: int) -> tuple[dict, list]:
     monkeypatch.setenv(simulator.REPLAY_ENV, "python")
     with monkeypatch.context() as m:
         m.setattr(runtime.PolicyRuntime, "evict", recording)
-        rec = simulate(prep, "lru", num_blocks=nb, block_size=bs)
+        rec = simulate(prep, arm, num_blocks=nb, block_size=bs)
     return rec, victims
 
 
-def compiled(monkeypatch, prep, nb: int, bs: int) -> tuple[dict, list]:
+def compiled(monkeypatch, prep, nb: int, bs: int, arm: str = "lru") -> tuple[dict, list]:
     """The compiled replay's cell and victims, through simulate()."""
     victims: list = []
     calls = []
-    orig = simulator._replay_lru
+    orig = simulator._replay_compiled
 
     def recording(*a, **k):
         calls.append(1)
         return orig(*a, victims=victims, **k)
     monkeypatch.setenv(simulator.REPLAY_ENV, "auto")
     with monkeypatch.context() as m:
-        m.setattr(simulator, "_replay_lru", recording)
-        rec = simulate(prep, "lru", num_blocks=nb, block_size=bs)
+        m.setattr(simulator, "_replay_compiled", recording)
+        rec = simulate(prep, arm, num_blocks=nb, block_size=bs)
     assert calls == [1], "simulate did not take the compiled replay"
     return rec, victims
 
 
-def assert_same(monkeypatch, wl, nb: int, bs: int) -> dict:
+def assert_same(monkeypatch, wl, nb: int, bs: int, arm: str = "lru") -> dict:
     prep = prepare(wl, bs)
-    ref, ref_victims = reference(monkeypatch, prep, nb, bs)
-    got, got_victims = compiled(monkeypatch, prep, nb, bs)
+    ref, ref_victims = reference(monkeypatch, prep, nb, bs, arm)
+    got, got_victims = compiled(monkeypatch, prep, nb, bs, arm)
     assert strip(got) == strip(ref)
     assert got_victims == ref_victims
-    again, _ = compiled(monkeypatch, prep, nb, bs)  # the interned arrays kept on the Prepared
+    again, _ = compiled(monkeypatch, prep, nb, bs, arm)  # the interned arrays kept on the Prepared
     assert strip(again) == strip(ref)
-    stream = simulate_stream(wl.requests, "lru", num_blocks=nb, block_size=bs, per_request=True)
-    assert strip(stream) == strip(ref)
+    if arm == "lru":
+        stream = simulate_stream(wl.requests, arm, num_blocks=nb, block_size=bs, per_request=True)
+        assert strip(stream) == strip(ref)
     return ref
 
 
 @pytest.mark.skipif(not TRACE.exists(), reason="Mooncake trace not present")
-def test_trace_head_identical(monkeypatch):
+@pytest.mark.parametrize("arm", ARMS)
+def test_trace_head_identical(monkeypatch, arm):
     wl = read_mooncake(TRACE, limit=1500)
-    ref = assert_same(monkeypatch, wl, 700, 512)
+    ref = assert_same(monkeypatch, wl, 700, 512, arm)
     assert ref["evictions"] > 10_000 and 0 < ref["block_hit_rate"] < 1  # a cache under pressure
 
 
@@ -86,12 +91,13 @@ def test_trace_head_identical(monkeypatch):
     ("mix", {}, 16, 2.3),
     ("revisit", dict(sessions=4, prefix_tokens=256, noise_tokens=256, query_tokens=16, output_tokens=20), 8, 3.0),
 ])
-def test_generated_identical(monkeypatch, name, flags, bs, pressure):
+@pytest.mark.parametrize("arm", ARMS)
+def test_generated_identical(monkeypatch, name, flags, bs, pressure, arm):
     wl = make(name, seed=3, **flags)
     prep = prepare(wl, bs)
     distinct = len({k for v in prep.views for k in v.block_keys})
     nb = max(max(prep.blocks_needed) + 1, int(distinct / pressure))
-    ref = assert_same(monkeypatch, wl, nb, bs)
+    ref = assert_same(monkeypatch, wl, nb, bs, arm)
     assert ref["evictions"] > 0 and ref["hit_blocks"] > 0
 
 
@@ -107,16 +113,16 @@ def random_workload(draw):
         out = draw(st.integers(1, 6))
         outs = draw(st.one_of(st.just(()), st.lists(st.integers(0, 1), min_size=out, max_size=out).map(tuple)))
         reqs.append(Request(f"r{i}", 0.0, tuple(prompt), out, session_id=f"s{i % 3}", output_token_ids=outs))
-    return Workload("random", {}, reqs), bs, draw(st.integers(0, 5))
+    return Workload("random", {}, reqs), bs, draw(st.integers(0, 5)), draw(st.sampled_from(ARMS))
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                     HealthCheck.function_scoped_fixture])
 @given(random_workload())
 def test_random_identical(monkeypatch, case):
-    wl, bs, extra = case
+    wl, bs, extra, arm = case
     nb = max(prepare(wl, bs).blocks_needed) + 1 + extra
-    assert_same(monkeypatch, wl, nb, bs)
+    assert_same(monkeypatch, wl, nb, bs, arm)
 
 
 def test_chunks_and_forgotten_keys_identical(monkeypatch):
@@ -129,19 +135,23 @@ def test_chunks_and_forgotten_keys_identical(monkeypatch):
     ref, ref_victims = reference(monkeypatch, prep, nb, bs)
     rt = PolicyRuntime.for_policy("lru", nb, bs)
     rows, victims = [], []
-    totals = simulator._replay_lru(iter_plans(wl.requests, bs, nb), rt, nb, rows, victims, chunk=5, limit=1)
+    totals = simulator._replay_compiled(iter_plans(wl.requests, bs, nb), rt, nb, "lru", rows, victims, chunk=5,
+                                        limit=1)
     assert victims == ref_victims
     assert [h * bs for *_, h in rows] == [r["cached_tokens"] for r in ref["requests"]]
     assert totals == (ref["num_requests"], ref["prompt_tokens"], ref["block_refs"], ref["hit_blocks"])
     assert (rt.evictions, rt.evict_calls) == (ref["evictions"], ref["evict_calls"])
 
 
-def test_only_hookless_arms_compile_and_the_switch(monkeypatch):
+def test_which_arms_compile_and_the_switch(monkeypatch):
     monkeypatch.setenv(simulator.REPLAY_ENV, "auto")
-    assert simulator._compiled_ok(PolicyRuntime.for_policy("lru", 16, 4))
-    assert not simulator._compiled_ok(PolicyRuntime.for_policy("frequency", 16, 4))
+    kind = simulator._compiled_kind
+    assert kind(PolicyRuntime.for_policy("lru", 16, 4)) == "lru"
+    assert kind(PolicyRuntime.for_policy("belady_oracle", 16, 4)) == "belady"
+    assert kind(PolicyRuntime.for_policy("frequency", 16, 4)) is None
     monkeypatch.setenv(simulator.REPLAY_ENV, "python")
-    assert not simulator._compiled_ok(PolicyRuntime.for_policy("lru", 16, 4))
+    assert kind(PolicyRuntime.for_policy("lru", 16, 4)) is None
+    assert kind(PolicyRuntime.for_policy("belady_oracle", 16, 4)) is None
     monkeypatch.setenv(simulator.REPLAY_ENV, "numba")
     with pytest.raises(ValueError, match="SPFCORE_SIM_REPLAY='numba': expected 'auto' or 'python'"):
         simulate(make("mix", seed=1), "lru", num_blocks=4000, block_size=16)

@@ -451,27 +451,39 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
     return n_req, prompt_total, refs_total, hits_total
 
 
-#: Environment variable choosing the sequential replay of hook-less arms
-#: (``lru``): ``auto`` (default) the compiled one (:mod:`spfcore.sim._replay_nb`),
-#: ``python`` the reference loop :func:`_run_sequential` (same decisions and
-#: counts; ~20x slower).
+#: Environment variable choosing the sequential replay of the arms that have a
+#: compiled one (:mod:`spfcore.sim._replay_nb`): ``auto`` (default) runs it,
+#: ``python`` the reference loop :func:`_run_sequential` through the policy's
+#: hooks (same decisions and counts, 20-50x slower).
 REPLAY_ENV = "SPFCORE_SIM_REPLAY"
 _nb = None  # spfcore.sim._replay_nb, once loaded
 
 
-def _compiled_ok(rt: PolicyRuntime) -> bool:
-    """Whether the sequential replay of ``rt``'s policy may run compiled: it
-    implements no hook but ``spfcore_cache_configured`` (vLLM's own order,
-    nothing to observe) and :data:`REPLAY_ENV` does not ask for ``python``.
+def _compiled_kind(rt: PolicyRuntime) -> str | None:
+    """Which compiled sequential replay may stand in for ``rt``'s policy:
+    ``"lru"`` for a policy implementing no hook but ``spfcore_cache_configured``
+    (vLLM's own order, nothing to observe), ``"belady"`` for the shipped
+    ``belady_oracle`` plugin (its decisions in :func:`~spfcore.sim._replay_nb.replay_belady`),
+    else ``None``; always ``None`` with :data:`REPLAY_ENV` = ``python`` or
+    with hook calls monitored (``SPFCORE_TRACE_HOOKS``).
 
     Raises:
         ValueError: :data:`REPLAY_ENV` is neither ``auto`` nor ``python``.
     """
+    from spfcore.runtime import _PLAIN_EXEC
+
     mode = os.environ.get(REPLAY_ENV, "auto").strip() or "auto"
     if mode not in ("auto", "python"):
         raise ValueError(f"{REPLAY_ENV}={mode!r}: expected 'auto' or 'python'")
-    return mode == "auto" and not rt.needs_future and not any(
-        rt.implements(h) for h in HOOK_NAMES if h != "spfcore_cache_configured")
+    if mode == "python" or getattr(rt.pm, "_inner_hookexec", None) is not _PLAIN_EXEC:
+        return None
+    if not rt.needs_future and not any(rt.implements(h) for h in HOOK_NAMES if h != "spfcore_cache_configured"):
+        return "lru"
+    plugins = rt.pm.get_plugins()
+    cls = type(next(iter(plugins))) if len(plugins) == 1 else None
+    if cls is not None and (cls.__module__, cls.__qualname__) == ("spfcore_belady_oracle", "BeladyOraclePolicy"):
+        return "belady"
+    return None
 
 
 def _load_nb():
@@ -485,73 +497,107 @@ def _load_nb():
     return _nb
 
 
-def _flatten(plans: list, ids: dict) -> tuple:
+def _flatten(plans, ids: dict) -> tuple:
     """The compiled replay's input for ``plans``: keys interned through
-    ``ids`` (key -> dense id, new keys numbered ``len(ids)`` on, in order of
-    first appearance), as int64 arrays ``(fk, fk_off, n_look, dk, dk_off,
-    n_prompt, n_total)`` (see :func:`spfcore.sim._replay_nb.replay`)."""
+    ``ids`` (key -> dense id, new keys numbered ``len(ids)`` on), as int64
+    arrays ``(bk, bk_off, nf, n_look, dk, dk_off, n_prompt, n_total)`` (see
+    :func:`spfcore.sim._replay_nb.replay`): every prompt block key
+    (``RequestView.block_keys``), of which the first ``nf`` are full."""
     i64 = np.int64
     n = len(plans)
     sd = ids.setdefault  # one dict operation per key (cheaper than building the unique keys first)
-    fk = np.fromiter((sd(k, len(ids)) for k in chain.from_iterable(pl[2] for pl in plans)), i64)
+    bk = np.fromiter((sd(k, len(ids)) for k in chain.from_iterable(pl[0].block_keys for pl in plans)), i64)
     dk = np.fromiter((sd(k, len(ids)) for k in chain.from_iterable(pl[3] for pl in plans)), i64)
-    fk_off = np.zeros(n + 1, i64)
-    np.cumsum(np.fromiter(map(len, (pl[2] for pl in plans)), i64, n), out=fk_off[1:])
+    bk_off = np.zeros(n + 1, i64)
+    np.cumsum(np.fromiter((len(pl[0].block_keys) for pl in plans), i64, n), out=bk_off[1:])
     dk_off = np.zeros(n + 1, i64)
     np.cumsum(np.fromiter(map(len, (pl[3] for pl in plans)), i64, n), out=dk_off[1:])
-    return (fk, fk_off, np.fromiter(map(len, (pl[1] for pl in plans)), i64, n), dk, dk_off,
+    return (bk, bk_off, np.fromiter(map(len, (pl[2] for pl in plans)), i64, n),
+            np.fromiter(map(len, (pl[1] for pl in plans)), i64, n), dk, dk_off,
             np.fromiter((pl[4] for pl in plans), i64, n), np.fromiter((pl[5] for pl in plans), i64, n))
 
 
-class _LruState:
-    """The compiled ``lru`` replay's pool (see :mod:`spfcore.sim._replay_nb`),
-    fed chunk by chunk; ``victims``, when a list, receives every block id
-    handed out, in order (as ``PolicyRuntime.evict`` returns them)."""
+def _future_index(flat: tuple, nkeys: int) -> tuple[np.ndarray, np.ndarray]:
+    """Belady's future index of a whole flattened workload: per key id the
+    arrival indices (= positions) of the requests whose prompt holds it,
+    ascending, once per request, as ``(uses, uses_off)`` (CSR by key id;
+    8 bytes per use, as the plugin's)."""
+    bk, bk_off = flat[0], flat[1]
+    n = len(bk_off) - 1
+    span = n + 1
+    req = np.repeat(np.arange(n, dtype=np.int64), np.diff(bk_off))
+    code = np.unique(bk * span + req)  # sorted by key id, then arrival; one use per (key, request)
+    uses_off = np.zeros(nkeys + 1, np.int64)
+    np.cumsum(np.bincount(code // span, minlength=nkeys), out=uses_off[1:])
+    return code % span, uses_off
 
-    def __init__(self, num_blocks: int, victims: list | None = None) -> None:
+
+class _CompiledReplay:
+    """The pool of a compiled replay (see :mod:`spfcore.sim._replay_nb`), fed
+    chunk by chunk; ``victims``, when a list, receives every block id handed
+    out, in order (as ``PolicyRuntime.evict`` returns them). ``kind``:
+    ``"lru"``, or ``"belady"`` with its future index ``(uses, uses_off)``."""
+
+    def __init__(self, num_blocks: int, kind: str = "lru", victims: list | None = None,
+                 future: tuple | None = None) -> None:
         self.nb = nb = _load_nb()
         i64 = np.int64
-        self.num_blocks = num_blocks
+        self.num_blocks, self.kind, self.victims = num_blocks, kind, victims
         self.key_of, self.dn, self.dp = (np.full(num_blocks, -1, i64) for _ in range(3))
         self.ln, self.lp, self.hs = (np.zeros(num_blocks, i64) for _ in range(3))
         self.kh = self.kt = np.empty(0, i64)
-        self.c = np.zeros(nb.NCOUNTERS, i64)
-        self.victims = victims
+        self.c = np.zeros(nb.NCOUNTERS_B, i64)
         nb.init(num_blocks, self.ln, self.lp, self.hs, self.c)
+        if kind == "belady":
+            self.uses, self.uses_off = future
+            self.depth, self.ordr, self.ver, self.inn = (np.zeros(num_blocks, i64) for _ in range(4))
+            self.mark = np.empty(0, i64)  # per key id: the arrival index whose request waits holding it (-2: none)
+            cap = 4 * num_blocks + 1024
+            self.heaps = [np.zeros(cap, i64) for _ in range(8)]  # order heap and expiry heap (see replay_belady)
 
     def run(self, flat: tuple, nkeys: int, first_id: int = 0) -> np.ndarray:
-        """Replay one chunk (:func:`_flatten`'s arrays, key ids < ``nkeys``);
-        returns hit blocks per request.
+        """Replay one chunk (:func:`_flatten`'s arrays, key ids < ``nkeys``;
+        its first request at arrival index ``first_id``); returns hit blocks
+        per request.
 
         Raises:
             ValueError: a request needs more blocks than the cache has
-                (``first_id`` + its index in the chunk named).
+                (its arrival index named).
         """
         if nkeys > len(self.kh):  # room for every key id of the chunk
             grow = max(nkeys, 2 * len(self.kh), 1024) - len(self.kh)
             self.kh = np.concatenate([self.kh, np.full(grow, -1, np.int64)])
             self.kt = np.concatenate([self.kt, np.full(grow, -1, np.int64)])
-        n_total = flat[6]
+            if self.kind == "belady":
+                self.mark = np.concatenate([self.mark, np.full(grow, -2, np.int64)])
+        n_total = flat[7]
         n = len(n_total)
         hits = np.empty(n, np.int64)
         if not n:
             return hits
         rec = self.victims is not None
         victims = np.empty(int(n_total.sum()) if rec else 0, np.int64)
-        self.c[self.nb.NVICT] = 0
-        bad = self.nb.replay(*flat, self.key_of, self.kh, self.kt, self.dn, self.dp, self.ln, self.lp, self.hs,
-                             self.c, np.empty(int(n_total.max()), np.int64), hits, victims)
+        nb, c = self.nb, self.c
+        c[nb.NVICT] = 0
+        blocks = np.empty(int(n_total.max()), np.int64)
+        if self.kind == "belady":
+            bad = nb.replay_belady(*flat, self.uses, self.uses_off, first_id, self.key_of, self.kh, self.kt, self.dn,
+                                   self.dp, self.hs, self.depth, self.ordr, self.ver, self.inn, self.mark, *self.heaps,
+                                   c, blocks, np.empty(self.num_blocks, np.int64), hits, victims)
+        else:
+            bad = nb.replay(*flat, self.key_of, self.kh, self.kt, self.dn, self.dp, self.ln, self.lp, self.hs, c,
+                            blocks, hits, victims)
         if rec:
-            self.victims.extend(victims[: self.c[self.nb.NVICT]].tolist())
+            self.victims.extend(victims[: c[nb.NVICT]].tolist())
         if bad >= 0:
             raise ValueError(f"request #{first_id + bad} needs {int(n_total[bad])} blocks but the cache has "
                              f"{self.num_blocks - 1} usable (num_blocks={self.num_blocks} includes the null block)")
         return hits
 
     def compact(self, ids: dict) -> dict:
-        """Renumber the keys still cached densely from 0 and forget the
-        others (bounds ``ids`` by the cache, not the trace); returns the new
-        key -> id map."""
+        """(``lru``) Renumber the keys still cached densely from 0 and forget
+        the others (bounds ``ids`` by the cache, not the trace); returns the
+        new key -> id map."""
         kh = self.kh
         live = {k: i for k, i in ids.items() if kh[i] >= 0}
         old = np.fromiter(live.values(), np.int64, len(live))
@@ -565,36 +611,40 @@ class _LruState:
         return dict(zip(live, range(len(old))))
 
     def stats(self, rt: PolicyRuntime, seconds: float) -> None:
-        """Put the replay's counts into ``rt`` as its own replay would have
-        (``evictions``, ``evict_calls``); ``policy_seconds`` and
-        ``evict_seconds`` get the compiled replay's whole time (the pool's and
-        the free queue's work are one loop there)."""
-        c = self.c
-        rt.evictions += int(c[self.nb.EVICTIONS])
-        rt.evict_calls += int(c[self.nb.EVICT_CALLS])
+        """Put the replay's counts into ``rt`` as the reference replay would
+        have: ``evictions``, ``evict_calls`` and (belady) ``hook_calls``: its
+        arrival, hit and score calls and the future hand-over
+        (``spfcore_future_requests``). ``policy_seconds`` and
+        ``evict_seconds`` get the compiled replay's whole time (the pool's,
+        the free queue's and the policy's work are one loop there);
+        ``hook_seconds`` stays what ``rt``'s construction took."""
+        c, nb = self.c, self.nb
+        rt.evictions += int(c[nb.EVICTIONS])
+        rt.evict_calls += int(c[nb.EVICT_CALLS])
+        if self.kind == "belady":
+            rt.hook_calls += int(c[nb.HOOK_CALLS]) + 1
         rt.policy_seconds += seconds
         rt.evict_seconds += seconds
 
 
-def _replay_lru(plans, rt: PolicyRuntime, num_blocks: int, rows: list | None = None,
-                victims: list | None = None, chunk: int = 4096, limit: int | None = None) -> tuple[int, int, int, int]:
-    """:func:`_run_sequential` of a policy without hooks (see
-    :func:`_compiled_ok`), compiled: same return value, same ``rows``, same
-    ``rt`` counters (:meth:`_LruState.stats`); ``rt``'s block table is not
+def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru", rows: list | None = None,
+                     victims: list | None = None, chunk: int = 4096, limit: int | None = None) -> tuple[int, int, int, int]:
+    """:func:`_run_sequential` of a policy that has a compiled replay (see
+    :func:`_compiled_kind`): same return value, same ``rows``, same ``rt``
+    counters (:meth:`_CompiledReplay.stats`); ``rt``'s block table is not
     kept. ``plans``: a :class:`Prepared` (its keys interned once and kept on
-    it) or an iterable of plans, read ``chunk`` requests at a time with the
-    interned keys bounded by the cache: once more than ``limit`` (default
-    ``4 * num_blocks + 65536``) are held, those no longer cached are
-    forgotten (:meth:`_LruState.compact`).
+    it; ``belady`` needs one) or (``lru``) an iterable of plans, read
+    ``chunk`` requests at a time with the interned keys bounded by the
+    cache: once more than ``limit`` (default ``4 * num_blocks + 65536``) are
+    held, those no longer cached are forgotten (:meth:`_CompiledReplay.compact`).
 
     Raises:
         ValueError: a request does not fit in the cache (as :func:`_run_sequential`).
     """
     t0 = time.perf_counter()
-    st = _LruState(num_blocks, victims)
     totals = [0, 0, 0, 0]
 
-    def account(pls: list | tuple, hits: np.ndarray) -> None:
+    def account(pls, hits: np.ndarray) -> None:
         totals[0] += len(pls)
         totals[1] += sum(pl[0].num_prompt_tokens for pl in pls)
         totals[2] += sum(len(pl[0].block_keys) for pl in pls)
@@ -610,8 +660,17 @@ def _replay_lru(plans, rt: PolicyRuntime, num_blocks: int, rows: list | None = N
             ids: dict = {}
             plans._flat.append((_flatten(plans.plans, ids), len(ids)))
         flat, nkeys = plans._flat[0]
+        future = None
+        if kind == "belady":
+            if len(plans._flat) == 1:
+                plans._flat.append(_future_index(flat, nkeys))
+            future = plans._flat[1]
+        st = _CompiledReplay(num_blocks, kind, victims, future)
         account(plans.plans, st.run(flat, nkeys))
     else:
+        if kind != "lru":
+            raise ValueError(f"the compiled {kind} replay needs a Prepared workload")
+        st = _CompiledReplay(num_blocks, kind, victims)
         ids = {}
         it = iter(plans)
         first = 0
@@ -623,7 +682,6 @@ def _replay_lru(plans, rt: PolicyRuntime, num_blocks: int, rows: list | None = N
                 ids = st.compact(ids)
     st.stats(rt, time.perf_counter() - t0)
     return tuple(totals)
-
 
 class _Req:
     __slots__ = ("j", "blocks", "computed", "outputs", "done_hash", "first_lookup", "first_token", "mark")
@@ -874,13 +932,14 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
     _check_fits(prep, num_blocks)
     rt = PolicyRuntime.for_policy(arm, num_blocks, block_size, options, env=env, hook_budget_ms=hook_budget_ms)
     if mode == "sequential":
-        if rt.needs_future:
+        kind = _compiled_kind(rt)
+        if rt.needs_future and kind is None:  # the compiled belady replay builds its own future index
             rt.set_future(prep.views)
         rows: list = []
         with _no_gc():
             t = time.perf_counter()
-            if _compiled_ok(rt):
-                totals = _replay_lru(prep, rt, num_blocks, rows)
+            if kind is not None:
+                totals = _replay_compiled(prep, rt, num_blocks, kind, rows)
             else:
                 totals = _run_sequential(prep.plans, rt, num_blocks, block_size, rows)
             wall = time.perf_counter() - t
@@ -967,8 +1026,8 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
     with _no_gc():
         t = time.perf_counter()
         plans = iter_plans(requests, block_size, num_blocks)
-        if _compiled_ok(rt):
-            totals = _replay_lru(plans, rt, num_blocks, rows)
+        if _compiled_kind(rt) == "lru":
+            totals = _replay_compiled(plans, rt, num_blocks, "lru", rows)
         else:
             totals = _run_sequential(plans, rt, num_blocks, block_size, rows)
         wall = time.perf_counter() - t
