@@ -44,6 +44,16 @@ time), so :func:`simulate_stream` replays a trace read lazily
 cache and the policy's state; :func:`scan` sizes and checks a stream in one
 pass without keeping keys. Concurrent mode holds the prepared workload.
 
+Compiled replays: in sequential mode, an arm whose policy implements no hook
+(``lru``: vLLM's own order) and the shipped ``belady_oracle`` run as one
+numba-compiled loop over interned int arrays (:mod:`spfcore.sim._replay_nb`):
+the same decisions, per-request records and counters as the reference loop
+:func:`_run_sequential` through the policy's hooks (tests compare every field
+and the victim sequence), 20-50x faster; the interned keys are kept on the
+:class:`Prepared`. ``SPFCORE_SIM_REPLAY=python`` (:data:`REPLAY_ENV`) runs the
+reference loop instead. Their cells' ``policy_seconds`` and ``evict_seconds``
+are the compiled loop's whole time.
+
 Time: sequential mode uses a virtual clock of one second per request
 (``now = arrival index``); policies should decide by arrival index anyway.
 
@@ -906,6 +916,9 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
             fails the arm with a PolicyError), or None: see
             :meth:`PolicyRuntime.for_policy`.
 
+    Sequential ``lru`` and ``belady_oracle`` run compiled unless
+    ``SPFCORE_SIM_REPLAY=python`` (see the module doc; same results).
+
     Returns:
         A cell record: ``arm, seed, status`` (``"ok"``), ``mode, num_blocks, block_size, num_requests,
         prompt_tokens, cached_tokens, token_hit_rate`` (cached prompt tokens /
@@ -922,7 +935,8 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
     Raises:
         spfcore.registry.PolicyConfigError: unknown/broken arm or bad option.
         spfcore.runtime.PolicyError: the policy failed during the run.
-        ValueError: bad mode or sizes, or a request that does not fit in the cache.
+        ValueError: bad mode or sizes, a request that does not fit in the
+            cache, or a bad ``SPFCORE_SIM_REPLAY``.
     """
     if mode not in ("sequential", "concurrent"):
         raise ValueError(f"mode must be 'sequential' or 'concurrent', got {mode!r}")
