@@ -143,7 +143,7 @@ def test_chunks_and_forgotten_keys_identical(monkeypatch):
     assert (rt.evictions, rt.evict_calls) == (ref["evictions"], ref["evict_calls"])
 
 
-def test_which_arms_compile_and_the_switch(monkeypatch):
+def test_which_arms_compile_and_the_switch(monkeypatch, tmp_path):
     monkeypatch.setenv(simulator.REPLAY_ENV, "auto")
     kind = simulator._compiled_kind
     assert kind(PolicyRuntime.for_policy("lru", 16, 4)) == "lru"
@@ -151,6 +151,9 @@ def test_which_arms_compile_and_the_switch(monkeypatch):
     assert kind(PolicyRuntime.for_policy("frequency", 16, 4)) is None
     monkeypatch.setenv(simulator.REPLAY_ENV, "python")
     assert kind(PolicyRuntime.for_policy("lru", 16, 4)) is None
+    assert kind(PolicyRuntime.for_policy("belady_oracle", 16, 4)) is None
+    monkeypatch.setenv(simulator.REPLAY_ENV, "auto")
+    monkeypatch.setenv("SPFCORE_TRACE_HOOKS", str(tmp_path / "hooks.log"))  # hook calls watched: every one made
     assert kind(PolicyRuntime.for_policy("belady_oracle", 16, 4)) is None
     monkeypatch.setenv(simulator.REPLAY_ENV, "numba")
     with pytest.raises(ValueError, match="SPFCORE_SIM_REPLAY='numba': expected 'auto' or 'python'"):
