@@ -46,8 +46,9 @@ def reference(monkeypatch, prep, nb: int, bs: int, arm: str = "lru") -> tuple[di
     return rec, victims
 
 
-def compiled(monkeypatch, prep, nb: int, bs: int, arm: str = "lru") -> tuple[dict, list]:
-    """The compiled replay's cell and victims, through simulate()."""
+def compiled(monkeypatch, prep, nb: int, bs: int, arm: str = "lru", stream=None) -> tuple[dict, list]:
+    """The compiled replay's cell and victims, through simulate() (or
+    simulate_stream() of the requests ``stream``, per-request records kept)."""
     victims: list = []
     calls = []
     orig = simulator._replay_compiled
@@ -58,7 +59,10 @@ def compiled(monkeypatch, prep, nb: int, bs: int, arm: str = "lru") -> tuple[dic
     monkeypatch.setenv(simulator.REPLAY_ENV, "auto")
     with monkeypatch.context() as m:
         m.setattr(simulator, "_replay_compiled", recording)
-        rec = simulate(prep, arm, num_blocks=nb, block_size=bs)
+        if stream is None:
+            rec = simulate(prep, arm, num_blocks=nb, block_size=bs)
+        else:
+            rec = simulate_stream(stream, arm, num_blocks=nb, block_size=bs, per_request=True)
     assert calls == [1], "simulate did not take the compiled replay"
     return rec, victims
 
@@ -71,9 +75,9 @@ def assert_same(monkeypatch, wl, nb: int, bs: int, arm: str = "lru") -> dict:
     assert got_victims == ref_victims
     again, _ = compiled(monkeypatch, prep, nb, bs, arm)  # the interned arrays kept on the Prepared
     assert strip(again) == strip(ref)
-    if arm == "lru":
-        stream = simulate_stream(wl.requests, arm, num_blocks=nb, block_size=bs, per_request=True)
-        assert strip(stream) == strip(ref)
+    stream, stream_victims = compiled(monkeypatch, prep, nb, bs, arm, stream=wl.requests)
+    assert strip(stream) == strip(ref)
+    assert stream_victims == ref_victims
     return ref
 
 

@@ -198,7 +198,10 @@ INF = 2**62
 
 @_jit
 def _next_use(k, pos, uses, uses_off):
-    """First arrival index > ``pos`` among key id ``k``'s uses, else NEVER."""
+    """First arrival index > ``pos`` among key id ``k``'s uses, else NEVER
+    (also for a key id beyond the index: a key no prompt holds)."""
+    if k >= len(uses_off) - 1:
+        return NEVER
     lo, hi = uses_off[k], uses_off[k + 1]
     while lo < hi:
         m = (lo + hi) >> 1

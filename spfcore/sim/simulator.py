@@ -527,12 +527,12 @@ def _flatten(plans, ids: dict) -> tuple:
             np.fromiter((pl[4] for pl in plans), i64, n), np.fromiter((pl[5] for pl in plans), i64, n))
 
 
-def _future_index(flat: tuple, nkeys: int) -> tuple[np.ndarray, np.ndarray]:
-    """Belady's future index of a whole flattened workload: per key id the
-    arrival indices (= positions) of the requests whose prompt holds it,
-    ascending, once per request, as ``(uses, uses_off)`` (CSR by key id;
+def _future_index(bk: np.ndarray, bk_off: np.ndarray, nkeys: int) -> tuple[np.ndarray, np.ndarray]:
+    """Belady's future index of a whole workload, its prompt block key ids
+    ``bk`` (request ``i``'s at ``bk[bk_off[i]:bk_off[i+1]]``, arrival index
+    ``i``): per key id the arrival indices of the requests whose prompt holds
+    it, ascending, once per request, as ``(uses, uses_off)`` (CSR by key id;
     8 bytes per use, as the plugin's)."""
-    bk, bk_off = flat[0], flat[1]
     n = len(bk_off) - 1
     span = n + 1
     req = np.repeat(np.arange(n, dtype=np.int64), np.diff(bk_off))
@@ -540,6 +540,19 @@ def _future_index(flat: tuple, nkeys: int) -> tuple[np.ndarray, np.ndarray]:
     uses_off = np.zeros(nkeys + 1, np.int64)
     np.cumsum(np.bincount(code // span, minlength=nkeys), out=uses_off[1:])
     return code % span, uses_off
+
+
+def _future_of_stream(requests: Iterable, block_size: int, ids: dict) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_future_index` of a request stream, in one pass over its views
+    (:func:`iter_views`), the prompt keys interned into ``ids``. Memory: the
+    interned keys and 8 bytes per use, linear in the trace (Belady's index is)."""
+    sd = ids.setdefault
+    lens: list[int] = []
+    bk = np.fromiter((sd(k, len(ids)) for v in iter_views(requests, block_size)
+                      for k in (lens.append(len(v.block_keys)) or v.block_keys)), np.int64)
+    bk_off = np.zeros(len(lens) + 1, np.int64)
+    np.cumsum(np.asarray(lens, np.int64), out=bk_off[1:])
+    return _future_index(bk, bk_off, len(ids))
 
 
 class _CompiledReplay:
@@ -638,15 +651,17 @@ class _CompiledReplay:
 
 
 def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru", rows: list | None = None,
-                     victims: list | None = None, chunk: int = 4096, limit: int | None = None) -> tuple[int, int, int, int]:
+                     victims: list | None = None, chunk: int = 4096, limit: int | None = None,
+                     stream_future: tuple | None = None) -> tuple[int, int, int, int]:
     """:func:`_run_sequential` of a policy that has a compiled replay (see
     :func:`_compiled_kind`): same return value, same ``rows``, same ``rt``
     counters (:meth:`_CompiledReplay.stats`); ``rt``'s block table is not
     kept. ``plans``: a :class:`Prepared` (its keys interned once and kept on
-    it; ``belady`` needs one) or (``lru``) an iterable of plans, read
-    ``chunk`` requests at a time with the interned keys bounded by the
-    cache: once more than ``limit`` (default ``4 * num_blocks + 65536``) are
-    held, those no longer cached are forgotten (:meth:`_CompiledReplay.compact`).
+    it) or an iterable of plans, read ``chunk`` requests at a time. ``lru``
+    keeps the interned keys bounded by the cache: once more than ``limit``
+    (default ``4 * num_blocks + 65536``) are held, those no longer cached are
+    forgotten (:meth:`_CompiledReplay.compact`). ``belady`` on a stream needs
+    ``stream_future = (ids, (uses, uses_off))`` of :func:`_future_of_stream`.
 
     Raises:
         ValueError: a request does not fit in the cache (as :func:`_run_sequential`).
@@ -673,22 +688,20 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
         future = None
         if kind == "belady":
             if len(plans._flat) == 1:
-                plans._flat.append(_future_index(flat, nkeys))
+                plans._flat.append(_future_index(flat[0], flat[1], nkeys))
             future = plans._flat[1]
         st = _CompiledReplay(num_blocks, kind, victims, future)
         account(plans.plans, st.run(flat, nkeys))
     else:
-        if kind != "lru":
-            raise ValueError(f"the compiled {kind} replay needs a Prepared workload")
-        st = _CompiledReplay(num_blocks, kind, victims)
-        ids = {}
+        ids, future = stream_future if kind == "belady" else ({}, None)
+        st = _CompiledReplay(num_blocks, kind, victims, future)
         it = iter(plans)
         first = 0
         limit = 4 * num_blocks + 65536 if limit is None else limit
         while pls := list(islice(it, chunk)):
             account(pls, st.run(_flatten(pls, ids), len(ids), first))
             first += len(pls)
-            if len(ids) > limit:
+            if kind == "lru" and len(ids) > limit:
                 ids = st.compact(ids)
     st.stats(rt, time.perf_counter() - t0)
     return tuple(totals)
@@ -1031,17 +1044,23 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
     rt = PolicyRuntime.for_policy(arm, num_blocks, block_size, options, env=env, hook_budget_ms=hook_budget_ms)
+    kind = _compiled_kind(rt)
+    future = None
     if rt.needs_future:
         if iter(requests) is requests:
             raise ValueError(f"arm {arm!r} needs the future request stream: give a re-iterable request "
                              "source (a TraceStream, a tuple), not a one-shot iterator")
-        rt.set_future(iter_views(requests, block_size))
+        if kind == "belady":  # the compiled replay's own future index (one pass, as the plugin's)
+            ids: dict = {}
+            future = (ids, _future_of_stream(requests, block_size, ids))
+        else:
+            rt.set_future(iter_views(requests, block_size))
     rows: list | None = [] if per_request else None
     with _no_gc():
         t = time.perf_counter()
         plans = iter_plans(requests, block_size, num_blocks)
-        if _compiled_kind(rt) == "lru":
-            totals = _replay_compiled(plans, rt, num_blocks, "lru", rows)
+        if kind is not None:
+            totals = _replay_compiled(plans, rt, num_blocks, kind, rows, stream_future=future)
         else:
             totals = _run_sequential(plans, rt, num_blocks, block_size, rows)
         wall = time.perf_counter() - t
