@@ -1023,6 +1023,10 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
         per_request: Keep the per-request records (``requests`` in the
             result; memory then grows by one record per request).
 
+    ``lru`` and ``belady_oracle`` run compiled unless ``SPFCORE_SIM_REPLAY=python``
+    (see the module doc; same results): ``lru``'s interned keys are bounded by
+    the cache; ``belady_oracle`` builds its future index in one pass first.
+
     Returns:
         :func:`simulate`'s sequential cell record (``requests`` only with
         ``per_request``). ``wall_seconds``: the replay loop's wall time, s,
