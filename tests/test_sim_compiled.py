@@ -171,3 +171,30 @@ def test_request_too_big_for_the_stream(monkeypatch):
         monkeypatch.setenv(simulator.REPLAY_ENV, mode)
         with pytest.raises(ValueError, match="request big needs 11 blocks of 4 tokens but the cache has 5 usable"):
             simulate_stream(reqs, "lru", num_blocks=6, block_size=4)
+
+
+def test_compiled_replay_leaves_vllms_module_scan_working():
+    """The compiled replay loads numba (llvmlite) in a process that may start a
+    vLLM engine next (the gate runs sim cells first): vLLM's CPU worker reads
+    ``vars(value).get("kernel")`` of every attribute of every loaded module,
+    which llvmlite's ``ffi.lib`` broke (see test_evictor_diff). Checked in a
+    fresh interpreter, where the compiled lru replay is the first to load numba."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from spfcore.sim import simulate
+from spfcore.workloads.generators import make
+assert "numba" not in sys.modules
+simulate(make("mix", seed=1), "lru", num_blocks=4000, block_size=16)
+assert "llvmlite.binding.ffi" in sys.modules
+for module in list(sys.modules.values()):
+    namespace = getattr(module, "__dict__", None)
+    for value in list((namespace or {}).values()):
+        if hasattr(value, "__dict__"):
+            vars(value).get("kernel")
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
