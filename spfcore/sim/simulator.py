@@ -715,6 +715,7 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
     st.stats(rt, time.perf_counter() - t0)
     return tuple(totals)
 
+
 class _Req:
     __slots__ = ("j", "blocks", "computed", "outputs", "done_hash", "first_lookup", "first_token", "mark")
 
