@@ -2,7 +2,8 @@
 arm): hit counts and a SHA-256 of the victim sequence (every block id
 ``PolicyRuntime.evict`` hands out, in order). Run it on two trees and compare
 the files: identical decisions give identical files (issue 11: speed work must
-not change a decision).
+not change a decision). The compiled replays (``lru``, ``belady_oracle``) run
+as ``simulate`` chooses (``SPFCORE_SIM_REPLAY``), its victims recorded too.
 
     PYTHONPATH=<tree>:<its plugins> python benchmarks/decision_digest.py out.json [--trace-requests 3000]
 
@@ -20,7 +21,7 @@ import json
 from pathlib import Path
 
 from spfcore import registry, runtime
-from spfcore.sim import prepare, simulate
+from spfcore.sim import prepare, simulate, simulator
 from spfcore.workloads.generators import make
 from spfcore.workloads.traces import read_mooncake
 
@@ -42,6 +43,9 @@ def main() -> None:
         victims.extend(ids)
         return ids
     runtime.PolicyRuntime.evict = recording
+    replay = getattr(simulator, "_replay_compiled", None)  # a tree with compiled replays (lru, belady_oracle)
+    if replay is not None:  # it hands its victims out without PolicyRuntime.evict: record them there
+        simulator._replay_compiled = lambda *args, **kw: replay(*args, victims=victims, **kw)
 
     seed = make("personas", seed=42, personas=16, prefix_tokens=8192, sessions=32, turns=4, query_tokens=128,
                 output_tokens=32, order="round_robin")

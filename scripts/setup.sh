@@ -22,8 +22,8 @@ PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 "${PIP[@]}" -e ".[test,bench]"
 for p in "${PLUGINS[@]}"; do [ -f "$p/pyproject.toml" ] && "${PIP[@]}" -e "$p"; done
-# compile the scored evictor's and spf_expected_utility's numba loops once into numba's
-# on-disk cache (else the first scored evictor / spf policy of each fresh checkout compiles
-# them: ~10-30 s)
+# compile the numba loops once into numba's on-disk cache: the scored evictor's, spf_expected_utility's
+# and the simulator's compiled replays (else the first use in each fresh checkout compiles them: ~10-30 s)
 "$VENV/bin/python" -c "import spfcore._evictor_nb as nb; nb.warm(); from spfcore_spf_expected_utility import _nb; _nb.warm()"
+"$VENV/bin/python" -c "import spfcore.sim._replay_nb as nb; nb.warm()"
 echo "$want" > "$VENV/.spfcore-stamp"

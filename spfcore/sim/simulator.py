@@ -44,6 +44,16 @@ time), so :func:`simulate_stream` replays a trace read lazily
 cache and the policy's state; :func:`scan` sizes and checks a stream in one
 pass without keeping keys. Concurrent mode holds the prepared workload.
 
+Compiled replays: in sequential mode, an arm whose policy implements no hook
+(``lru``: vLLM's own order) and the shipped ``belady_oracle`` run as one
+numba-compiled loop over interned int arrays (:mod:`spfcore.sim._replay_nb`):
+the same decisions, per-request records and counters as the reference loop
+:func:`_run_sequential` through the policy's hooks (tests compare every field
+and the victim sequence), 20-50x faster; the interned keys are kept on the
+:class:`Prepared`. ``SPFCORE_SIM_REPLAY=python`` (:data:`REPLAY_ENV`) runs the
+reference loop instead. Their cells' ``policy_seconds`` and ``evict_seconds``
+are the compiled loop's whole time.
+
 Time: sequential mode uses a virtual clock of one second per request
 (``now = arrival index``); policies should decide by arrival index anyway.
 
@@ -83,15 +93,19 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import time
+from array import array
 from collections import deque
 from collections.abc import Iterable, Iterator
 from functools import partial
-from itertools import takewhile
+from itertools import chain, islice, takewhile
 from operator import is_not
 
 import attrs
+import numpy as np
 
+from spfcore.hookspecs import HOOK_NAMES
 from spfcore.keys import chain_keys, decode_key
 from spfcore.run.cell import SimRecord
 from spfcore.runtime import PolicyRuntime
@@ -129,6 +143,8 @@ class Prepared:
     prompt_tokens: tuple
     output_tokens: tuple
     plans: tuple
+    #: The compiled replay's interned arrays of these plans, built on first use.
+    _flat: list = attrs.field(factory=list, init=False, eq=False, repr=False)
 
     @property
     def blocks_needed(self) -> list[int]:
@@ -446,6 +462,260 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
     return n_req, prompt_total, refs_total, hits_total
 
 
+#: Environment variable choosing the sequential replay of the arms that have a
+#: compiled one (:mod:`spfcore.sim._replay_nb`): ``auto`` (default) runs it,
+#: ``python`` the reference loop :func:`_run_sequential` through the policy's
+#: hooks (same decisions and counts, 20-50x slower).
+REPLAY_ENV = "SPFCORE_SIM_REPLAY"
+_nb = None  # spfcore.sim._replay_nb, once loaded
+
+
+def _compiled_kind(rt: PolicyRuntime) -> str | None:
+    """Which compiled sequential replay may stand in for ``rt``'s policy:
+    ``"lru"`` for a policy implementing no hook but ``spfcore_cache_configured``
+    (vLLM's own order, nothing to observe), ``"belady"`` for the shipped
+    ``belady_oracle`` plugin (its decisions in :func:`~spfcore.sim._replay_nb.replay_belady`),
+    else ``None``; always ``None`` with :data:`REPLAY_ENV` = ``python`` or
+    with hook calls monitored (``SPFCORE_TRACE_HOOKS``).
+
+    Raises:
+        ValueError: :data:`REPLAY_ENV` is neither ``auto`` nor ``python``.
+    """
+    from spfcore.runtime import _PLAIN_EXEC
+
+    mode = os.environ.get(REPLAY_ENV, "auto").strip() or "auto"
+    if mode not in ("auto", "python"):
+        raise ValueError(f"{REPLAY_ENV}={mode!r}: expected 'auto' or 'python'")
+    if mode == "python" or getattr(rt.pm, "_inner_hookexec", None) is not _PLAIN_EXEC:
+        return None
+    if not rt.needs_future and not any(rt.implements(h) for h in HOOK_NAMES if h != "spfcore_cache_configured"):
+        return "lru"
+    plugins = rt.pm.get_plugins()
+    cls = type(next(iter(plugins))) if len(plugins) == 1 else None
+    if cls is not None and (cls.__module__, cls.__qualname__) == ("spfcore_belady_oracle", "BeladyOraclePolicy"):
+        return "belady"
+    return None
+
+
+def _load_nb():
+    global _nb
+    if _nb is None:
+        from spfcore.evictor import _scannable_llvmlite
+        from spfcore.sim import _replay_nb
+        _scannable_llvmlite()
+        _replay_nb.warm()
+        _nb = _replay_nb
+    return _nb
+
+
+def _flatten(plans, ids: dict) -> tuple:
+    """The compiled replay's input for ``plans``: keys interned through
+    ``ids`` (key -> dense id, new keys numbered ``len(ids)`` on), as int64
+    arrays ``(bk, bk_off, nf, n_look, dk, dk_off, n_prompt, n_total)`` (see
+    :func:`spfcore.sim._replay_nb.replay`): every prompt block key
+    (``RequestView.block_keys``), of which the first ``nf`` are full."""
+    i64 = np.int64
+    n = len(plans)
+    sd = ids.setdefault  # one dict operation per key (cheaper than building the unique keys first)
+    bk = np.fromiter((sd(k, len(ids)) for k in chain.from_iterable(pl[0].block_keys for pl in plans)), i64)
+    dk = np.fromiter((sd(k, len(ids)) for k in chain.from_iterable(pl[3] for pl in plans)), i64)
+    bk_off = np.zeros(n + 1, i64)
+    np.cumsum(np.fromiter((len(pl[0].block_keys) for pl in plans), i64, n), out=bk_off[1:])
+    dk_off = np.zeros(n + 1, i64)
+    np.cumsum(np.fromiter(map(len, (pl[3] for pl in plans)), i64, n), out=dk_off[1:])
+    return (bk, bk_off, np.fromiter(map(len, (pl[2] for pl in plans)), i64, n),
+            np.fromiter(map(len, (pl[1] for pl in plans)), i64, n), dk, dk_off,
+            np.fromiter((pl[4] for pl in plans), i64, n), np.fromiter((pl[5] for pl in plans), i64, n))
+
+
+def _future_index(bk: np.ndarray, bk_off: np.ndarray, nkeys: int) -> tuple[np.ndarray, np.ndarray]:
+    """Belady's future index of a whole workload, its prompt block key ids
+    ``bk`` (request ``i``'s at ``bk[bk_off[i]:bk_off[i+1]]``, arrival index
+    ``i``): per key id the arrival indices of the requests whose prompt holds
+    it, ascending, once per request, as ``(uses, uses_off)`` (CSR by key id;
+    8 bytes per use, as the plugin's)."""
+    n = len(bk_off) - 1
+    span = n + 1
+    code = np.repeat(np.arange(n, dtype=np.int64), np.diff(bk_off))
+    code += bk * span
+    code.sort()  # by key id, then arrival (in place: fewer temporaries than np.unique)
+    keep = np.empty(len(code), np.bool_)
+    keep[:1] = True
+    np.not_equal(code[1:], code[:-1], out=keep[1:])  # one use per (key, request)
+    code = code[keep]
+    del keep
+    uses_off = np.zeros(nkeys + 1, np.int64)
+    np.cumsum(np.bincount(code // span, minlength=nkeys), out=uses_off[1:])
+    np.remainder(code, span, out=code)
+    return code, uses_off
+
+
+def _future_of_stream(requests: Iterable, block_size: int, ids: dict) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_future_index` of a request stream, in one pass over its views
+    (:func:`iter_views`), the prompt keys interned into ``ids``. Memory: the
+    interned keys and 8 bytes per use, linear in the trace (Belady's index is)."""
+    sd = ids.setdefault
+    lens = array("q")
+    bk = np.fromiter((sd(k, len(ids)) for v in iter_views(requests, block_size)
+                      for k in (lens.append(len(v.block_keys)) or v.block_keys)), np.int64)
+    bk_off = np.zeros(len(lens) + 1, np.int64)
+    np.cumsum(np.frombuffer(lens, np.int64), out=bk_off[1:])
+    del lens
+    return _future_index(bk, bk_off, len(ids))
+
+
+class _CompiledReplay:
+    """The pool of a compiled replay (see :mod:`spfcore.sim._replay_nb`), fed
+    chunk by chunk; ``victims``, when a list, receives every block id handed
+    out, in order (as ``PolicyRuntime.evict`` returns them). ``kind``:
+    ``"lru"``, or ``"belady"`` with its future index ``(uses, uses_off)``."""
+
+    def __init__(self, num_blocks: int, kind: str = "lru", victims: list | None = None,
+                 future: tuple | None = None) -> None:
+        self.nb = nb = _load_nb()
+        i64 = np.int64
+        self.num_blocks, self.kind, self.victims = num_blocks, kind, victims
+        self.key_of, self.dn, self.dp = (np.full(num_blocks, -1, i64) for _ in range(3))
+        self.ln, self.lp, self.hs = (np.zeros(num_blocks, i64) for _ in range(3))
+        self.kh = self.kt = np.empty(0, i64)
+        self.c = np.zeros(nb.NCOUNTERS_B, i64)
+        nb.init(num_blocks, self.ln, self.lp, self.hs, self.c)
+        if kind == "belady":
+            self.uses, self.uses_off = future
+            self.depth, self.ordr, self.ver, self.inn = (np.zeros(num_blocks, i64) for _ in range(4))
+            self.mark = np.empty(0, i64)  # per key id: the arrival index whose request waits holding it (-2: none)
+            cap = 4 * num_blocks + 1024
+            self.heaps = [np.zeros(cap, i64) for _ in range(8)]  # order heap and expiry heap (see replay_belady)
+
+    def run(self, flat: tuple, nkeys: int, first_id: int = 0) -> np.ndarray:
+        """Replay one chunk (:func:`_flatten`'s arrays, key ids < ``nkeys``;
+        its first request at arrival index ``first_id``); returns hit blocks
+        per request.
+
+        Raises:
+            ValueError: a request needs more blocks than the cache has
+                (its arrival index named).
+        """
+        if nkeys > len(self.kh):  # room for every key id of the chunk
+            grow = max(nkeys, 2 * len(self.kh), 1024) - len(self.kh)
+            self.kh = np.concatenate([self.kh, np.full(grow, -1, np.int64)])
+            self.kt = np.concatenate([self.kt, np.full(grow, -1, np.int64)])
+            if self.kind == "belady":
+                self.mark = np.concatenate([self.mark, np.full(grow, -2, np.int64)])
+        n_total = flat[7]
+        n = len(n_total)
+        hits = np.empty(n, np.int64)
+        if not n:
+            return hits
+        rec = self.victims is not None
+        victims = np.empty(int(n_total.sum()) if rec else 0, np.int64)
+        nb, c = self.nb, self.c
+        c[nb.NVICT] = 0
+        blocks = np.empty(int(n_total.max()), np.int64)
+        if self.kind == "belady":
+            bad = nb.replay_belady(*flat, self.uses, self.uses_off, first_id, self.key_of, self.kh, self.kt, self.dn,
+                                   self.dp, self.hs, self.depth, self.ordr, self.ver, self.inn, self.mark, *self.heaps,
+                                   c, blocks, np.empty(self.num_blocks, np.int64), hits, victims)
+        else:
+            bad = nb.replay(*flat, self.key_of, self.kh, self.kt, self.dn, self.dp, self.ln, self.lp, self.hs, c,
+                            blocks, hits, victims)
+        if rec:
+            self.victims.extend(victims[: c[nb.NVICT]].tolist())
+        if bad >= 0:
+            raise ValueError(f"request #{first_id + bad} needs {int(n_total[bad])} blocks but the cache has "
+                             f"{self.num_blocks - 1} usable (num_blocks={self.num_blocks} includes the null block)")
+        return hits
+
+    def compact(self, ids: dict) -> dict:
+        """(``lru``) Renumber the keys still cached densely from 0 and forget
+        the others (bounds ``ids`` by the cache, not the trace); returns the
+        new key -> id map."""
+        kh = self.kh
+        live = {k: i for k, i in ids.items() if kh[i] >= 0}
+        old = np.fromiter(live.values(), np.int64, len(live))
+        remap = np.full(len(kh), -1, np.int64)
+        remap[old] = np.arange(len(old))
+        held = self.key_of >= 0
+        self.key_of[held] = remap[self.key_of[held]]
+        kh2, kt2 = np.full(len(kh), -1, np.int64), np.full(len(kh), -1, np.int64)
+        kh2[: len(old)], kt2[: len(old)] = kh[old], self.kt[old]
+        self.kh, self.kt = kh2, kt2
+        return dict(zip(live, range(len(old))))
+
+    def stats(self, rt: PolicyRuntime, seconds: float) -> None:
+        """Put the replay's counts into ``rt`` as the reference replay would
+        have: ``evictions``, ``evict_calls`` and (belady) ``hook_calls``: its
+        arrival, hit and score calls and the future hand-over
+        (``spfcore_future_requests``). ``policy_seconds`` and
+        ``evict_seconds`` get the compiled replay's whole time (the pool's,
+        the free queue's and the policy's work are one loop there);
+        ``hook_seconds`` stays what ``rt``'s construction took."""
+        c, nb = self.c, self.nb
+        rt.evictions += int(c[nb.EVICTIONS])
+        rt.evict_calls += int(c[nb.EVICT_CALLS])
+        if self.kind == "belady":
+            rt.hook_calls += int(c[nb.HOOK_CALLS]) + 1
+        rt.policy_seconds += seconds
+        rt.evict_seconds += seconds
+
+
+def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru", rows: list | None = None,
+                     victims: list | None = None, chunk: int = 4096, limit: int | None = None,
+                     stream_future: tuple | None = None) -> tuple[int, int, int, int]:
+    """:func:`_run_sequential` of a policy that has a compiled replay (see
+    :func:`_compiled_kind`): same return value, same ``rows``, same ``rt``
+    counters (:meth:`_CompiledReplay.stats`); ``rt``'s block table is not
+    kept. ``plans``: a :class:`Prepared` (its keys interned once and kept on
+    it) or an iterable of plans, read ``chunk`` requests at a time. ``lru``
+    keeps the interned keys bounded by the cache: once more than ``limit``
+    (default ``4 * num_blocks + 65536``) are held, those no longer cached are
+    forgotten (:meth:`_CompiledReplay.compact`). ``belady`` on a stream needs
+    ``stream_future = (ids, (uses, uses_off))`` of :func:`_future_of_stream`.
+
+    Raises:
+        ValueError: a request does not fit in the cache (as :func:`_run_sequential`).
+    """
+    t0 = time.perf_counter()
+    totals = [0, 0, 0, 0]
+
+    def account(pls, hits: np.ndarray) -> None:
+        totals[0] += len(pls)
+        totals[1] += sum(pl[0].num_prompt_tokens for pl in pls)
+        totals[2] += sum(len(pl[0].block_keys) for pl in pls)
+        totals[3] += int(hits.sum())
+        if rows is not None:
+            keep = rows.append
+            for pl, h in zip(pls, hits.tolist()):
+                v = pl[0]
+                keep((v.request_id, v.session_id, v.prefix_group, pl[6], v.num_prompt_tokens, h))
+
+    if isinstance(plans, Prepared):
+        if not plans._flat:
+            ids: dict = {}
+            plans._flat.append((_flatten(plans.plans, ids), len(ids)))
+        flat, nkeys = plans._flat[0]
+        future = None
+        if kind == "belady":
+            if len(plans._flat) == 1:
+                plans._flat.append(_future_index(flat[0], flat[1], nkeys))
+            future = plans._flat[1]
+        st = _CompiledReplay(num_blocks, kind, victims, future)
+        account(plans.plans, st.run(flat, nkeys))
+    else:
+        ids, future = stream_future if kind == "belady" else ({}, None)
+        st = _CompiledReplay(num_blocks, kind, victims, future)
+        it = iter(plans)
+        first = 0
+        limit = 4 * num_blocks + 65536 if limit is None else limit
+        while pls := list(islice(it, chunk)):
+            account(pls, st.run(_flatten(pls, ids), len(ids), first))
+            first += len(pls)
+            if kind == "lru" and len(ids) > limit:
+                ids = st.compact(ids)
+    st.stats(rt, time.perf_counter() - t0)
+    return tuple(totals)
+
+
 class _Req:
     __slots__ = ("j", "blocks", "computed", "outputs", "done_hash", "first_lookup", "first_token", "mark")
 
@@ -673,6 +943,9 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
             fails the arm with a PolicyError), or None: see
             :meth:`PolicyRuntime.for_policy`.
 
+    Sequential ``lru`` and ``belady_oracle`` run compiled unless
+    ``SPFCORE_SIM_REPLAY=python`` (see the module doc; same results).
+
     Returns:
         A cell record: ``arm, seed, status`` (``"ok"``), ``mode, num_blocks, block_size, num_requests,
         prompt_tokens, cached_tokens, token_hit_rate`` (cached prompt tokens /
@@ -689,7 +962,8 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
     Raises:
         spfcore.registry.PolicyConfigError: unknown/broken arm or bad option.
         spfcore.runtime.PolicyError: the policy failed during the run.
-        ValueError: bad mode or sizes, or a request that does not fit in the cache.
+        ValueError: bad mode or sizes, a request that does not fit in the
+            cache, or a bad ``SPFCORE_SIM_REPLAY``.
     """
     if mode not in ("sequential", "concurrent"):
         raise ValueError(f"mode must be 'sequential' or 'concurrent', got {mode!r}")
@@ -699,12 +973,16 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
     _check_fits(prep, num_blocks)
     rt = PolicyRuntime.for_policy(arm, num_blocks, block_size, options, env=env, hook_budget_ms=hook_budget_ms)
     if mode == "sequential":
-        if rt.needs_future:
+        kind = _compiled_kind(rt)
+        if rt.needs_future and kind is None:  # the compiled belady replay builds its own future index
             rt.set_future(prep.views)
         rows: list = []
         with _no_gc():
             t = time.perf_counter()
-            totals = _run_sequential(prep.plans, rt, num_blocks, block_size, rows)
+            if kind is not None:
+                totals = _replay_compiled(prep, rt, num_blocks, kind, rows)
+            else:
+                totals = _run_sequential(prep.plans, rt, num_blocks, block_size, rows)
             wall = time.perf_counter() - t
         return _cell(arm, seed, mode, num_blocks, block_size, totals, rt, wall, rows)
     if max_running < 1 or token_budget < 1:
@@ -759,6 +1037,10 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
         per_request: Keep the per-request records (``requests`` in the
             result; memory then grows by one record per request).
 
+    ``lru`` and ``belady_oracle`` run compiled unless ``SPFCORE_SIM_REPLAY=python``
+    (see the module doc; same results): ``lru``'s interned keys are bounded by
+    the cache; ``belady_oracle`` builds its future index in one pass first.
+
     Returns:
         :func:`simulate`'s sequential cell record (``requests`` only with
         ``per_request``). ``wall_seconds``: the replay loop's wall time, s,
@@ -780,15 +1062,25 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
     rt = PolicyRuntime.for_policy(arm, num_blocks, block_size, options, env=env, hook_budget_ms=hook_budget_ms)
+    kind = _compiled_kind(rt)
+    future = None
     if rt.needs_future:
         if iter(requests) is requests:
             raise ValueError(f"arm {arm!r} needs the future request stream: give a re-iterable request "
                              "source (a TraceStream, a tuple), not a one-shot iterator")
-        rt.set_future(iter_views(requests, block_size))
+        if kind == "belady":  # the compiled replay's own future index (one pass, as the plugin's)
+            ids: dict = {}
+            future = (ids, _future_of_stream(requests, block_size, ids))
+        else:
+            rt.set_future(iter_views(requests, block_size))
     rows: list | None = [] if per_request else None
     with _no_gc():
         t = time.perf_counter()
-        totals = _run_sequential(iter_plans(requests, block_size, num_blocks), rt, num_blocks, block_size, rows)
+        plans = iter_plans(requests, block_size, num_blocks)
+        if kind is not None:
+            totals = _replay_compiled(plans, rt, num_blocks, kind, rows, stream_future=future)
+        else:
+            totals = _run_sequential(plans, rt, num_blocks, block_size, rows)
         wall = time.perf_counter() - t
     return _cell(arm, seed, "sequential", num_blocks, block_size, totals, rt, wall, rows)
 
