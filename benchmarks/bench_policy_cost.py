@@ -19,11 +19,13 @@ counts and the median is printed beside it. Prints figures; asserts nothing.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
 from spfcore import registry, runtime
 from spfcore.sim import prepare, simulate
+from spfcore.sim.simulator import REPLAY_ENV
 from spfcore.workloads.generators import make
 
 
@@ -39,6 +41,9 @@ def main() -> None:
                     help="time with perf_counter (as the gate does) instead of this process's CPU time; "
                          "CPU time ignores other processes' load but adds ~0.3 us per timed call")
     a = ap.parse_args()
+    # the engine drives the runtime event by event: measure that path, not the simulator's compiled
+    # replay of hook-less arms and belady_oracle (spfcore/sim/_replay_nb.py), which the engine never runs
+    os.environ[REPLAY_ENV] = "python"
     if not a.wall_clock:
         runtime._perf = time.process_time  # the runtime's clock for policy_seconds / hook_seconds
 
