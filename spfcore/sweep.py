@@ -703,13 +703,16 @@ def read_cell(folder: str | os.PathLike, key: str) -> dict | None:
 @attrs.frozen
 class Outcome:
     """What :func:`run_sweep` did: cells in the grid, reused (already in the
-    folder), run now, and of those failed; wall time (s)."""
+    folder), run now, and of those failed; wall time (s); cells to run that
+    an interrupt (Ctrl-C, SIGTERM through ``spfcore sweep``) stopped before
+    they finished (in flight or not started: not written, run by the next run)."""
 
     total: int
     reused: int
     ran: int
     failed: int
     seconds: float
+    interrupted: int = 0
 
 
 def run_sweep(grid: Grid, folder: str | os.PathLike, *, workers: int = 1, ray_address: str | None = None,
@@ -734,6 +737,9 @@ def run_sweep(grid: Grid, folder: str | os.PathLike, *, workers: int = 1, ray_ad
             nothing is written.
         SweepError: a trace cannot be read, or the folder holds a bad cell file.
         OSError: the folder cannot be written.
+
+    An interrupt (``KeyboardInterrupt``) while cells run stops the workers
+    and returns: ``interrupted`` counts the cells not written.
     """
     from spfcore.fileio import output_lock
 
@@ -763,12 +769,17 @@ def run_sweep(grid: Grid, folder: str | os.PathLike, *, workers: int = 1, ray_ad
         facts = [None if k is None else known[k] for k in ins]
         if workers > 1 or ray_address is not None:
             _open.cache_clear()  # the check's and the facts' opened inputs; the workers open their own
-        failed = 0
-        for rec in execute(todo, workers=workers, ray_address=ray_address, facts=facts):
-            write_atomic(cell_path(folder, rec["key"]), json.dumps(rec, indent=1, default=str) + "\n")
-            failed += rec["status"] != "ok"
-            if on_cell is not None:
-                on_cell(rec)
+        failed = done = 0
+        try:
+            for rec in execute(todo, workers=workers, ray_address=ray_address, facts=facts):
+                write_atomic(cell_path(folder, rec["key"]), json.dumps(rec, indent=1, default=str) + "\n")
+                failed += rec["status"] != "ok"
+                done += 1
+                if on_cell is not None:
+                    on_cell(rec)
+        except KeyboardInterrupt:  # the finished cells are written; say how many were not
+            return Outcome(len(cells), len(cells) - len(todo), done, failed, time.perf_counter() - t0,
+                           len(todo) - done)
     return Outcome(len(cells), len(cells) - len(todo), len(todo), failed, time.perf_counter() - t0)
 
 

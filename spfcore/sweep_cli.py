@@ -15,6 +15,8 @@ from spfcore.cli.options import Finite, RecordingCommand, command_line, parse_se
 
 #: Exit status when a cell failed (its file and the table say why; the other cells ran).
 EXIT_CELL_FAILED = 4
+#: Exit status when an interrupt (Ctrl-C, SIGTERM) stopped the sweep; the finished cells are kept (rerun resumes).
+EXIT_INTERRUPTED = 130
 
 
 def _list(ctx, param, value, conv, what: str):
@@ -153,6 +155,12 @@ def sweep_command(folder, policies, blocks, fractions, traces, limit, tokens_per
                                      param_hint="--ray-address") from None
     elif workers > 1:
         where = f"{workers} local worker processes"
+    import signal
+
+    def _term(signum, frame):  # a killed call (SIGTERM) stops like Ctrl-C: finished cells kept, the rest counted
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _term)
     try:
         n = len(grid.cells())
         bar = tqdm(total=n, desc="sweep", unit="cell", file=sys.stderr, dynamic_ncols=True,
@@ -173,6 +181,11 @@ def sweep_command(folder, policies, blocks, fractions, traces, limit, tokens_per
             bar.close()
     click.echo(f"sweep: {out.total} cells: {out.reused} reused from {folder}, {out.ran} run on {where} "
                f"({out.failed} failed) in {out.seconds:.1f} s", err=True)
+    if out.interrupted:
+        click.echo(f"sweep: interrupted: {out.interrupted} cell(s) not finished (in flight or not started; "
+                   "nothing of them written): run the same command again to do them", err=True)
+        _report(folder, con)
+        raise SystemExit(EXIT_INTERRUPTED)
     _report(folder, con)
     if out.failed:
         raise SystemExit(EXIT_CELL_FAILED)

@@ -373,3 +373,18 @@ def test_a_trace_is_scanned_and_counted_once_per_sweep_folder(tmp_path, trace, m
     monkeypatch.setattr(sweep, "check_inputs", lambda *a, **k: None)
     src = sweep._ident_json(sweep.Source(trace=str(trace)).identity())
     assert sweep.input_facts(tmp_path / "sw", src, 0, None, True) == {k: facts[k] for k in (*keep, "unique_blocks")}
+
+
+def test_an_interrupt_keeps_finished_cells_and_counts_the_rest(tmp_path):
+    grid = sweep.Grid((sweep.Source(workload="personas", flags={"personas": 2, "prefix_tokens": 64, "sessions": 4,
+                                                                "turns": 2}),),
+                      (1,), (sweep.Variant("lru"),), ({"blocks": 30}, {"blocks": 60}))
+
+    def stop(rec):
+        raise KeyboardInterrupt
+
+    out = sweep.run_sweep(grid, tmp_path / "sw", on_cell=stop)  # Belady x2 + infinite + lru x2 = 5 cells
+    assert (out.total, out.ran, out.interrupted) == (5, 1, 4)
+    assert len(list((tmp_path / "sw" / "cells").glob("*.json"))) == 1
+    again = sweep.run_sweep(grid, tmp_path / "sw")
+    assert (again.reused, again.ran, again.interrupted, again.failed) == (1, 4, 0, 0)
