@@ -167,6 +167,9 @@ def sweep_command(folder, policies, blocks, fractions, traces, limit, tokens_per
                    disable=None)
         out = sweep.run_sweep(grid, folder, workers=workers, ray_address=ray_address,
                               command=command_line(click.get_current_context()), on_cell=progress)
+    except KeyboardInterrupt:  # before any cell ran (e.g. while the trace was scanned): nothing of a cell written
+        click.echo("sweep: interrupted before the cells ran; run the same command again", err=True)
+        raise SystemExit(EXIT_INTERRUPTED) from None
     except sweep.InputError as exc:  # found before any cell ran; nothing written
         raise click.BadParameter(str(exc), param_hint=exc.param) from None
     except sweep.SweepError as exc:
