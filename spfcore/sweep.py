@@ -438,6 +438,21 @@ def input_facts(folder: str | os.PathLike, source_json: str, seed: int, block_si
                                   "unique_blocks")}
 
 
+def cell_facts(folder: str | os.PathLike, configs: Sequence[Mapping]) -> list[dict | None]:
+    """Per cell configuration, its trace's :func:`input_facts` (None for a
+    generated workload): each (trace, seed, block size) is scanned once, and
+    its distinct blocks counted once if a cell has a fraction size.
+
+    Raises:
+        As :func:`input_facts`.
+    """
+    ins = [(_ident_json(c["source"]), c["seed"], c["block_size"]) if "trace" in c["source"] else None
+           for c in configs]
+    need = {k for k, c in zip(ins, configs) if k is not None and "fraction" in c["size"]}
+    known = {k: input_facts(folder, *k, k in need) for k in dict.fromkeys(ins) if k is not None}
+    return [None if k is None else known[k] for k in ins]
+
+
 @functools.lru_cache(maxsize=64)
 def _code(policy: str) -> str:
     from spfcore.run.provenance import code_digest
@@ -761,12 +776,7 @@ def run_sweep(grid: Grid, folder: str | os.PathLike, *, workers: int = 1, ray_ad
             rec = read_cell(folder, c.key)
             if rec is None or rec["status"] != "ok":
                 todo.append(c.config())
-        # each streamed trace is scanned (and its distinct blocks counted) once here, not once per cell
-        ins = [(_ident_json(c["source"]), c["seed"], c["block_size"]) if "trace" in c["source"] else None
-               for c in todo]
-        need = {k for k, c in zip(ins, todo) if k is not None and "fraction" in c["size"]}
-        known = {k: input_facts(folder, *k, k in need) for k in dict.fromkeys(ins) if k is not None}
-        facts = [None if k is None else known[k] for k in ins]
+        facts = cell_facts(folder, todo)
         if workers > 1 or ray_address is not None:
             _open.cache_clear()  # the check's and the facts' opened inputs; the workers open their own
         failed = done = 0
