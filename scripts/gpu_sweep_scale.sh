@@ -48,14 +48,14 @@ driver() {
     if [ -f "$W/$ex.done" ]; then echo "sweep $ex: done in an earlier call"; continue; fi
     b=$(left); if [ "$b" -lt 30 ]; then echo "sweep $ex: no time left in this call"; all=0; continue; fi
     if [ $ex = ray ]; then X=(--ray-address local --workers "$N"); else X=(--workers "$N"); fi
-    s=$(date +%s.%N); rc=0
+    s=$(date +%s.%N); rc=0; l0=$(cat "$W/$ex.log" 2>/dev/null | wc -l)
     timeout --foreground -s TERM -k 30 "$b" $SP sweep -o "$W/$ex" --trace "$TR" --policies "$POL" --num-blocks "$BL" "${X[@]}" \
       >> "$W/$ex.log" 2>&1 || rc=$?
     wall=$(python3 -c "print(round($(date +%s.%N)-$s,1))")
     n=$(ls "$W/$ex/cells" 2>/dev/null | wc -l)
     echo "$wall $rc $n" >> "$W/$ex.calls"
     echo "sweep $ex rc $rc wall_s $wall cells_in_folder $n load1 $(cut -d' ' -f1 /proc/loadavg)"
-    grep -h "^sweep:" "$W/$ex.log" | tail -2
+    tail -n +$((l0 + 1)) "$W/$ex.log" | grep "^sweep:" || true
     if [ $rc = 0 ] || [ $rc = 4 ]; then touch "$W/$ex.done"; else all=0; fi  # 4: a cell failed (see the table)
   done
   python3 - "$W" <<'PY'

@@ -764,7 +764,9 @@ def run_sweep(grid: Grid, folder: str | os.PathLike, *, workers: int = 1, ray_ad
     # inputs of the cells still to run are checked before anything is written (a finished grid reads no trace)
     todo_inputs = {_ident_json(c.source) for c in cells
                    if (r := read_cell(folder, c.key)) is None or r["status"] != "ok"}
-    check_inputs(grid, [s for s in grid.sources if _ident_json(s.identity()) in todo_inputs])
+    # a trace whose facts a run here already wrote was checked then (same SHA-256 and block size): not again
+    check_inputs(grid, [s for s in grid.sources if (j := _ident_json(s.identity())) in todo_inputs
+                        and not (folder / "inputs" / f"{_facts_key(j, grid.seeds[0], grid.block_size)}.json").is_file()])
     with output_lock(folder / "sweep"):
         for stale in (folder / "cells").glob(".*.tmp"):  # write_atomic's, of a killed run
             stale.unlink(missing_ok=True)

@@ -388,3 +388,18 @@ def test_an_interrupt_keeps_finished_cells_and_counts_the_rest(tmp_path):
     assert len(list((tmp_path / "sw" / "cells").glob("*.json"))) == 1
     again = sweep.run_sweep(grid, tmp_path / "sw")
     assert (again.reused, again.ran, again.interrupted, again.failed) == (1, 4, 0, 0)
+
+
+def test_a_resumed_sweep_does_not_rescan_a_trace_it_scanned(tmp_path, trace, monkeypatch):
+    grid = sweep.Grid((sweep.Source(trace=str(trace)),), (0,), (sweep.Variant("lru"),), ({"blocks": 100},))
+
+    def stop(rec):
+        raise KeyboardInterrupt
+
+    sweep._open.cache_clear()
+    first = sweep.run_sweep(grid, tmp_path / "sw", on_cell=stop)
+    assert first.interrupted == 2
+    sweep._open.cache_clear()
+    monkeypatch.setattr(sweep, "_open", lambda *a: pytest.fail("the trace was scanned again"))
+    again = sweep.run_sweep(grid, tmp_path / "sw")  # the cells open the stream from OUT/inputs' facts
+    assert (again.reused, again.ran, again.failed) == (1, 2, 0)
