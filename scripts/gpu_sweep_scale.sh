@@ -46,7 +46,8 @@ driver() {
   all=1
   for ex in $EX; do
     if [ -f "$W/$ex.done" ]; then echo "sweep $ex: done in an earlier call"; continue; fi
-    b=$(left); if [ "$b" -lt 30 ]; then echo "sweep $ex: no time left in this call"; all=0; continue; fi
+    b=$(left)  # an executor is started only with MIN_START s left, so its wall time is not cut and re-run
+    if [ "$b" -lt "${MIN_START:-300}" ]; then echo "sweep $ex: ${b} s left in this call: next call"; all=0; continue; fi
     if [ $ex = ray ]; then X=(--ray-address local --workers "$N"); else X=(--workers "$N"); fi
     s=$(date +%s.%N); rc=0; l0=$(cat "$W/$ex.log" 2>/dev/null | wc -l)
     timeout --foreground -s TERM -k 30 "$b" $SP sweep -o "$W/$ex" --trace "$TR" --policies "$POL" --num-blocks "$BL" "${X[@]}" \

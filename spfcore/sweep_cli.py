@@ -160,7 +160,7 @@ def sweep_command(folder, policies, blocks, fractions, traces, limit, tokens_per
     def _term(signum, frame):  # a killed call (SIGTERM) stops like Ctrl-C: finished cells kept, the rest counted
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, _term)
+    old_term = signal.signal(signal.SIGTERM, _term)
     try:
         n = len(grid.cells())
         bar = tqdm(total=n, desc="sweep", unit="cell", file=sys.stderr, dynamic_ncols=True,
@@ -180,6 +180,7 @@ def sweep_command(folder, policies, blocks, fractions, traces, limit, tokens_per
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
     finally:
+        signal.signal(signal.SIGTERM, old_term)
         if bar is not None:
             bar.close()
     click.echo(f"sweep: {out.total} cells: {out.reused} reused from {folder}, {out.ran} run on {where} "
