@@ -16,7 +16,12 @@
 # prints how many were not finished (in flight: lost, rerun by the next call). Run the same command again
 # until it prints "ALL DONE". Per call and executor it prints the wall time and the cells done; the
 # figure's wall time per executor is the sum over its calls (WORK/<ex>.calls).
+# An executor starts only with MIN_START s (default 300) left in the call, else it waits for the next call,
+# so its wall time is one uncut run when its cells fit one call.
 #   bash scripts/gpu_sweep_scale.sh         # in the foreground (a background job dies with the call)
+# Cost (estimated from the cells of an earlier 1M run on a 32-CPU host: per cell 70 s lru, 85 Belady,
+# ~250 session_ttl and arc, ~320 sieve, ~370 frequency, ~400 s3fifo; 14,000 CPU-s in all): ~570 s on 30
+# workers (does not fit one call), ~400 s on 62 (a 64-CPU host: one call per executor).
 # EXECUTORS="local ray" (default) or one of them. WORKERS (default CPUs - 2). POLICIES, REQUESTS,
 # SESSIONS, BLOCKS override the grid. One worker is not run (hours): its time is the sum of the cells'
 # own seconds, printed as such (an estimate from measured cells, not a 1-worker run).
@@ -24,12 +29,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
 CALL_S=${CALL_S:-520}
-W=${WORK:-/tmp/scale}
 O=${OUT:-/tmp/out}
 EX=${EXECUTORS:-local ray}
 N=${WORKERS:-$(( $(nproc) - 2 ))}
 REQ=${REQUESTS:-1000000}
 SES=${SESSIONS:-4096}
+W=${WORK:-/tmp/scale}/r$REQ-s$SES  # one folder per trace shape: an older run's cells are not mixed in
 POL=${POLICIES:-lru,session_ttl,frequency,sieve,s3fifo,arc}
 BL=${BLOCKS:-1000,2260,5100,11500,26000,59000,133000,300000}
 SP="python3 -m spfcore.cli"
@@ -38,7 +43,7 @@ left() { echo $(( CALL_S - ($(date +%s) - T0) )); }
 driver() {
   echo "host: $(nproc) CPUs, $(free -g | awk '/Mem/{print $2}') GiB; workers $N; requests $REQ; sessions $SES;" \
        "policies $POL; blocks $BL; this call's budget ${CALL_S} s"
-  TR="$W/trace-$REQ-$SES.jsonl"
+  TR="$W/trace.jsonl"
   if [ ! -s "$TR" ]; then  # same seed and shape: same bytes, so a later call's cells keep their keys
     s=$(date +%s.%N); $SP make-trace "$TR.part" --requests "$REQ" --sessions "$SES"; mv "$TR.part" "$TR"
     echo "make-trace wall_s $(python3 -c "print(round($(date +%s.%N)-$s,1))") bytes $(stat -c %s "$TR")"
@@ -49,7 +54,7 @@ driver() {
     b=$(left)  # an executor is started only with MIN_START s left, so its wall time is not cut and re-run
     if [ "$b" -lt "${MIN_START:-300}" ]; then echo "sweep $ex: ${b} s left in this call: next call"; all=0; continue; fi
     if [ $ex = ray ]; then X=(--ray-address local --workers "$N"); else X=(--workers "$N"); fi
-    s=$(date +%s.%N); rc=0; l0=$(cat "$W/$ex.log" 2>/dev/null | wc -l)
+    s=$(date +%s.%N); rc=0; l0=0; [ -f "$W/$ex.log" ] && l0=$(wc -l < "$W/$ex.log")
     timeout --foreground -s TERM -k 30 "$b" $SP sweep -o "$W/$ex" --trace "$TR" --policies "$POL" --num-blocks "$BL" "${X[@]}" \
       >> "$W/$ex.log" 2>&1 || rc=$?
     wall=$(python3 -c "print(round($(date +%s.%N)-$s,1))")
