@@ -15,6 +15,8 @@ from spfcore.cli.options import Finite, RecordingCommand, command_line, parse_se
 
 #: Exit status when a cell failed (its file and the table say why; the other cells ran).
 EXIT_CELL_FAILED = 4
+#: Exit status when an interrupt (Ctrl-C, SIGTERM) stopped the sweep; the finished cells are kept (rerun resumes).
+EXIT_INTERRUPTED = 130
 
 
 def _list(ctx, param, value, conv, what: str):
@@ -153,12 +155,21 @@ def sweep_command(folder, policies, blocks, fractions, traces, limit, tokens_per
                                      param_hint="--ray-address") from None
     elif workers > 1:
         where = f"{workers} local worker processes"
+    import signal
+
+    def _term(signum, frame):  # a killed call (SIGTERM) stops like Ctrl-C: finished cells kept, the rest counted
+        raise KeyboardInterrupt
+
+    old_term = signal.signal(signal.SIGTERM, _term)
     try:
         n = len(grid.cells())
         bar = tqdm(total=n, desc="sweep", unit="cell", file=sys.stderr, dynamic_ncols=True,
                    disable=None)
         out = sweep.run_sweep(grid, folder, workers=workers, ray_address=ray_address,
                               command=command_line(click.get_current_context()), on_cell=progress)
+    except KeyboardInterrupt:  # before any cell ran (e.g. while the trace was scanned): nothing of a cell written
+        click.echo("sweep: interrupted before the cells ran; run the same command again", err=True)
+        raise SystemExit(EXIT_INTERRUPTED) from None
     except sweep.InputError as exc:  # found before any cell ran; nothing written
         raise click.BadParameter(str(exc), param_hint=exc.param) from None
     except sweep.SweepError as exc:
@@ -169,10 +180,16 @@ def sweep_command(folder, policies, blocks, fractions, traces, limit, tokens_per
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
     finally:
+        signal.signal(signal.SIGTERM, old_term)
         if bar is not None:
             bar.close()
     click.echo(f"sweep: {out.total} cells: {out.reused} reused from {folder}, {out.ran} run on {where} "
                f"({out.failed} failed) in {out.seconds:.1f} s", err=True)
+    if out.interrupted:
+        click.echo(f"sweep: interrupted: {out.interrupted} cell(s) not finished (in flight or not started; "
+                   "nothing of them written): run the same command again to do them", err=True)
+        _report(folder, con)
+        raise SystemExit(EXIT_INTERRUPTED)
     _report(folder, con)
     if out.failed:
         raise SystemExit(EXIT_CELL_FAILED)

@@ -336,3 +336,70 @@ def test_an_unreachable_ray_address_is_a_usage_error_at_once(tmp_path):
         assert res.exit_code == 2 and "--ray-address" in res.output and why in res.output, (addr, res.output)
         assert addr in res.output
     assert not (tmp_path / "x").exists()  # nothing written
+
+
+def test_a_trace_is_scanned_and_counted_once_per_sweep_folder(tmp_path, trace, monkeypatch):
+    """The trace's scan and distinct-block count are made once (OUT/inputs/), sent with every cell, and
+    change no record: a cell given them equals the cell that computes them itself."""
+    grid = sweep.Grid((sweep.Source(trace=str(trace)),), (0,), (sweep.Variant("lru"), sweep.Variant("sieve")),
+                      ({"fraction": 0.1}, {"fraction": 0.3}))
+    sweep._open.cache_clear()
+    out = sweep.run_sweep(grid, tmp_path / "sw", workers=2)
+    assert (out.total, out.ran, out.failed) == (7, 7, 0)  # + Belady at both sizes + the infinite cache
+    files = list((tmp_path / "sw" / "inputs").glob("*.json"))
+    assert len(files) == 1
+    facts = json.loads(files[0].read_text())
+    recs = _records(tmp_path / "sw")
+    assert {r["unique_blocks"] for r in recs.values() if "fraction" in r["config"]["size"]} == {facts["unique_blocks"]}
+    assert {r["infinite_blocks"] for r in recs.values()} == {facts["blocks_total"] + 1}
+    # a cell run alone (its own scan and keyed pass) gives the same record as the sweep's
+    sweep._open.cache_clear()
+    sweep._open_known.cache_clear()
+    for key, ref in recs.items():
+        alone = sweep.run_cell(ref["config"])
+        for k in ("host", "pid", "seconds", "cpu_seconds"):
+            alone.pop(k)
+        for k in sweep.TIMING_FIELDS:
+            alone["cell"].pop(k, None)
+        assert alone == ref, key
+    # the facts really are what the cell uses (not recomputed): forged ones change the size
+    cfg = next(r["config"] for r in recs.values() if r["config"]["size"] == {"fraction": 0.3})
+    keep = {k: facts[k] for k in ("block_size", "num_requests", "blocks_total", "worst_blocks", "worst_request")}
+    forged = sweep.run_cell(cfg, {**keep, "unique_blocks": 1000})
+    assert forged["status"] == "ok" and forged["num_blocks"] == math.ceil(0.3 * 1000) + 1
+    # a second sweep into the folder (here: another grid on the same trace) reads the file, scans nothing
+    sweep._open.cache_clear()
+    monkeypatch.setattr(sweep, "_open", lambda *a: pytest.fail("the trace was opened again"))
+    monkeypatch.setattr(sweep, "check_inputs", lambda *a, **k: None)
+    src = sweep._ident_json(sweep.Source(trace=str(trace)).identity())
+    assert sweep.input_facts(tmp_path / "sw", src, 0, None, True) == {k: facts[k] for k in (*keep, "unique_blocks")}
+
+
+def test_an_interrupt_keeps_finished_cells_and_counts_the_rest(tmp_path):
+    grid = sweep.Grid((sweep.Source(workload="personas", flags={"personas": 2, "prefix_tokens": 64, "sessions": 4,
+                                                                "turns": 2}),),
+                      (1,), (sweep.Variant("lru"),), ({"blocks": 30}, {"blocks": 60}))
+
+    def stop(rec):
+        raise KeyboardInterrupt
+
+    out = sweep.run_sweep(grid, tmp_path / "sw", on_cell=stop)  # Belady x2 + infinite + lru x2 = 5 cells
+    assert (out.total, out.ran, out.interrupted) == (5, 1, 4)
+    assert len(list((tmp_path / "sw" / "cells").glob("*.json"))) == 1
+    again = sweep.run_sweep(grid, tmp_path / "sw")
+    assert (again.reused, again.ran, again.interrupted, again.failed) == (1, 4, 0, 0)
+
+
+def test_a_resumed_sweep_does_not_rescan_a_trace_it_scanned(tmp_path, trace, monkeypatch):
+    grid = sweep.Grid((sweep.Source(trace=str(trace)),), (0,), (sweep.Variant("lru"),), ({"blocks": 100},))
+
+    def stop(rec):
+        raise KeyboardInterrupt
+
+    sweep._open.cache_clear()
+    first = sweep.run_sweep(grid, tmp_path / "sw", on_cell=stop)
+    assert first.interrupted == 2
+    sweep._open.cache_clear()
+    monkeypatch.setattr(sweep, "_open", lambda *a: pytest.fail("the trace was scanned again"))
+    again = sweep.run_sweep(grid, tmp_path / "sw")  # the cells open the stream from OUT/inputs' facts
+    assert (again.reused, again.ran, again.failed) == (1, 2, 0)
