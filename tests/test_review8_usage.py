@@ -89,3 +89,19 @@ def test_sim_engine_events_bad_arguments(tmp_path, capsys, argv, msg):
     assert exc.value.code == 2
     assert msg in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["simulate", "simulate-tiered"])
+def test_workload_and_trace_together_is_a_usage_error(tmp_path, command):
+    """--workload with --trace ran the trace and silently dropped the generator."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [0, 1]}\n')
+    out = tmp_path / "o.json"
+    res = CliRunner().invoke(main, [command, "--workload", "zipf", "--trace", str(trace), "--arms", "lru",
+                                    "--num-blocks", "4", "-o", str(out)])
+    assert res.exit_code == 2, res.output
+    assert "--workload/--trace: give a generator or a trace, not both" in res.output
+    assert not out.exists()
+    res = CliRunner().invoke(main, [command, "--trace", str(trace), "--arms", "lru", "--num-blocks", "3",
+                                    "-o", str(out)])  # the trace alone still runs
+    assert res.exit_code == 0, res.output
