@@ -105,3 +105,9 @@ def test_workload_and_trace_together_is_a_usage_error(tmp_path, command):
     res = CliRunner().invoke(main, [command, "--trace", str(trace), "--arms", "lru", "--num-blocks", "3",
                                     "-o", str(out)])  # the trace alone still runs
     assert res.exit_code == 0, res.output
+
+
+def test_describe_an_unknown_policy_is_a_usage_error():
+    res = CliRunner().invoke(main, ["describe", "nosuch"])
+    assert res.exit_code == 2, res.output
+    assert "Invalid value for NAME: policy 'nosuch' is not installed or not allowed" in res.output
