@@ -111,3 +111,15 @@ def test_describe_an_unknown_policy_is_a_usage_error():
     res = CliRunner().invoke(main, ["describe", "nosuch"])
     assert res.exit_code == 2, res.output
     assert "Invalid value for NAME: policy 'nosuch' is not installed or not allowed" in res.output
+
+
+def test_tiered_cpu_blocks_and_cpu_ratio_together_is_a_usage_error(tmp_path):
+    """--cpu-ratio 4 --cpu-blocks 10 silently ran a tier of 10 blocks."""
+    out = tmp_path / "o.json"
+    base = ["simulate-tiered", "--set", "prefix_tokens=512", "--set", "query_tokens=32", "--arms", "lru", "-o", str(out)]
+    res = CliRunner().invoke(main, [*base, "--cpu-ratio", "4", "--cpu-blocks", "10"])
+    assert res.exit_code == 2, res.output
+    assert "--cpu-blocks/--cpu-ratio: give --cpu-blocks or --cpu-ratio, not both" in res.output
+    assert not out.exists()
+    res = CliRunner().invoke(main, [*base, "--cpu-blocks", "10"])
+    assert res.exit_code == 0, res.output
