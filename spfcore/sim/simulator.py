@@ -49,7 +49,8 @@ Compiled replays: in sequential mode, an arm whose policy implements no hook
 numba-compiled loop over interned int arrays (:mod:`spfcore.sim._replay_nb`):
 the same decisions, per-request records and counters as the reference loop
 :func:`_run_sequential` through the policy's hooks (tests compare every field
-and the victim sequence), 20-50x faster; the interned keys are kept on the
+and the victim sequence), 13-20x faster (CPU seconds, Mooncake trace: see
+results/sim-speed-compiled); the interned keys are kept on the
 :class:`Prepared`. ``SPFCORE_SIM_REPLAY=python`` (:data:`REPLAY_ENV`) runs the
 reference loop instead. Their cells' ``policy_seconds`` and ``evict_seconds``
 are the compiled loop's whole time.
@@ -465,7 +466,7 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
 #: Environment variable choosing the sequential replay of the arms that have a
 #: compiled one (:mod:`spfcore.sim._replay_nb`): ``auto`` (default) runs it,
 #: ``python`` the reference loop :func:`_run_sequential` through the policy's
-#: hooks (same decisions and counts, 20-50x slower).
+#: hooks (same decisions and counts, 13-20x slower).
 REPLAY_ENV = "SPFCORE_SIM_REPLAY"
 _nb = None  # spfcore.sim._replay_nb, once loaded
 
