@@ -123,3 +123,17 @@ def test_tiered_cpu_blocks_and_cpu_ratio_together_is_a_usage_error(tmp_path):
     assert not out.exists()
     res = CliRunner().invoke(main, [*base, "--cpu-blocks", "10"])
     assert res.exit_code == 0, res.output
+
+
+def test_verdict_table_shows_an_info_rows_interval():
+    """policy_cost decides throughput in a settled verdict; its interval (the reason an
+    INCONCLUSIVE names) was printed as "-" in the table."""
+    from spfcore.report.tables import make_console, verdict_table
+
+    v = {"status": "INCONCLUSIVE", "settled": True, "passes": 1, "criteria": [], "info": [
+        {"name": "policy_cost", "value": 0.0042, "op": "<", "threshold": 0.01, "passed": True, "note": "n",
+         "ci": {"low": -0.0404, "high": 0.1157, "method": "units-t"}}]}
+    c = make_console()
+    with c.capture() as cap:
+        c.print(verdict_table(v))
+    assert "[-0.0404, +0.1157] (units-t)" in cap.get()
