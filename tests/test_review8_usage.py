@@ -137,3 +137,15 @@ def test_verdict_table_shows_an_info_rows_interval():
     with c.capture() as cap:
         c.print(verdict_table(v))
     assert "[-0.0404, +0.1157] (units-t)" in cap.get()
+
+
+def test_gate_role_arm_errors_are_usage_errors(tmp_path, monkeypatch):
+    """A misspelt or missing role arm stopped the gate before any cell with exit 1."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "g" / "r.json"
+    for extra in (["--arms", "lru,session_ttl,spf_expected_utilty,belady_oracle", "--candidate", "spf_expected_utilty"],
+                  ["--candidate", "nosuch"]):
+        res = CliRunner().invoke(main, ["gate", "--preset", "quick", *extra, "--output", str(out), "--no-progress"])
+        assert res.exit_code == 2, res.output
+        assert "field 'arms'" in res.output
+        assert not (tmp_path / "g").exists()
