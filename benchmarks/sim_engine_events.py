@@ -100,9 +100,20 @@ def main(argv=None) -> None:
     ap.add_argument("--arms", default="lru,spf_expected_utility")
     ap.add_argument("--replay", action="store_true")
     a = ap.parse_args(argv)
-    arms = a.arms.split(",")
+    arms = [x.strip() for x in a.arms.split(",") if x.strip()]
+    if a.runs < 1:
+        ap.error(f"argument --runs: must be >= 1, got {a.runs}")
+    from spfcore import registry
+
+    for arm in arms or [""]:  # before any engine starts
+        try:
+            registry.get(arm)
+        except registry.PolicyConfigError as exc:
+            ap.error(f"argument --arms: {exc}")
     if a.replay:
         folders = sorted({p.parent for p in a.out.glob("run-*/events-*.json")}, key=lambda p: int(p.name[4:]))
+        if not folders:
+            ap.error(f"--replay: no recorded runs in {a.out} (run-<i>/events-<arm>.json)")
     else:
         start = 1 + max((int(p.name[4:]) for p in a.out.glob("run-*") if p.name[4:].isdigit()), default=-1)
         folders = [a.out / f"run-{start + i}" for i in range(a.runs)]

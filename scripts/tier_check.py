@@ -9,7 +9,8 @@ on 0.32), and per request the GPU hits and tier loads of engine and simulator, i
 
 Exit status: 0 when the engine loads from the tier and agrees with the simulator on every
 request (GPU hit tokens, tokens loaded from the tier, blocks stored in the tier); 1 otherwise;
-2 when this vLLM has no usable CPU tier API (the reason is printed).
+2 when this vLLM has no usable CPU tier API (the reason is printed), or for a bad argument
+(``--block-size`` < 1, a ``--model`` that is neither a preset nor a model folder).
 
     python scripts/tier_check.py                                   # vLLM's CPU build, tiny model
     python scripts/tier_check.py --model llama-3.2-3b --block-size 16   # on a GPU
@@ -23,11 +24,27 @@ import sys
 import time
 
 
+def _positive_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {raw!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="tiny", help="engine model preset or folder [tiny]")
-    ap.add_argument("--block-size", type=int, default=None, help="tokens per block [32 on CPU, 16 on GPU]")
+    ap.add_argument("--block-size", type=_positive_int, default=None, help="tokens per block [32 on CPU, 16 on GPU]")
     args = ap.parse_args(argv)
+    from spfcore.engine.presets import resolve_model
+
+    try:  # before vLLM loads (seconds): a usage error, exit 2
+        resolve_model(args.model)
+    except ValueError as exc:
+        ap.error(f"argument --model: {exc}")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     t0 = time.monotonic()
     import vllm

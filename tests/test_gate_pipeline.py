@@ -168,7 +168,7 @@ def test_gate_cli_merge_from_option(tmp_path, monkeypatch):
     (tmp_path / "a" / "results.cells.jsonl").write_text("")
     res = CliRunner().invoke(main, ["gate", "--preset", "quick", "--no-progress", "--merge-from", str(tmp_path / "a"),
                                     *out])
-    assert res.exit_code == 1 and "stop here" in res.output
+    assert res.exit_code == 2 and "stop here" in res.output  # GateConfigError: a usage error
     assert [str(p) for p in seen["merge_from"]] == [str(tmp_path / "a")]
     # a load run needs one of its levels' cells
     seen.clear()

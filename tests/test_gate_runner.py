@@ -255,7 +255,7 @@ def test_cli_errors_exit_non_zero_with_a_clear_message(tmp_path, monkeypatch):
     assert "another configuration" in r.output and "use a new --output or --fresh" in r.output
     r = CliRunner().invoke(main, ["gate", "--preset", "quick", "--model", "nosuchmodel", "--output",
                                   str(tmp_path / "m" / "r.json"), "--no-progress"])
-    assert r.exit_code == 1 and "field 'model': model 'nosuchmodel'" in r.output
+    assert r.exit_code == 2 and "field 'model': model 'nosuchmodel'" in r.output  # a usage error
     assert not (tmp_path / "m").exists()  # checked before anything runs or is written
     small = ["--set", "personas=2", "--set", "prefix_tokens=256", "--set", "sessions=2", "--set", "turns=2",
              "--set", "query_tokens=8", "--set", "output_tokens=2"]

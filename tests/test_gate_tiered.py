@@ -102,7 +102,7 @@ def test_gate_cli_cpu_ratio_option(tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "run_gate", fake)
     res = CliRunner().invoke(main, ["gate", "--preset", "quick", "--cpu-ratio", "2", "--tier-cost",
                                     "h200-llama-3.2-3b", "--output", str(tmp_path / "r.json")])
-    assert res.exit_code == 1 and "stop" in res.output
+    assert res.exit_code == 2 and "stop" in res.output  # GateConfigError: a usage error
     assert seen["cfg"].cpu_ratio == 2.0 and seen["cfg"].tier_cost == "h200-llama-3.2-3b"
     res = CliRunner().invoke(main, ["gate", "--preset", "quick", "--cpu-ratio", "2", "--mode", "timed",
                                     "--output", str(tmp_path / "r.json")])

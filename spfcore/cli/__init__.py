@@ -46,11 +46,23 @@ class LazyGroup(click.Group):
         return cmd
 
 
+#: Commands that replay in the simulator: a bad ``SPFCORE_SIM_REPLAY`` is a usage error before they start.
+REPLAYING = frozenset({"simulate", "sweep", "bench", "gate"})
+
+
 @click.group(cls=LazyGroup)
 @click.version_option(package_name="spfcore")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """spfcore: prefix-cache eviction policies as plugins, judged in a simulator
     and in a real vLLM engine."""
+    if ctx.invoked_subcommand in REPLAYING:
+        from spfcore.sim.simulator import replay_mode
+
+        try:
+            replay_mode()
+        except ValueError as exc:
+            raise click.UsageError(f"environment: {exc}", ctx) from None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -185,8 +185,9 @@ def gate_command(ctx, preset, model, max_model_len, seeds, arms, candidate, base
         raise click.ClickException(f"{f'--output {out}: ' if ours else ''}{exc.strerror or exc}{where}") from None
     except store.MergeSourceError as exc:  # found before this run wrote anything (the lock's folder goes too)
         raise click.BadParameter(str(exc), param_hint="--merge-from") from None
-    except (spec.GateConfigError, store.GateResumeError, registry.PolicyConfigError,
-            ValueError) as exc:
+    except spec.GateConfigError as exc:  # the run's checks before any cell (roles, model, sizes, levels): a usage error
+        raise click.UsageError(str(exc)) from None
+    except (store.GateResumeError, registry.PolicyConfigError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     console = report.make_console()
     if loads:

@@ -149,6 +149,9 @@ def workload_options(fn):
             raise click.BadParameter("only with --trace", param_hint="--limit/--tokens-per-block")
         if wl_trace is not None and wl_sets:
             raise click.BadParameter("generator flags do not apply to --trace", param_hint="--set")
+        if wl_trace is not None and click.get_current_context().get_parameter_source("wl_name") in (
+                click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT):
+            raise click.BadParameter("give a generator or a trace, not both", param_hint="--workload/--trace")
         spec = WorkloadSpec(wl_name, parse_sets(wl_name, wl_sets), wl_trace, wl_limit, wl_tpb)
         return _usage_errors(fn)(*args, workload_spec=spec, **kw)
 

@@ -46,7 +46,9 @@ def describe(name: str) -> None:
     try:
         info = registry.get(name)
     except registry.PolicyConfigError as exc:
-        raise click.ClickException(str(exc)) from None
+        if name not in registry.by_name():  # a name not installed (or not allowed): a usage error, exit 2
+            raise click.BadParameter(str(exc), param_hint="NAME") from None
+        raise click.ClickException(str(exc)) from None  # installed but broken: exit 1
     click.echo(f"{info.name}  ({info.distribution} {info.version}, {info.entry_point})")
     click.echo(f"capabilities: {', '.join(info.capabilities) or '-'}")
     click.echo(f"hooks: {', '.join(info.hooks) or '- (vLLM order)'}")

@@ -157,8 +157,10 @@ def verdict_table(verdict: Mapping) -> Table:
         t.add_row(c["name"], fmt(c["value"], "+.4f"), f"{c['op']} {c['threshold']:.4g}", ci_s, p, c["note"])
     if verdict.get("info"):
         t.add_section()
-        for c in verdict["info"]:  # shown beside the rule, not in it
-            t.add_row(c["name"], fmt(c["value"], "+.4f"), f"({c['op']} {c['threshold']:.4g})", "-", "info", c["note"])
+        for c in verdict["info"]:  # shown beside the rule, not in it (its CI too: policy_cost's can decide)
+            ci = c.get("ci")
+            ci_s = f"[{ci['low']:+.4f}, {ci['high']:+.4f}] ({ci['method']})" if ci else "-"
+            t.add_row(c["name"], fmt(c["value"], "+.4f"), f"({c['op']} {c['threshold']:.4g})", ci_s, "info", c["note"])
     return t
 
 

@@ -49,7 +49,8 @@ Compiled replays: in sequential mode, an arm whose policy implements no hook
 numba-compiled loop over interned int arrays (:mod:`spfcore.sim._replay_nb`):
 the same decisions, per-request records and counters as the reference loop
 :func:`_run_sequential` through the policy's hooks (tests compare every field
-and the victim sequence), 20-50x faster; the interned keys are kept on the
+and the victim sequence), 13-20x faster (CPU seconds, Mooncake trace: see
+results/sim-speed-compiled); the interned keys are kept on the
 :class:`Prepared`. ``SPFCORE_SIM_REPLAY=python`` (:data:`REPLAY_ENV`) runs the
 reference loop instead. Their cells' ``policy_seconds`` and ``evict_seconds``
 are the compiled loop's whole time.
@@ -465,9 +466,21 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
 #: Environment variable choosing the sequential replay of the arms that have a
 #: compiled one (:mod:`spfcore.sim._replay_nb`): ``auto`` (default) runs it,
 #: ``python`` the reference loop :func:`_run_sequential` through the policy's
-#: hooks (same decisions and counts, 20-50x slower).
+#: hooks (same decisions and counts, 13-20x slower).
 REPLAY_ENV = "SPFCORE_SIM_REPLAY"
 _nb = None  # spfcore.sim._replay_nb, once loaded
+
+
+def replay_mode() -> str:
+    """:data:`REPLAY_ENV`'s value: ``"auto"`` (also when unset or blank) or ``"python"``.
+
+    Raises:
+        ValueError: any other value (the variable and the value named).
+    """
+    mode = os.environ.get(REPLAY_ENV, "auto").strip() or "auto"
+    if mode not in ("auto", "python"):
+        raise ValueError(f"{REPLAY_ENV}={mode!r}: expected 'auto' or 'python'")
+    return mode
 
 
 def _compiled_kind(rt: PolicyRuntime) -> str | None:
@@ -483,9 +496,7 @@ def _compiled_kind(rt: PolicyRuntime) -> str | None:
     """
     from spfcore.runtime import _PLAIN_EXEC
 
-    mode = os.environ.get(REPLAY_ENV, "auto").strip() or "auto"
-    if mode not in ("auto", "python"):
-        raise ValueError(f"{REPLAY_ENV}={mode!r}: expected 'auto' or 'python'")
+    mode = replay_mode()
     if mode == "python" or getattr(rt.pm, "_inner_hookexec", None) is not _PLAIN_EXEC:
         return None
     if not rt.needs_future and not any(rt.implements(h) for h in HOOK_NAMES if h != "spfcore_cache_configured"):
@@ -977,6 +988,8 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
         if rt.needs_future and kind is None:  # the compiled belady replay builds its own future index
             rt.set_future(prep.views)
         rows: list = []
+        if kind is not None:
+            _load_nb()  # numba and the cached kernels load outside the timed replay (~1 s, once a process)
         with _no_gc():
             t = time.perf_counter()
             if kind is not None:
@@ -1074,6 +1087,8 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
         else:
             rt.set_future(iter_views(requests, block_size))
     rows: list | None = [] if per_request else None
+    if kind is not None:
+        _load_nb()  # outside the timed replay, as in simulate
     with _no_gc():
         t = time.perf_counter()
         plans = iter_plans(requests, block_size, num_blocks)

@@ -68,6 +68,9 @@ def simulate_tiered_command(workload_spec: WorkloadSpec, cache_spec: CacheSpec, 
     tier through spfcore_tier_admit and spfcore_tier_score (default: vLLM's
     LRU tier). Faults fail their own arm (exit status 4), as in simulate.
     """
+    if cpu_blocks is not None and click.get_current_context().get_parameter_source("cpu_ratio") in (
+            click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT):
+        raise click.BadParameter("give --cpu-blocks or --cpu-ratio, not both", param_hint="--cpu-blocks/--cpu-ratio")
     try:
         options = registry.parse_options(policy_opt)
     except registry.PolicyConfigError as exc:
