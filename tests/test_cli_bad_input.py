@@ -54,6 +54,7 @@ def invoke(args):
     (["make-trace", "--requests", "3", "--output-tokens", "inf"], "--output-tokens"),
     (["make-trace", "--requests", "3", "--zipf-alpha", "nan"], "--zipf-alpha"),
     (["make-trace", "--requests", "3", "--mean-turns", "inf"], "--mean-turns"),
+    (["make-trace", "--requests", "0"], "--requests"),  # an empty trace that simulate would refuse
 ])
 def test_a_bad_value_is_a_usage_error_naming_its_option_and_nothing_is_written(args, option, tmp_path):
     out = tmp_path / "out"

@@ -13,7 +13,7 @@ _SHAPE = {f.name: f.default for f in attrs.fields(synth.TraceShape)}
 
 @click.command("make-trace")
 @click.argument("output", type=click.Path(dir_okay=False))
-@click.option("--requests", "-n", type=click.IntRange(min=0), required=True, help="Requests to write.")
+@click.option("--requests", "-n", type=click.IntRange(min=1), required=True, help="Requests to write.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed (same seed and shape: same bytes).")
 @click.option("--sessions", type=click.IntRange(min=1), default=_SHAPE["sessions"], show_default=True,
