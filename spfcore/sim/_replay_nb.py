@@ -73,9 +73,22 @@ def _insert(b, k, key_of, kh, kt, dn, dp):
 
 
 @_jit
+def _retire(b, key_of, kh, kt, dn, dp, c, victims):
+    """Block ``b`` taken as a victim: its key (if any) leaves the prefix cache
+    (an eviction), and ``b`` is recorded in ``victims`` when it is kept."""
+    if key_of[b] >= 0:
+        c[EVICTIONS] += 1
+        _drop(b, key_of, kh, kt, dn, dp)
+    if len(victims):
+        victims[c[NVICT]] = b
+        c[NVICT] += 1
+    return b
+
+
+@_jit
 def _take(key_of, kh, kt, dn, dp, ln, lp, hs, c, victims):
-    """One victim: the top hashless block, else the free queue's head; its
-    key (if any) leaves the prefix cache."""
+    """One victim: the top hashless block, else the free queue's head
+    (:func:`_retire`)."""
     if c[HSN] > 0:
         c[HSN] -= 1
         b = hs[c[HSN]]
@@ -85,13 +98,7 @@ def _take(key_of, kh, kt, dn, dp, ln, lp, hs, c, victims):
         ln[0] = q
         lp[q] = 0
         c[LRUN] -= 1
-    if key_of[b] >= 0:
-        c[EVICTIONS] += 1
-        _drop(b, key_of, kh, kt, dn, dp)
-    if len(victims):
-        victims[c[NVICT]] = b
-        c[NVICT] += 1
-    return b
+    return _retire(b, key_of, kh, kt, dn, dp, c, victims)
 
 
 @_jit
@@ -324,7 +331,8 @@ def _rescore_due(pos, stamp, mark, due_buf, key_of, depth, ordr, ver, inn, uses,
 
 @_jit
 def _take_b(pos, key_of, kh, kt, dn, dp, hs, inn, ver, ov, oo, ob, ox, c, victims):
-    """One victim: the top hashless block, else the lowest live order entry."""
+    """One victim: the top hashless block, else the lowest live order entry
+    (:func:`_retire`)."""
     if c[HSN] > 0:
         c[HSN] -= 1
         b = hs[c[HSN]]
@@ -336,13 +344,7 @@ def _take_b(pos, key_of, kh, kt, dn, dp, hs, inn, ver, ov, oo, ob, ox, c, victim
                 break
         inn[b] = 0
         c[LRUN] -= 1
-    if key_of[b] >= 0:
-        c[EVICTIONS] += 1
-        _drop(b, key_of, kh, kt, dn, dp)
-    if len(victims):
-        victims[c[NVICT]] = b
-        c[NVICT] += 1
-    return b
+    return _retire(b, key_of, kh, kt, dn, dp, c, victims)
 
 
 @_jit
