@@ -20,7 +20,7 @@
 #       so call `b1` again on the same warm machine until its log ends with the verdict and no
 #       "INCOMPLETE" (the finished cells and capacity.json are reused, "reused N of M cells").
 # Dry run of part b on CPU (tiny model and workload, same commands and flags; a few minutes):
-#   MODEL_ARGS="--model tiny --num-blocks 40" \
+#   MODEL_ARGS="--model tiny --num-blocks 800" \
 #   SCALE_ARGS="--set personas=4 --set prefix_tokens=256 --set sessions=4 --set turns=2 --set query_tokens=32 --set output_tokens=4" \
 #   WORK=/tmp/dry OUT=/tmp/dry-out bash scripts/gpu_h200_load2.sh b1
 # Both parts do not fit in 8 minutes of device time (~17 min together): run `a` first, `b` in a
