@@ -40,17 +40,21 @@ class ARC(ClassicPolicy):
         self.ghost_hit = 0  # 1 or 2: this request missed on a B1 / B2 ghost
         self.from_ghost: set = set()
 
-    def on_hit(self, i):
-        if i in self.t1:
-            del self.t1[i]
-            self.t2[i] = None
-        else:
-            self.t2.move_to_end(i)
+    def on_hits(self, ids):
+        t1, t2 = self.t1, self.t2
+        for i in ids:
+            if i in t1:
+                del t1[i]
+                t2[i] = None
+            else:
+                t2.move_to_end(i)
 
     def on_miss(self, keys):
         self.ghost_hit = 0
         self.from_ghost.clear()
         b1, b2, c = self.b1, self.b2, self.capacity
+        if b1.keys().isdisjoint(keys) and b2.keys().isdisjoint(keys):
+            return
         for k in keys:
             if k in b1:
                 self.p = min(self.p + max(len(b2) / len(b1), 1), c)
@@ -63,12 +67,17 @@ class ARC(ClassicPolicy):
                 self.ghost_hit = 2
                 self.from_ghost.add(k)
 
-    def on_insert(self, i, key, depth):
-        if key in self.from_ghost:
-            self.from_ghost.discard(key)
-            self.t2[i] = None
-        else:
-            self.t1[i] = None
+    def on_inserts(self, ids, keys, depths):
+        from_ghost = self.from_ghost
+        if from_ghost.isdisjoint(keys):
+            self.t1.update(dict.fromkeys(ids))
+            return
+        for i, k in zip(ids, keys):
+            if k in from_ghost:
+                from_ghost.discard(k)
+                self.t2[i] = None
+            else:
+                self.t1[i] = None
 
     def victim(self):
         i = self._victim()
@@ -104,10 +113,9 @@ class ARC(ClassicPolicy):
     def _take(self, first, other, ghost):
         """Evict the LRU evictable block of ``first`` (else of ``other``), leaving
         its hash in the ghost list of the list it came from (``ghost`` None: no ghost)."""
-        ok = self.evictable
-        i = self.first_evictable(first, ok)
+        i = self.walk(first)
         if i is None:
-            i = self.first_evictable(other, ok)
+            i = self.walk(other)
             first = other
             ghost = None if ghost is None else (self.b1 if other is self.t1 else self.b2)
         del first[i]
