@@ -97,9 +97,10 @@ class ClassicPolicy:
         the whole list (quadratic; ARC on the Mooncake trace).
         """
         stuck = self._stuck
-        memo = stuck.get(id(order))
-        if memo is not None and memo[0] == len(order):
-            return None
+        if stuck:
+            memo = stuck.get(id(order))
+            if memo is not None and memo[0] == len(order):
+                return None
         free, kids, key = self._free, self.kids, self.key
         skipped = []
         for i in order:
@@ -156,10 +157,15 @@ class ClassicPolicy:
         self.key.update(zip(ids, keys))
         self.parent.update(zip(ids, parents))
         kids = self.kids
-        get = kids.get
-        for p in parents:
-            if p is not None:
-                kids[p] = get(p, 0) + 1
+        once = dict.fromkeys(parents, 1)
+        if len(once) == len(parents) and kids.keys().isdisjoint(once):  # a chain: each parent new, once
+            once.pop(None, None)
+            kids.update(once)
+        else:
+            get = kids.get
+            for p in parents:
+                if p is not None:
+                    kids[p] = get(p, 0) + 1
         ids.reverse()  # deepest first
         depths = blocks.depth.tolist()[::-1] if self.uses_depth else None
         self.on_inserts(ids, keys[::-1], depths)
