@@ -41,17 +41,24 @@ class ClassicPolicy:
     """Base of the classic policies: policy-ordered mode (capability
     ``ordered``), chain bookkeeping, and the per-request event mapping.
 
-    Subclasses implement ``configure(capacity)``, ``on_hit(i)``,
-    ``on_miss(keys)``, ``on_insert(i, key, depth)`` and ``victim() -> id``
-    (which must forget the victim in the subclass's own structures), and may
-    read ``self.evictable(i)``, ``self.key[i]`` and ``self.n_req``.
-    Costs: O(1) dictionary work per block per event plus the walk past
-    unevictable blocks at eviction.
+    Subclasses implement ``configure(capacity)``, ``on_hits(ids)``,
+    ``on_miss(keys)``, ``on_inserts(ids, keys, depths)`` and ``victim() -> id``
+    (which must forget the victim in the subclass's own structures). The
+    batch methods get one request's blocks deepest first (``ids`` physical
+    block ids, ``keys`` their hashes, ``depths`` their chain positions, or
+    ``None`` unless the class sets ``uses_depth``). A victim is found with
+    :meth:`walk` (a queue or LRU list) or :meth:`evictable` (one block); the
+    subclass may read ``self.key[i]`` and ``self.n_req``.
+
+    Costs: one loop over a request's blocks per event, with O(1)
+    dictionary work per block, plus the walk past unevictable blocks at
+    eviction (amortized O(1) per victim: see :meth:`walk`).
     """
 
     capabilities = frozenset({"ordered"})
     contract = "1.1"  # the spfcore contract version this policy is written for (spfcore_evict_blocks)
     Params = NoParams
+    uses_depth = False  # on_inserts gets the blocks' depths (else None)
 
     def __init__(self, params=None) -> None:
         self.params = params if params is not None else self.Params()
@@ -64,6 +71,10 @@ class ClassicPolicy:
         self.kids: dict[object, int] = {}     # block hash -> cached blocks whose parent it is
         self.n_req = 0
         self._free = {}
+        # during one spfcore_evict_blocks call: id(order) -> (its length, hashes of its free blocks
+        # that wait for their cached children to go), for each order that :meth:`walk` found
+        # without an evictable block
+        self._stuck: dict[int, tuple] = {}
         self.configure(capacity)
 
     def configure(self, capacity: int) -> None:  # pragma: no cover - abstract
@@ -72,6 +83,37 @@ class ClassicPolicy:
     def evictable(self, i: int) -> bool:
         """Block ``i`` is free and no cached block hangs below it."""
         return i in self._free and not self.kids.get(self.key[i])
+
+    def walk(self, order: OrderedDict) -> int | None:
+        """The first evictable id of ``order`` (its eviction end), or ``None``
+        if it has none; :meth:`first_evictable` with :meth:`evictable`.
+
+        Within one ``spfcore_evict_blocks`` call the free set is fixed and a
+        block only becomes evictable when its last cached child is evicted,
+        so an order found without an evictable block is remembered (with the
+        hashes its free blocks wait on) and not walked again until a block
+        enters it or one of those hashes loses its last child: without this a
+        request that fills a list with blocks in use made every victim walk
+        the whole list (quadratic; ARC on the Mooncake trace).
+        """
+        stuck = self._stuck
+        if stuck:
+            memo = stuck.get(id(order))
+            if memo is not None and memo[0] == len(order):
+                return None
+        free, kids, key = self._free, self.kids, self.key
+        skipped = []
+        for i in order:
+            if i in free and not kids.get(key[i]):
+                break
+            skipped.append(i)
+        else:
+            stuck[id(order)] = (len(order), {key[j] for j in skipped if j in free})
+            return None
+        move = order.move_to_end
+        for j in skipped:
+            move(j)
+        return i
 
     @staticmethod
     def first_evictable(order: OrderedDict, ok) -> int | None:
@@ -82,22 +124,12 @@ class ClassicPolicy:
         When none is accepted, every block would move once, in order: the
         order is left as it is (the same order), without moving any."""
         skipped = []
-        pol = getattr(ok, "__self__", None)
-        if getattr(ok, "__func__", None) is ClassicPolicy.evictable and isinstance(pol, ClassicPolicy):
-            free, kids, key = pol._free, pol.kids, pol.key  # ``evictable`` inlined: the walk's cost
-            for i in order:
-                if i in free and not kids.get(key[i]):
-                    break
-                skipped.append(i)
-            else:
-                return None
+        for i in order:
+            if ok(i):
+                break
+            skipped.append(i)
         else:
-            for i in order:
-                if ok(i):
-                    break
-                skipped.append(i)
-            else:
-                return None
+            return None
         move = order.move_to_end
         for j in skipped:
             move(j)
@@ -115,28 +147,38 @@ class ClassicPolicy:
     @hookimpl
     def spfcore_blocks_hit(self, request, blocks, now):
         ids = blocks.ids.tolist()
-        for i in reversed(ids):  # deepest first: the head ends up the most recent
-            self.on_hit(i)
+        ids.reverse()  # deepest first: the head ends up the most recent
+        self.on_hits(ids)
         self.on_miss(request.block_keys[len(ids):])
 
     @hookimpl
     def spfcore_blocks_stored(self, request, blocks, now):
-        ids, keys, parents, depth = blocks.ids.tolist(), blocks.keys, blocks.parents, blocks.depth.tolist()
-        kids, key, parent = self.kids, self.key, self.parent
-        for i, k, p in zip(ids, keys, parents):
-            key[i], parent[i] = k, p
-            if p is not None:
-                kids[p] = kids.get(p, 0) + 1
-        for j in range(len(ids) - 1, -1, -1):  # deepest first
-            self.on_insert(ids[j], keys[j], depth[j])
+        ids, keys, parents = blocks.ids.tolist(), blocks.keys, blocks.parents
+        self.key.update(zip(ids, keys))
+        self.parent.update(zip(ids, parents))
+        kids = self.kids
+        once = dict.fromkeys(parents, 1)
+        if len(once) == len(parents) and kids.keys().isdisjoint(once):  # a chain: each parent new, once
+            once.pop(None, None)
+            kids.update(once)
+        else:
+            get = kids.get
+            for p in parents:
+                if p is not None:
+                    kids[p] = get(p, 0) + 1
+        ids.reverse()  # deepest first
+        depths = blocks.depth.tolist()[::-1] if self.uses_depth else None
+        self.on_inserts(ids, keys[::-1], depths)
 
     @hookimpl
     def spfcore_evict_blocks(self, n, free, now):
         self._free = free
+        stuck = self._stuck
+        stuck.clear()  # the free set changed since the last call
         out = []
-        kids, key, parent = self.kids, self.key, self.parent
+        kids, key, parent, victim = self.kids, self.key, self.parent, self.victim
         for _ in range(n):
-            i = self.victim()
+            i = victim()
             out.append(i)
             del key[i]
             p = parent.pop(i)
@@ -146,6 +188,9 @@ class ClassicPolicy:
                     kids[p] = c
                 else:
                     del kids[p]
+                    if stuck:  # blocks with hash p became leaves: orders waiting on them may be walked again
+                        for o in [o for o, (_, wait) in stuck.items() if p in wait]:
+                            del stuck[o]
         return out
 
 

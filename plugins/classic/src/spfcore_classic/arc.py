@@ -40,17 +40,21 @@ class ARC(ClassicPolicy):
         self.ghost_hit = 0  # 1 or 2: this request missed on a B1 / B2 ghost
         self.from_ghost: set = set()
 
-    def on_hit(self, i):
-        if i in self.t1:
-            del self.t1[i]
-            self.t2[i] = None
-        else:
-            self.t2.move_to_end(i)
+    def on_hits(self, ids):
+        t1, t2 = self.t1, self.t2
+        for i in ids:
+            if i in t1:
+                del t1[i]
+                t2[i] = None
+            else:
+                t2.move_to_end(i)
 
     def on_miss(self, keys):
         self.ghost_hit = 0
         self.from_ghost.clear()
         b1, b2, c = self.b1, self.b2, self.capacity
+        if b1.keys().isdisjoint(keys) and b2.keys().isdisjoint(keys):
+            return
         for k in keys:
             if k in b1:
                 self.p = min(self.p + max(len(b2) / len(b1), 1), c)
@@ -63,54 +67,48 @@ class ARC(ClassicPolicy):
                 self.ghost_hit = 2
                 self.from_ghost.add(k)
 
-    def on_insert(self, i, key, depth):
-        if key in self.from_ghost:
-            self.from_ghost.discard(key)
-            self.t2[i] = None
-        else:
-            self.t1[i] = None
+    def on_inserts(self, ids, keys, depths):
+        from_ghost = self.from_ghost
+        if from_ghost.isdisjoint(keys):
+            self.t1.update(dict.fromkeys(ids))
+            return
+        for i, k in zip(ids, keys):
+            if k in from_ghost:
+                from_ghost.discard(k)
+                self.t2[i] = None
+            else:
+                self.t1[i] = None
 
     def victim(self):
-        i = self._victim()
+        t1, t2, b1, b2, c, gh = self.t1, self.t2, self.b1, self.b2, self.capacity, self.ghost_hit
+        if not gh and len(t1) + len(b1) + 1 > c and not b1:
+            first, other, ghost = t1, t2, None  # T1 alone fills the cache: its LRU block goes, no ghost
+        else:
+            if not gh:  # libCacheSim trims a ghost list here, on a miss that is no ghost hit
+                if len(t1) + len(b1) + 1 > c:
+                    b1.popitem(last=False)
+                elif len(t1) + len(b1) + len(t2) + len(b2) >= 2 * c and b2:
+                    b2.popitem(last=False)
+            if (t1 and (len(t1) > self.p or (len(t1) == self.p and gh == 2))) or not t2:  # REPLACE
+                first, other, ghost = t1, t2, b1
+            else:
+                first, other, ghost = t2, t1, b2
+        # the LRU evictable block of ``first`` (else of ``other``) goes, its hash to the ghost
+        # list of the list it came from
+        i = self.walk(first)
+        if i is None:
+            i = self.walk(other)
+            first = other
+            ghost = None if ghost is None else (b1 if other is t1 else b2)
+        del first[i]
+        if ghost is not None:
+            ghost[self.key[i]] = None
         # Directory bound |T1| + |T2| + |B1| + |B2| <= 2c. An object cache never
         # exceeds it (one ghost in, one out per ghost hit); a request of several
         # blocks evicts on the ghost-hit path several times, so trim the oldest
         # ghosts here (B2 first, as the miss path does).
-        b1, b2, over = self.b1, self.b2, len(self.t1) + len(self.t2) + len(self.b1) + len(self.b2) - 2 * self.capacity
+        over = len(t1) + len(t2) + len(b1) + len(b2) - 2 * c
         while over > 0 and (b1 or b2):
             (b2 if b2 else b1).popitem(last=False)
             over -= 1
-        return i
-
-    def _victim(self):
-        if self.ghost_hit:
-            return self._replace()
-        t1, b1, c = self.t1, self.b1, self.capacity
-        if len(t1) + len(b1) + 1 > c:
-            if b1:
-                b1.popitem(last=False)
-                return self._replace()
-            return self._take(t1, self.t2, None)
-        if len(t1) + len(b1) + len(self.t2) + len(self.b2) >= 2 * c and self.b2:
-            self.b2.popitem(last=False)
-        return self._replace()
-
-    def _replace(self):
-        t1, t2, p = self.t1, self.t2, self.p
-        if (t1 and (len(t1) > p or (len(t1) == p and self.ghost_hit == 2))) or not t2:
-            return self._take(t1, t2, self.b1)
-        return self._take(t2, t1, self.b2)
-
-    def _take(self, first, other, ghost):
-        """Evict the LRU evictable block of ``first`` (else of ``other``), leaving
-        its hash in the ghost list of the list it came from (``ghost`` None: no ghost)."""
-        ok = self.evictable
-        i = self.first_evictable(first, ok)
-        if i is None:
-            i = self.first_evictable(other, ok)
-            first = other
-            ghost = None if ghost is None else (self.b1 if other is self.t1 else self.b2)
-        del first[i]
-        if ghost is not None:
-            ghost[self.key[i]] = None
         return i

@@ -30,6 +30,7 @@ class GDSF(ClassicPolicy):
     """GDSF / LFU-DA: lowest ``L + frequency`` first, with aging ``L`` (no parameters)."""
 
     name = "gdsf"
+    uses_depth = True  # ties go to the deeper block
 
     def configure(self, capacity):
         self.L = 0.0
@@ -38,32 +39,38 @@ class GDSF(ClassicPolicy):
         self.heap: list[tuple] = []
         self.depth: dict[int, int] = {}
 
-    def _push(self, i):
-        e = (self.L + self.freq[i] * 1.0e6, self.n_req, -self.depth[i], i)
-        self.entry[i] = e
-        heapq.heappush(self.heap, e)
-
-    def on_hit(self, i):
-        self.freq[i] += 1
-        self._push(i)
+    def on_hits(self, ids):
+        freq, depth, entry, heap, L, n = self.freq, self.depth, self.entry, self.heap, self.L, self.n_req
+        push = heapq.heappush
+        for i in ids:
+            f = freq[i] = freq[i] + 1
+            e = entry[i] = (L + f * 1.0e6, n, -depth[i], i)
+            push(heap, e)
 
     def on_miss(self, keys):
         pass
 
-    def on_insert(self, i, key, depth):
-        self.freq[i] = 1
-        self.depth[i] = depth
-        self._push(i)
+    def on_inserts(self, ids, keys, depths):
+        self.freq.update(dict.fromkeys(ids, 1))
+        self.depth.update(zip(ids, depths))
+        entry, heap, n = self.entry, self.heap, self.n_req
+        prio = self.L + 1.0e6
+        push = heapq.heappush
+        for i, d in zip(ids, depths):
+            e = entry[i] = (prio, n, -d, i)
+            push(heap, e)
 
     def victim(self):
-        heap, entry, ok = self.heap, self.entry, self.evictable
+        heap, entry = self.heap, self.entry
+        free, kids, key = self._free, self.kids, self.key  # evictable(), inlined
+        pop = heapq.heappop
         skipped = []
         while True:
-            e = heapq.heappop(heap)
+            e = pop(heap)
             i = e[3]
             if entry.get(i) is not e:
                 continue  # stale
-            if ok(i):
+            if i in free and not kids.get(key[i]):
                 break
             skipped.append(e)
         for s in skipped:

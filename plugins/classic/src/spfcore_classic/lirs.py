@@ -78,7 +78,11 @@ class LIRS(ClassicPolicy):
             self.Q[i] = None
             self._prune()
 
-    def on_hit(self, i):
+    def on_hits(self, ids):
+        for i in ids:
+            self._hit(i)
+
+    def _hit(self, i):
         t = self.tok[i]
         if i in self.lir:
             self.S.move_to_end(t)
@@ -91,7 +95,8 @@ class LIRS(ClassicPolicy):
         else:
             self.S[t] = None
             self.Q.move_to_end(i)
-        self._limit()
+        if len(self.S) > 2 * self.capacity:
+            self._limit()
 
     def on_miss(self, keys):
         self.from_ghost.clear()
@@ -101,7 +106,28 @@ class LIRS(ClassicPolicy):
             if t is not None:
                 self.from_ghost[k] = t
 
-    def on_insert(self, i, key, depth):
+    def on_inserts(self, ids, keys, depths):
+        if self.from_ghost and not self.from_ghost.keys().isdisjoint(keys):
+            for i, k in zip(ids, keys):
+                self._insert(i, k)
+            return
+        # the usual case, no block back from a ghost: new HIR/LIR blocks on top of S, as _insert
+        S, Q, lir, tok, info, tokens = self.S, self.Q, self.lir, self.tok, self.info, self._tokens
+        room = self.lir_cap - self.borrowed - len(lir)
+        for i, k in zip(ids, keys):
+            t = next(tokens)
+            info[t] = [k, i]
+            tok[i] = t
+            S[t] = None
+            if room > 0:
+                lir.add(i)
+                room -= 1
+            else:
+                Q[i] = None
+        if len(S) > 2 * self.capacity:  # once for the batch: the same ghosts go as block by block
+            self._limit()
+
+    def _insert(self, i, key):
         t = self.from_ghost.pop(key, None)
         if t is not None and self.ghost_tok.get(key) == t:
             del self.ghost_tok[key]
@@ -131,7 +157,7 @@ class LIRS(ClassicPolicy):
 
     def victim(self):
         ok = self.evictable
-        i = self.first_evictable(self.Q, ok)
+        i = self.walk(self.Q)
         if i is not None:
             del self.Q[i]
         else:  # no evictable resident HIR block: the lowest evictable LIR block

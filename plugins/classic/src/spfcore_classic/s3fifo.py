@@ -64,26 +64,35 @@ class S3FIFO(ClassicPolicy):
         self.from_ghost: set = set()
         self.has_evicted = False
 
-    def on_hit(self, i):
-        self.freq[i] += 1
+    def on_hits(self, ids):
+        freq = self.freq
+        for i in ids:
+            freq[i] += 1
 
     def on_miss(self, keys):
         self.from_ghost.clear()
         ghost = self.ghost
+        if ghost.keys().isdisjoint(keys):
+            return
         for k in keys:
             if k in ghost:
                 del ghost[k]
                 self.from_ghost.add(k)
 
-    def on_insert(self, i, key, depth):
-        if key in self.from_ghost:
-            self.from_ghost.discard(key)
-            self.main[i] = None
-        elif not self.has_evicted and len(self.small) >= self.small_cap:
-            self.main[i] = None  # warm-up: the small queue is full before the first eviction
-        else:
-            self.small[i] = None
-        self.freq[i] = 0
+    def on_inserts(self, ids, keys, depths):
+        small, main, from_ghost = self.small, self.main, self.from_ghost
+        self.freq.update(dict.fromkeys(ids, 0))
+        if self.has_evicted and from_ghost.isdisjoint(keys):  # the usual case: all to the small queue
+            small.update(dict.fromkeys(ids))
+            return
+        for i, k in zip(ids, keys):
+            if k in from_ghost:
+                from_ghost.discard(k)
+                main[i] = None
+            elif not self.has_evicted and len(small) >= self.small_cap:
+                main[i] = None  # warm-up: the small queue is full before the first eviction
+            else:
+                small[i] = None
 
     def victim(self):
         self.has_evicted = True
@@ -99,10 +108,10 @@ class S3FIFO(ClassicPolicy):
         return i
 
     def _evict_small(self):
-        small, main, freq, ok = self.small, self.main, self.freq, self.evictable
+        small, main, freq, walk = self.small, self.main, self.freq, self.walk
         thr = self.params.move_to_main_threshold
         while small:
-            i = self.first_evictable(small, ok)
+            i = walk(small)
             if i is None:
                 return None
             del small[i]
@@ -117,9 +126,9 @@ class S3FIFO(ClassicPolicy):
         return None
 
     def _evict_main(self):
-        main, freq, ok = self.main, self.freq, self.evictable
+        main, freq, walk = self.main, self.freq, self.walk
         while main:
-            i = self.first_evictable(main, ok)
+            i = walk(main)
             if i is None:
                 return None
             f = freq[i]

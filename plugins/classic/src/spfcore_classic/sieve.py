@@ -26,31 +26,36 @@ class Sieve(ClassicPolicy):
         self.head = self.tail = self.hand = None
         self.visited: dict[int, int] = {}
 
-    def on_hit(self, i):
-        self.visited[i] = 1
+    def on_hits(self, ids):
+        self.visited.update(dict.fromkeys(ids, 1))
 
     def on_miss(self, keys):
         pass
 
-    def on_insert(self, i, key, depth):
-        self.older[i], self.newer[i] = self.head, None
-        if self.head is not None:
-            self.newer[self.head] = i
+    def on_inserts(self, ids, keys, depths):
+        if not ids:
+            return
+        h = self.head  # each block goes to the head in turn: ids[0] next to the old head
+        self.older.update(zip(ids, [h, *ids[:-1]]))
+        self.newer.update(zip(ids, [*ids[1:], None]))
+        if h is not None:
+            self.newer[h] = ids[0]
         else:
-            self.tail = i
-        self.head = i
-        self.visited[i] = 0
+            self.tail = ids[0]
+        self.head = ids[-1]
+        self.visited.update(dict.fromkeys(ids, 0))
 
     def victim(self):
-        visited, newer, ok = self.visited, self.newer, self.evictable
-        obj = self.hand if self.hand is not None else self.tail
+        visited, newer, tail = self.visited, self.newer, self.tail
+        free, kids, key = self._free, self.kids, self.key  # evictable(), inlined: the hand's cost
+        obj = self.hand if self.hand is not None else tail
         while True:
-            if ok(obj):
+            if obj in free and not kids.get(key[obj]):
                 if not visited[obj]:
                     break
                 visited[obj] = 0
             nxt = newer[obj]
-            obj = nxt if nxt is not None else self.tail
+            obj = nxt if nxt is not None else tail
         self.hand = newer[obj]
         self._unlink(obj)
         return obj

@@ -49,36 +49,45 @@ class TwoQ(ClassicPolicy):
         self.am: OrderedDict[int, None] = OrderedDict()    # first = LRU end
         self.from_ghost: set = set()
 
-    def on_hit(self, i):
-        if i in self.am:
-            self.am.move_to_end(i)
+    def on_hits(self, ids):
+        am = self.am
+        for i in ids:
+            if i in am:
+                am.move_to_end(i)
 
     def on_miss(self, keys):
         self.from_ghost.clear()
         aout = self.aout
+        if aout.keys().isdisjoint(keys):
+            return
         for k in keys:
             if k in aout:
                 del aout[k]
                 self.from_ghost.add(k)
 
-    def on_insert(self, i, key, depth):
-        if key in self.from_ghost:
-            self.from_ghost.discard(key)
-            self.am[i] = None
-        else:
-            self.ain[i] = None
+    def on_inserts(self, ids, keys, depths):
+        from_ghost = self.from_ghost
+        if from_ghost.isdisjoint(keys):
+            self.ain.update(dict.fromkeys(ids))
+            return
+        for i, k in zip(ids, keys):
+            if k in from_ghost:
+                from_ghost.discard(k)
+                self.am[i] = None
+            else:
+                self.ain[i] = None
 
     def victim(self):
-        ok = self.evictable
+        walk = self.walk
         if len(self.ain) > self.ain_cap:
-            i = self.first_evictable(self.ain, ok)
+            i = walk(self.ain)
             if i is not None:
                 return self._from_ain(i)
-        i = self.first_evictable(self.am, ok)
+        i = walk(self.am)
         if i is not None:
             del self.am[i]
             return i
-        return self._from_ain(self.first_evictable(self.ain, ok))
+        return self._from_ain(walk(self.ain))
 
     def _from_ain(self, i):
         del self.ain[i]

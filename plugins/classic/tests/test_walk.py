@@ -1,0 +1,107 @@
+"""The classic policies' shortcuts decide exactly as the long way (issue 11):
+:meth:`ClassicPolicy.walk` remembers, within one eviction call, the orders it
+found without an evictable block; with that memory switched off (every walk
+scans the whole order, as :meth:`ClassicPolicy.first_evictable` does) every
+policy names the same victims and hits the same blocks."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import pytest
+
+from spfcore import runtime
+from spfcore.sim import prepare, simulate
+from spfcore.workloads.generators import make
+from spfcore_classic._base import ClassicPolicy
+
+POLICIES = ["arc", "gdsf", "lirs", "s3fifo", "sieve", "twoq"]
+
+
+class TwoLists(ClassicPolicy):
+    """Victims from list ``a`` while it has an evictable block, else from ``b``."""
+
+    name = "two-lists"
+
+    def configure(self, capacity):
+        self.a, self.b = OrderedDict(), OrderedDict()
+
+    def on_hits(self, ids):
+        pass
+
+    def on_miss(self, keys):
+        pass
+
+    def on_inserts(self, ids, keys, depths):
+        pass
+
+    def victim(self):
+        for order in (self.a, self.b):
+            i = self.walk(order)
+            if i is not None:
+                del order[i]
+                return i
+        raise AssertionError("no evictable block")
+
+
+def test_walk_wakes_an_order_when_its_blocks_lose_their_last_child():
+    p = TwoLists()
+    p.key = {1: "p", 2: "c", 3: "x", 4: "y"}
+    p.parent = {1: None, 2: "p", 3: None, 4: "x"}
+    p.kids = {"p": 1, "x": 1}
+    p.a.update(dict.fromkeys([1, 3]))  # both wait on a child: p on 2, x on 4 (in use)
+    p.b.update(dict.fromkeys([2]))
+    free = {1: None, 2: None, 3: None}
+    # 1st victim: a has none (remembered), b gives 2; p loses its last child, so a is walked
+    # again and gives 1 (a memory that missed the wake-up would answer "none" and fail)
+    assert p.spfcore_evict_blocks(2, free, 0.0) == [2, 1]
+    assert p._stuck == {}
+    assert list(p.a) == [3]
+
+
+def test_walk_remembers_only_within_one_call():
+    p = TwoLists()
+    p.key, p.parent, p.kids = {1: "p", 2: "q"}, {1: None, 2: None}, {}
+    p.a.update(dict.fromkeys([1]))
+    p.b.update(dict.fromkeys([2]))
+    assert p.spfcore_evict_blocks(1, {2: None}, 0.0) == [2]  # 1 in use: a remembered as stuck
+    p.b[2] = None
+    p.key[2], p.parent[2] = "q", None
+    assert p.spfcore_evict_blocks(1, {1: None, 2: None}, 0.0) == [1]  # 1 released: a is walked again
+
+
+def _replay(arm, prep, num_blocks, monkeypatch, memo: bool):
+    victims: list[int] = []
+    evict = runtime.PolicyRuntime.evict
+
+    def recording(self, n, now):
+        ids = evict(self, n, now)
+        victims.extend(ids)
+        return ids
+
+    stuck = [0]
+    walk = ClassicPolicy.walk
+
+    def counting(self, order):  # count the walks answered from the memory
+        m = self._stuck.get(id(order))
+        stuck[0] += m is not None and m[0] == len(order)
+        return walk(self, order)
+
+    with monkeypatch.context() as m:
+        m.setattr(runtime.PolicyRuntime, "evict", recording)
+        m.setattr(ClassicPolicy, "walk", counting if memo else lambda self, o: self.first_evictable(o, self.evictable))
+        rec = simulate(prep, arm, num_blocks=num_blocks, block_size=16)
+    return rec["hit_blocks"], victims, stuck[0]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_walk_memory_changes_no_decision(policy, monkeypatch):
+    # long one-off prompts fill a queue with blocks in use (the case the memory is for),
+    # among sessions and shared prefixes that leave blocks with cached children
+    prep = prepare(make("mix", seed=3, chat_sessions=6, agent_sessions=4, rag_requests=20, oneoff_requests=12), 16)
+    fast = _replay(policy, prep, 400, monkeypatch, memo=True)
+    slow = _replay(policy, prep, 400, monkeypatch, memo=False)
+    assert fast[1], "no eviction: the pool was not under pressure"
+    assert fast[:2] == slow[:2]
+    if policy in ("arc", "lirs", "s3fifo", "twoq"):  # the policies that walk queues: the memory was used
+        assert fast[2] > 0
