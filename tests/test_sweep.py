@@ -372,7 +372,8 @@ def test_a_trace_is_scanned_and_counted_once_per_sweep_folder(tmp_path, trace, m
     monkeypatch.setattr(sweep, "_open", lambda *a: pytest.fail("the trace was opened again"))
     monkeypatch.setattr(sweep, "check_inputs", lambda *a, **k: None)
     src = sweep._ident_json(sweep.Source(trace=str(trace)).identity())
-    assert sweep.input_facts(tmp_path / "sw", src, 0, None, True) == {k: facts[k] for k in (*keep, "unique_blocks")}
+    got = sweep.input_facts(tmp_path / "sw", src, 0, None)
+    assert {k: got[k] for k in sweep.FACTS} == {k: facts[k] for k in (*keep, "unique_blocks")}
 
 
 def test_an_interrupt_keeps_finished_cells_and_counts_the_rest(tmp_path):
