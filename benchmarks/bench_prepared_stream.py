@@ -13,8 +13,9 @@ fall on one arm alone. Per cell it prints ``seconds`` (the whole cell),
 reading and keying the trace, which is interleaved with it), the process's
 peak RSS (``ru_maxrss``: mapped file pages the process touched count in it,
 though they are the page cache's, shared by every worker) and its file-backed
-RSS at the end (``RssFile``: the mapped stream; ``peak - RssFile`` bounds the
-private memory). Per policy: the mean and a 95% t-interval of B - A over the
+RSS at the end (``RssFile``: shared libraries and the mapped stream), and its
+peak private memory (``RssAnon``, sampled every 20 ms: what a worker adds to
+the host's memory). Per policy: the mean and a 95% t-interval of B - A over the
 pairs. The stream's preparation (once per sweep folder) is timed separately.
 Cells A and B are checked identical (timings aside).
 
@@ -34,16 +35,31 @@ import time
 from pathlib import Path
 
 CHILD = r"""
-import json, resource, sys
+import json, resource, sys, threading
 from spfcore import sweep
+
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+peak = [status("RssAnon:")]
+stop = threading.Event()
+
+def sample():  # the process's private (anonymous) memory, every 20 ms; the replays release the GIL or yield it
+    while not stop.wait(0.02):
+        peak[0] = max(peak[0], status("RssAnon:"))
+
+th = threading.Thread(target=sample, daemon=True)
+th.start()
 cfg, facts = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 r = sweep.run_cell(cfg, facts)
-rss_file = 0
-for line in open("/proc/self/status"):
-    if line.startswith("RssFile:"):
-        rss_file = int(line.split()[1]) / 1024
+stop.set()
+th.join()
+peak[0] = max(peak[0], status("RssAnon:"))
 print(json.dumps({"rec": r, "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "rss_file_mb": rss_file}))
+                  "rss_file_mb": status("RssFile:"), "anon_peak_mb": peak[0]}))
 """
 
 
@@ -102,7 +118,8 @@ def main(argv=None) -> int:
                 assert r["status"] == "ok", r["cell"]
                 print(f"rep {rep} {pol:>14} {arm}: cell {r['seconds']:7.2f} s, CPU {r['cpu_seconds']:7.2f} s, "
                       f"replay {r['cell']['wall_seconds']:7.2f} s, peak RSS {got[arm]['maxrss_mb']:6.0f} MiB "
-                      f"(file-backed at end {got[arm]['rss_file_mb']:5.0f})", flush=True)
+                      f"(file-backed at end {got[arm]['rss_file_mb']:5.0f}), peak private (anonymous) "
+                      f"{got[arm]['anon_peak_mb']:6.0f} MiB", flush=True)
             if _strip(got["A"]["rec"]) != _strip(got["B"]["rec"]):
                 print(f"MISMATCH {pol}", file=sys.stderr)
                 return 1
@@ -114,7 +131,8 @@ def main(argv=None) -> int:
         a_cell = statistics.mean(p["A"]["rec"]["seconds"] for p in pairs)
         b_cell = statistics.mean(p["B"]["rec"]["seconds"] for p in pairs)
         print(f"  {pol:>14}: cell s {_ci(d('seconds'))} (A {a_cell:.2f}, B {b_cell:.2f}, x{a_cell / b_cell:.1f}); "
-              f"CPU s {_ci(d('cpu_seconds'))}; peak RSS MiB {_ci(d('maxrss_mb', lambda g: g))}")
+              f"CPU s {_ci(d('cpu_seconds'))}; peak RSS MiB {_ci(d('maxrss_mb', lambda g: g))}; "
+              f"peak private MiB {_ci(d('anon_peak_mb', lambda g: g))}")
     print("records identical A vs B (timings aside): yes")
     return 0
 

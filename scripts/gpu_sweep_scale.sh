@@ -103,4 +103,5 @@ PY
 driver 2>&1 | tee -a "$W/driver.log"
 for ex in local ray; do [ -d "$W/$ex" ] && $SP sweep-report "$W/$ex" > "$W/$ex.report" 2>&1 || true; done
 tar czf "$O/scale.tgz" -C "$W" driver.log $(cd "$W" && ls -d ./*.log ./*.calls ./*.report local/*.json local/*.png \
-  ray/*.json ray/*.png local/cells ray/cells local/inputs ray/inputs 2>/dev/null) || true
+  ray/*.json ray/*.png local/cells ray/cells local/inputs/*.json ray/inputs/*.json 2>/dev/null) || true
+# (OUT/inputs/*.stream/, the prepared streams, ~0.6 GB each at 1M requests, stay on the host)
