@@ -11,8 +11,9 @@ alternating (A B, then B A, ...) so a slow spell of a shared machine does not
 fall on one arm alone. Per cell it prints ``seconds`` (the whole cell),
 ``cpu_seconds``, ``wall_seconds`` (the replay loop; for A that includes
 reading and keying the trace, which is interleaved with it), the process's
-peak RSS (``ru_maxrss``: mapped file pages the process touched count in it,
-though they are the page cache's, shared by every worker) and its file-backed
+peak RSS (``VmHWM``: mapped file pages the process touched count in it,
+though they are the page cache's, shared by every worker; not ``ru_maxrss``,
+which Linux carries over from the forking parent) and its file-backed
 RSS at the end (``RssFile``: shared libraries and the mapped stream), and its
 peak private memory (``RssAnon``, sampled every 20 ms: what a worker adds to
 the host's memory). Per policy: the mean and a 95% t-interval of B - A over the
@@ -35,7 +36,7 @@ import time
 from pathlib import Path
 
 CHILD = r"""
-import json, resource, sys, threading
+import json, sys, threading
 from spfcore import sweep
 
 def status(key):
@@ -58,7 +59,7 @@ r = sweep.run_cell(cfg, facts)
 stop.set()
 th.join()
 peak[0] = max(peak[0], status("RssAnon:"))
-print(json.dumps({"rec": r, "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+print(json.dumps({"rec": r, "maxrss_mb": status("VmHWM:"),
                   "rss_file_mb": status("RssFile:"), "anon_peak_mb": peak[0]}))
 """
 

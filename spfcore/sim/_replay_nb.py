@@ -18,7 +18,7 @@ by :class:`spfcore.sim.simulator._LruState`, passed in on every call; ``nb``
 * ``key_of[nb]``: the key id a block holds, -1 none (hashless or evicted).
 * Per key id, the cached blocks holding it in insertion order, a doubly
   linked list (vLLM's ``BlockHashToBlockMap`` keeps duplicates; a lookup
-  takes the earliest inserted): ``kh[K]`` head, ``kt[K]`` tail (-1: no
+  takes the earliest inserted): ``kh[K]`` head, ``kt[K]`` tail (int32; -1: no
   block), ``dn[nb]`` / ``dp[nb]`` next / previous block of the same key.
 * vLLM's free queue of cached blocks: a doubly linked list ``ln[nb]`` /
   ``lp[nb]`` with block 0 (the null block, never free) as its sentinel:
@@ -455,7 +455,7 @@ def warm() -> None:
         key_of, dn, dp, ln, lp, hs = (np.full(nb, -1, i64) for _ in range(6))
         c = np.zeros(NCOUNTERS_B, i64)
         init(nb, ln, lp, hs, c)
-        return key_of, np.full(4, -1, i64), np.full(4, -1, i64), dn, dp, ln, lp, hs, c
+        return key_of, np.full(4, -1, np.int32), np.full(4, -1, np.int32), dn, dp, ln, lp, hs, c
 
     key_of, kh, kt, dn, dp, ln, lp, hs, c = state()
     replay(*trace, key_of, kh, kt, dn, dp, ln, lp, hs, c, np.empty(nb, i64), np.empty(2, i64), np.empty(8, i64))

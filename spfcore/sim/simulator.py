@@ -593,12 +593,16 @@ class _CompiledReplay:
 
     def __init__(self, num_blocks: int, kind: str = "lru", victims: list | None = None,
                  future: tuple | None = None) -> None:
+        if num_blocks >= 2**31:
+            raise ValueError(f"num_blocks must be < 2**31 for the compiled replay, got {num_blocks}")
         self.nb = nb = _load_nb()
         i64 = np.int64
         self.num_blocks, self.kind, self.victims = num_blocks, kind, victims
         self.key_of, self.dn, self.dp = (np.full(num_blocks, -1, i64) for _ in range(3))
         self.ln, self.lp, self.hs = (np.zeros(num_blocks, i64) for _ in range(3))
-        self.kh = self.kt = np.empty(0, i64)
+        # per key id, its first and last cached block: int32 (block ids < 2**31), half the memory of int64 for
+        # the whole key space of a prepared stream (1M Mooncake requests: 8.3M key ids, 66 MB for both)
+        self.kh = self.kt = np.empty(0, np.int32)
         self.c = np.zeros(nb.NCOUNTERS_B, i64)
         nb.init(num_blocks, self.ln, self.lp, self.hs, self.c)
         if kind == "belady":
@@ -619,8 +623,8 @@ class _CompiledReplay:
         """
         if nkeys > len(self.kh):  # room for every key id of the chunk
             grow = max(nkeys, 2 * len(self.kh), 1024) - len(self.kh)
-            self.kh = np.concatenate([self.kh, np.full(grow, -1, np.int64)])
-            self.kt = np.concatenate([self.kt, np.full(grow, -1, np.int64)])
+            self.kh = np.concatenate([self.kh, np.full(grow, -1, np.int32)])
+            self.kt = np.concatenate([self.kt, np.full(grow, -1, np.int32)])
             if self.kind == "belady":
                 self.mark = np.concatenate([self.mark, np.full(grow, -2, np.int64)])
         n_total = flat[7]
@@ -659,7 +663,7 @@ class _CompiledReplay:
         remap[old] = np.arange(len(old))
         held = self.key_of >= 0
         self.key_of[held] = remap[self.key_of[held]]
-        kh2, kt2 = np.full(len(kh), -1, np.int64), np.full(len(kh), -1, np.int64)
+        kh2, kt2 = np.full(len(kh), -1, np.int32), np.full(len(kh), -1, np.int32)
         kh2[: len(old)], kt2[: len(old)] = kh[old], self.kt[old]
         self.kh, self.kt = kh2, kt2
         return dict(zip(live, range(len(old))))
