@@ -639,9 +639,10 @@ class _CompiledReplay:
         blocks = np.empty(int(n_total.max()), np.int64)
         flat = tuple(map(_readonly, flat))  # one compiled signature for maps (read-only) and fresh arrays
         if self.kind == "belady":
-            bad = nb.replay_belady(*flat, _readonly(self.uses), _readonly(self.uses_off), first_id, self.key_of, self.kh, self.kt, self.dn,
-                                   self.dp, self.hs, self.depth, self.ordr, self.ver, self.inn, self.mark, *self.heaps,
-                                   c, blocks, np.empty(self.num_blocks, np.int64), hits, victims)
+            bad = nb.replay_belady(*flat, _readonly(self.uses), _readonly(self.uses_off), first_id, self.key_of,
+                                   self.kh, self.kt, self.dn, self.dp, self.hs, self.depth, self.ordr, self.ver,
+                                   self.inn, self.mark, *self.heaps, c, blocks, np.empty(self.num_blocks, np.int64),
+                                   hits, victims)
         else:
             bad = nb.replay(*flat, self.key_of, self.kh, self.kt, self.dn, self.dp, self.ln, self.lp, self.hs, c,
                             blocks, hits, victims)
@@ -1200,6 +1201,7 @@ def ceilings_stream(requests: Iterable, *, num_blocks: int, block_size: int, bel
         ValueError, spfcore.workloads.traces.TraceError: as :func:`simulate_stream`.
     """
     if infinite is None:
-        infinite = (requests.scan if isinstance(requests, PreparedStream) else scan(requests, block_size)).infinite_blocks
+        sc = requests.scan if isinstance(requests, PreparedStream) else scan(requests, block_size)
+        infinite = sc.infinite_blocks
     return _ceilings(lambda arm, nb: simulate_stream(requests, arm, num_blocks=nb, block_size=block_size, env={}),
                      infinite, num_blocks, belady, belady_record)
