@@ -23,9 +23,10 @@ fall on one of them alone. Prints per run: wall s, cells, cells/s, block
 references replayed per second, the 1-minute load average before and after
 (a shared machine's other work shows there), and the speed-up over 1 worker
 (median of the repetitions); per cell of the 1-worker run: the replay's wall
-time and the opening of the input in the cell (the scan and distinct-block
-pass are made once per run by the driver, as ``spfcore sweep`` does, and
-counted in the run's wall time, not in a cell's).
+time and the opening of the input in the cell (the prepared stream, one
+keyed pass that also gives the scan and the distinct blocks, is made once per
+run by the driver, as ``spfcore sweep`` does, and counted in the run's wall
+time, not in a cell's; the cells map it).
 
 ``--extrapolate-requests N`` then prints an EXTRAPOLATION (not a
 measurement) of the full grid at N requests: each policy's measured replay
@@ -148,13 +149,14 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             sweep.check_inputs(check_grid)
             tf = time.perf_counter()
-            with tempfile.TemporaryDirectory() as facts_dir:  # as run_sweep: the trace scanned and counted once
+            with tempfile.TemporaryDirectory() as facts_dir:  # as run_sweep: the trace prepared once, mapped by cells
                 facts = sweep.cell_facts(facts_dir, configs)
-            facts_s = time.perf_counter() - tf
-            if kw.get("workers", 1) > 1 or "ray_address" in kw:
-                sweep._open.cache_clear()
-            recs = {r["key"]: r for r in sweep.execute(configs, facts=facts, **kw)}
-            wall = time.perf_counter() - t0
+                facts_s = time.perf_counter() - tf
+                if kw.get("workers", 1) > 1 or "ray_address" in kw:
+                    sweep._open.cache_clear()
+                sweep._open_known.cache_clear()
+                recs = {r["key"]: r for r in sweep.execute(configs, facts=facts, **kw)}
+                wall = time.perf_counter() - t0
             load = f"load avg {load0:.1f} -> {os.getloadavg()[0]:.1f}"
             got = {k: _key(r) for k, r in recs.items()}
             failed = sum(r["status"] != "ok" for r in recs.values())
@@ -165,7 +167,7 @@ def main(argv=None) -> int:
                 one, one_facts_s = recs, facts_s
             same = got == ref
             walls[name].append(wall)
-            print(f"rep {rep} {name:>22}: {wall:8.1f} s (of which the driver's scan + distinct-block pass "
+            print(f"rep {rep} {name:>22}: {wall:8.1f} s (of which the driver's prepared stream "
                   f"{facts_s:.1f} s)  {len(recs)} cells ({failed} failed)  "
                   f"{len(recs) / wall:6.3f} cells/s  {refs_total / wall:>10,.0f} block refs/s  "
                   f"{load}  cells identical to the first run: {same}", flush=True)
@@ -181,7 +183,7 @@ def main(argv=None) -> int:
     replay: dict[str, list] = {}
     cpu: dict[str, list] = {}
     opening = opening_cpu = 0.0
-    print("\nper cell, 1-worker run (replay = the simulator's loop; open = scan + distinct-block pass, once; "
+    print("\nper cell, 1-worker run (replay = the simulator's loop; open = the prepared stream, made once; "
           "CPU = this process's CPU time, which the machine's other work does not inflate):")
     for r in sorted(one.values(), key=lambda r: -r["cell"].get("wall_seconds", 0)):
         c = r["config"]

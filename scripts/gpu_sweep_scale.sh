@@ -19,9 +19,15 @@
 # An executor starts only with MIN_START s (default 300) left in the call, else it waits for the next call,
 # so its wall time is one uncut run when its cells fit one call.
 #   bash scripts/gpu_sweep_scale.sh         # in the foreground (a background job dies with the call)
-# Cost (estimated from the cells of an earlier 1M run on a 32-CPU host: per cell 70 s lru, 85 Belady,
-# ~250 session_ttl and arc, ~320 sieve, ~370 frequency, ~400 s3fifo; 14,000 CPU-s in all): ~570 s on 30
-# workers (does not fit one call), ~400 s on 62 (a 64-CPU host: one call per executor).
+# Cost, an ESTIMATE (not measured on the device): the cells of an earlier 1M run on a 32-CPU host took
+# per cell 70 s lru, 85 Belady, ~250 session_ttl and arc, ~320 sieve, ~370 frequency, ~400 s3fifo
+# (14,000 CPU-s), of which ~65 s per cell was reading and keying the trace. Each executor's driver now
+# does that once, into a prepared stream (OUT/inputs/<key>.stream, ~0.6 GB; ~50 s here, ~90 s there,
+# serial, before the cells), and every cell memory-maps it (measured on this 2-core machine at 100k and
+# 300k requests, interleaved A/B, scaled linearly: -39 CPU-s per lru cell, -73 Belady, -46 session_ttl
+# at 1M; benchmarks/bench_prepared_stream.py). So per cell ~5 s lru, ~15 Belady, ~185 session_ttl and
+# arc, ~255 sieve, ~305 frequency, ~335 s3fifo: ~10,300 CPU-s. On 30 workers ~350-400 s of cells + ~100 s
+# driver (scan + prepared stream) = ~450-500 s per executor: about one call each on nvidia-h200-x2.
 # EXECUTORS="local ray" (default) or one of them. WORKERS (default CPUs - 2). POLICIES, REQUESTS,
 # SESSIONS, BLOCKS override the grid. One worker is not run (hours): its time is the sum of the cells'
 # own seconds, printed as such (an estimate from measured cells, not a 1-worker run).
@@ -103,4 +109,5 @@ PY
 driver 2>&1 | tee -a "$W/driver.log"
 for ex in local ray; do [ -d "$W/$ex" ] && $SP sweep-report "$W/$ex" > "$W/$ex.report" 2>&1 || true; done
 tar czf "$O/scale.tgz" -C "$W" driver.log $(cd "$W" && ls -d ./*.log ./*.calls ./*.report local/*.json local/*.png \
-  ray/*.json ray/*.png local/cells ray/cells local/inputs ray/inputs 2>/dev/null) || true
+  ray/*.json ray/*.png local/cells ray/cells local/inputs/*.json ray/inputs/*.json 2>/dev/null) || true
+# (OUT/inputs/*.stream/, the prepared streams, ~0.6 GB each at 1M requests, stay on the host)

@@ -19,6 +19,9 @@ Folder layout (``OUT``)::
     OUT/sweep.lock          held by a live run (a second live run is refused)
     OUT/inputs/<key>.json   per streamed trace, seed and block size: its scan and distinct-block count,
                             made once (:func:`input_facts`) and sent with every cell
+    OUT/inputs/<key>.stream/  the same trace read and keyed once: a prepared stream
+                            (:mod:`spfcore.sim.prepared`, ~0.5 GB per 1M Mooncake requests) that
+                            every cell memory-maps instead of re-reading and re-keying the trace
 
 Keys: ``<key>`` is the SHA-256 (first 32 hex digits) of the cell's full
 configuration as canonical JSON (:meth:`Cell.config`): the input (a trace's
@@ -372,20 +375,49 @@ def _open(source_json: str, seed: int, block_size: int | None):
     return open_input(src.spec(), seed, block_size)
 
 
-@functools.lru_cache(maxsize=2)
-def _open_known(source_json: str, seed: int, block_size: int | None, facts_json: str):
-    """:func:`_open` of a trace whose :func:`input_facts` are known: the
-    stream is opened without the scan pass (and its distinct-block count
-    without the keyed pass), so a cell's cost is its replay."""
-    from spfcore.sim.cell import SimInput
-    from spfcore.sim.simulator import Scan
+def _trace_stream(ident: Mapping, seed: int):
+    """The TraceStream of a trace identity (:meth:`Source.identity`), after
+    checking that the file here is the one the sweep was keyed on.
 
-    ident, facts = json.loads(source_json), json.loads(facts_json)
+    Raises:
+        SweepError: the file's SHA-256 differs (field ``trace``).
+    """
     if file_digest(ident["trace"]) != ident["sha256"]:
         raise SweepError(f"field 'trace': {ident['trace']} on {socket.gethostname()} is not the file the "
                          "sweep was keyed on (its SHA-256 differs)")
-    stream = Source(ident["trace"], ident["limit"], ident["tokens_per_block"]).spec().stream(seed)
+    return Source(ident["trace"], ident["limit"], ident["tokens_per_block"]).spec().stream(seed)
+
+
+@functools.lru_cache(maxsize=2)
+def _open_known(source_json: str, seed: int, block_size: int | None, facts_json: str):
+    """:func:`_open` of a trace whose :func:`input_facts` are known: no scan
+    pass (and no distinct-block pass). With the facts' ``stream`` (a
+    prepared stream folder, :func:`input_facts`) present on this host, the
+    cell memory-maps it (no trace read, no keys computed: a cell's cost is
+    its replay); without it (e.g. a Ray node that does not share the
+    sweep's folder) the trace is streamed and keyed by the cell, with the
+    same record.
+
+    Raises:
+        spfcore.sim.prepared.PreparedStreamError: the stream folder is
+            partial or corrupt (the file named).
+        SweepError: the trace here, or the stream's, is not the one the sweep was keyed on.
+    """
+    from spfcore.sim.cell import SimInput
+    from spfcore.sim.prepared import open_prepared
+    from spfcore.sim.simulator import Scan
+
+    ident, facts = json.loads(source_json), json.loads(facts_json)
     sc = Scan(facts["num_requests"], facts["blocks_total"], facts["worst_blocks"], facts["worst_request"])
+    if facts.get("stream") and os.path.isdir(facts["stream"]):
+        ps = open_prepared(facts["stream"])
+        info = ps.meta.get("info", {})
+        if (info.get("source") != ident or info.get("seed") != seed or ps.block_size != facts["block_size"]
+                or ps.scan != sc):
+            raise SweepError(f"field 'stream': {facts['stream']} is not the prepared stream of this cell's trace, "
+                             "seed and block size")
+        return SimInput(ps, ps, ps.block_size, sc.infinite_blocks, sc, ps.unique_blocks)
+    stream = _trace_stream(ident, seed)
     return SimInput(stream, stream, facts["block_size"], sc.infinite_blocks, sc, facts.get("unique_blocks"))
 
 
@@ -394,66 +426,88 @@ def _facts_key(source_json: str, seed: int, block_size: int | None) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
-def input_facts(folder: str | os.PathLike, source_json: str, seed: int, block_size: int | None,
-                need_unique: bool) -> dict:
-    """What every cell of a streamed trace would otherwise recompute on its
-    own (one scan pass, and for fraction sizes one keyed pass): computed once
-    per (trace digest, seed, block size), written to
-    ``OUT/inputs/<key>.json`` and reused by every later cell and run.
+#: What :func:`input_facts` returns besides ``stream``.
+FACTS = ("block_size", "num_requests", "blocks_total", "worst_blocks", "worst_request", "unique_blocks")
 
-    Safe when two sweeps share a folder (``OUT/inputs/<key>.lock``, a
-    ``filelock`` lock: the second waits and then reads the first's file);
-    the file is written atomically, so a killed run leaves it whole or absent.
+
+def input_facts(folder: str | os.PathLike, source_json: str, seed: int, block_size: int | None) -> dict:
+    """What every cell of a streamed trace would otherwise recompute on its
+    own (reading and keying the trace, one scan pass, one distinct-block
+    pass): made once per (trace digest, seed, block size) in one keyed pass
+    and reused by every later cell and run:
+
+    * ``OUT/inputs/<key>.stream/``: the prepared stream
+      (:func:`spfcore.sim.prepared.ensure_prepared`): the trace's requests
+      keyed at the block size, as arrays that every cell memory-maps (local
+      workers and Ray tasks alike: the folder's path is sent with the cell,
+      so a Ray cluster must see the sweep's folder at the same path, as a
+      one-host cluster does; a node that does not streams the trace itself).
+      Its files' SHA-256 are checked here once per call; a partial or
+      corrupt folder is written again.
+    * ``OUT/inputs/<key>.json``: the facts below (a summary for people).
+
+    Safe when two sweeps share a folder (``OUT/inputs/<key>.lock`` and the
+    stream's own lock, ``filelock`` locks: the second waits, then reads the
+    first's files); both are written atomically (a temporary file or folder
+    renamed into place), so a killed run leaves them whole or absent, and
+    the next run does the rest.
 
     Args:
         folder: The sweep folder.
         source_json: The trace's identity (:func:`_ident_json`; its SHA-256 is part of the key).
         seed, block_size: As the cell's (block size None: the input's default).
-        need_unique: Also count the distinct blocks (:meth:`SimInput.unique_blocks`).
 
     Returns:
         ``{"block_size", "num_requests", "blocks_total", "worst_blocks",
-        "worst_request", "unique_blocks"}`` (block size in tokens, the rest in
-        requests and blocks; ``unique_blocks`` None until needed once).
+        "worst_request", "unique_blocks", "stream"}``: block size in tokens,
+        the rest in requests and blocks (:class:`spfcore.sim.simulator.Scan`,
+        :meth:`spfcore.sim.cell.SimInput.unique_blocks`); ``stream`` the
+        prepared stream folder's absolute path.
 
     Raises:
-        As :func:`_open` (a malformed trace: :func:`check_inputs` finds it first).
+        SweepError: the trace is not the file the sweep was keyed on.
+        ValueError, spfcore.workloads.traces.TraceError: as :func:`_open` (a
+            malformed trace: :func:`check_inputs` finds it first).
+        OSError: the folder cannot be written.
     """
     from filelock import FileLock
 
-    d = Path(folder) / "inputs"
+    from spfcore.sim.cell import default_block_size
+    from spfcore.sim.prepared import ensure_prepared
+
+    d = Path(folder).resolve() / "inputs"
     d.mkdir(parents=True, exist_ok=True)
     key = _facts_key(source_json, seed, block_size)
     path = d / f"{key}.json"
+    ident = json.loads(source_json)
     with FileLock(str(d / f"{key}.lock")):
         try:
-            facts = json.loads(path.read_text(encoding="utf-8"))
-        except (FileNotFoundError, ValueError):
-            facts = None
-        if facts is None or (need_unique and facts.get("unique_blocks") is None):
-            inp = _open(source_json, seed, block_size)
-            sc = inp.scanned
-            facts = {"block_size": inp.block_size, "num_requests": sc.num_requests, "blocks_total": sc.blocks_total,
-                     "worst_blocks": sc.worst_blocks, "worst_request": sc.worst_request,
-                     "unique_blocks": inp.unique_blocks() if need_unique else (facts or {}).get("unique_blocks")}
-            write_atomic(path, json.dumps({"key": key, "source": json.loads(source_json), "seed": seed,
-                                           "block_size_arg": block_size, **facts}, indent=1) + "\n")
-    return {k: facts[k] for k in ("block_size", "num_requests", "blocks_total", "worst_blocks", "worst_request",
-                                  "unique_blocks")}
+            old = json.loads(path.read_text(encoding="utf-8"))
+            bs = old["block_size"]
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            old, bs = None, block_size or default_block_size(_trace_stream(ident, seed))
+        info = {"source": ident, "seed": seed, "block_size_arg": block_size}
+        ps = ensure_prepared(d / f"{key}.stream", lambda: _trace_stream(ident, seed), bs, info=info)
+        sc = ps.scan
+        facts = {"block_size": ps.block_size, "num_requests": sc.num_requests, "blocks_total": sc.blocks_total,
+                 "worst_blocks": sc.worst_blocks, "worst_request": sc.worst_request,
+                 "unique_blocks": ps.unique_blocks}
+        rec = {"key": key, "source": ident, "seed": seed, "block_size_arg": block_size, **facts}
+        if old != rec:
+            write_atomic(path, json.dumps(rec, indent=1) + "\n")
+    return {**facts, "stream": str(ps.path)}
 
 
 def cell_facts(folder: str | os.PathLike, configs: Sequence[Mapping]) -> list[dict | None]:
     """Per cell configuration, its trace's :func:`input_facts` (None for a
-    generated workload): each (trace, seed, block size) is scanned once, and
-    its distinct blocks counted once if a cell has a fraction size.
+    generated workload): each (trace, seed, block size) is prepared once.
 
     Raises:
         As :func:`input_facts`.
     """
     ins = [(_ident_json(c["source"]), c["seed"], c["block_size"]) if "trace" in c["source"] else None
            for c in configs]
-    need = {k for k, c in zip(ins, configs) if k is not None and "fraction" in c["size"]}
-    known = {k: input_facts(folder, *k, k in need) for k in dict.fromkeys(ins) if k is not None}
+    known = {k: input_facts(folder, *k) for k in dict.fromkeys(ins) if k is not None}
     return [None if k is None else known[k] for k in ins]
 
 
@@ -469,8 +523,9 @@ def run_cell(config: Mapping, facts: Mapping | None = None) -> dict:
     function of the configuration, safe in any process: the input opened for
     a (source, seed, block size) is kept for the next cell of the same input
     (two at most per process). ``facts`` (:func:`input_facts` of the cell's
-    trace) spare the cell the scan and distinct-block passes; the record is
-    the same with or without them (timings aside).
+    trace) spare the cell the scan and distinct-block passes, and with their
+    prepared ``stream`` reading and keying the trace; the record is the
+    same with or without them (timings aside).
 
     Returns:
         ``{"key", "config", "status": "ok" | "error", "cell", "num_blocks",

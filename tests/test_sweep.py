@@ -372,7 +372,8 @@ def test_a_trace_is_scanned_and_counted_once_per_sweep_folder(tmp_path, trace, m
     monkeypatch.setattr(sweep, "_open", lambda *a: pytest.fail("the trace was opened again"))
     monkeypatch.setattr(sweep, "check_inputs", lambda *a, **k: None)
     src = sweep._ident_json(sweep.Source(trace=str(trace)).identity())
-    assert sweep.input_facts(tmp_path / "sw", src, 0, None, True) == {k: facts[k] for k in (*keep, "unique_blocks")}
+    got = sweep.input_facts(tmp_path / "sw", src, 0, None)
+    assert {k: got[k] for k in sweep.FACTS} == {k: facts[k] for k in (*keep, "unique_blocks")}
 
 
 def test_an_interrupt_keeps_finished_cells_and_counts_the_rest(tmp_path):
@@ -403,3 +404,65 @@ def test_a_resumed_sweep_does_not_rescan_a_trace_it_scanned(tmp_path, trace, mon
     monkeypatch.setattr(sweep, "_open", lambda *a: pytest.fail("the trace was scanned again"))
     again = sweep.run_sweep(grid, tmp_path / "sw")  # the cells open the stream from OUT/inputs' facts
     assert (again.reused, again.ran, again.failed) == (1, 2, 0)
+
+
+def test_cells_with_and_without_the_prepared_stream_are_identical(tmp_path, trace):
+    """The sweep's cells map the trace's prepared stream (OUT/inputs/<key>.stream); a cell given only the
+    facts (the trace streamed and keyed by the cell) or nothing at all gives the same record."""
+    grid = sweep.Grid((sweep.Source(trace=str(trace)),), (0,),
+                      (sweep.Variant("lru"), sweep.Variant("session_ttl"), sweep.Variant("frequency")),
+                      ({"blocks": 100}, {"fraction": 0.2}))
+    sweep._open.cache_clear()
+    sweep._open_known.cache_clear()
+    out = sweep.run_sweep(grid, tmp_path / "sw")
+    assert (out.total, out.ran, out.failed) == (9, 9, 0)  # + Belady at both sizes + the infinite cache
+    (stream,) = (tmp_path / "sw" / "inputs").glob("*.stream")
+    src = sweep._ident_json(sweep.Source(trace=str(trace)).identity())
+    facts = sweep.input_facts(tmp_path / "sw", src, 0, None)
+    assert facts["stream"] == str(stream.resolve())
+    plain = {k: v for k, v in facts.items() if k != "stream"}
+    recs = _records(tmp_path / "sw")
+    for key, ref in recs.items():
+        for f in (plain, None):
+            sweep._open.cache_clear()
+            sweep._open_known.cache_clear()
+            got = sweep.run_cell(ref["config"], f)
+            for k in ("host", "pid", "seconds", "cpu_seconds"):
+                got.pop(k)
+            for k in sweep.TIMING_FIELDS:
+                got["cell"].pop(k, None)
+            assert got == ref, (key, f is None)
+    assert len({r["cell"]["block_hit_rate"] for r in recs.values()}) > 3  # the arms really differ
+    # a cell on a host without the folder streams the trace itself (the same record)
+    cfg = next(r["config"] for r in recs.values() if r["config"]["policy"] == "lru")
+    sweep._open_known.cache_clear()
+    away = sweep.run_cell(cfg, {**facts, "stream": str(tmp_path / "elsewhere")})
+    assert away["status"] == "ok" and away["cell"]["hit_blocks"] == recs[away["key"]]["cell"]["hit_blocks"]
+
+
+def test_a_corrupt_prepared_stream_is_refused_by_cells_and_rebuilt_by_the_next_run(tmp_path, trace):
+    grid = sweep.Grid((sweep.Source(trace=str(trace)),), (0,), (sweep.Variant("lru"), sweep.Variant("sieve")),
+                      ({"blocks": 100},), ceilings=False)
+    sweep._open_known.cache_clear()
+    assert sweep.run_sweep(grid, tmp_path / "sw").failed == 0
+    ref = _records(tmp_path / "sw")
+    (stream,) = (tmp_path / "sw" / "inputs").glob("*.stream")
+    src = sweep._ident_json(sweep.Source(trace=str(trace)).identity())
+    facts = sweep.input_facts(tmp_path / "sw", src, 0, None)
+    bk = stream / "bk.npy"
+    data = bk.read_bytes()
+    bk.write_bytes(data[: len(data) // 2])  # a partial file (a full disk, a copy cut short)
+    sweep._open_known.cache_clear()
+    for cfg in (r["config"] for r in ref.values()):  # a cell does not replay it: an error naming the file
+        rec = sweep.run_cell(cfg, facts)
+        assert rec["status"] == "error" and f"{bk}: field 'bytes'" in rec["cell"]["error"]["message"]
+    flipped = bytearray(data)
+    flipped[-3] ^= 0x40
+    bk.write_bytes(bytes(flipped))  # same size, other bytes: the driver's SHA-256 check finds it
+    for p in (tmp_path / "sw" / "cells").glob("*.json"):
+        p.unlink()
+    sweep._open_known.cache_clear()
+    again = sweep.run_sweep(grid, tmp_path / "sw")  # the next run writes the stream again, then the cells
+    assert (again.ran, again.failed) == (2, 0) and _records(tmp_path / "sw") == ref
+    assert bk.read_bytes() == data
+    assert sorted(p.name for p in (tmp_path / "sw" / "inputs").iterdir() if p.name.startswith(".")) == []

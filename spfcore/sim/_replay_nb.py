@@ -8,14 +8,17 @@ Imported by the simulator on the first compiled replay only (vLLM's CPU
 build scans every loaded module when it starts and trips over llvmlite's
 ffi if numba is loaded before that; see :mod:`spfcore.evictor`).
 
-Block keys are interned to dense ids ``>= 0`` by the caller. State (owned
+Block keys are interned to dense ids ``>= 0`` by the caller; the request
+arrays (and Belady's future index) are passed read-only, so one compiled
+signature serves fresh arrays and the memory maps of a prepared stream
+(:mod:`spfcore.sim.prepared`). State (owned
 by :class:`spfcore.sim.simulator._LruState`, passed in on every call; ``nb``
 = ``num_blocks``, ``K`` = key-id capacity):
 
 * ``key_of[nb]``: the key id a block holds, -1 none (hashless or evicted).
 * Per key id, the cached blocks holding it in insertion order, a doubly
   linked list (vLLM's ``BlockHashToBlockMap`` keeps duplicates; a lookup
-  takes the earliest inserted): ``kh[K]`` head, ``kt[K]`` tail (-1: no
+  takes the earliest inserted): ``kh[K]`` head, ``kt[K]`` tail (int32; -1: no
   block), ``dn[nb]`` / ``dp[nb]`` next / previous block of the same key.
 * vLLM's free queue of cached blocks: a doubly linked list ``ln[nb]`` /
   ``lp[nb]`` with block 0 (the null block, never free) as its sentinel:
@@ -443,19 +446,22 @@ def warm() -> None:
     nb, i64 = 8, np.int64
     a = np.array
     trace = (a([0, 1, 0, 1, 2], i64), a([0, 2, 5], i64), a([2, 3], i64), a([1, 2], i64), a([3], i64),
-             a([0, 1, 1], i64), a([2, 3], i64), a([3, 3], i64))
+             a([0, 1, 1], i64), a([2, 3], i64), a([3, 3], i64), a([0, 1, 0, 1, 1], i64), a([0, 2, 4, 5, 5], i64))
+    for x in trace:  # the input arrays are passed read-only (memory maps of prepared streams, or views)
+        x.flags.writeable = False
+    trace, future = trace[:8], trace[8:]
 
     def state():
         key_of, dn, dp, ln, lp, hs = (np.full(nb, -1, i64) for _ in range(6))
         c = np.zeros(NCOUNTERS_B, i64)
         init(nb, ln, lp, hs, c)
-        return key_of, np.full(4, -1, i64), np.full(4, -1, i64), dn, dp, ln, lp, hs, c
+        return key_of, np.full(4, -1, np.int32), np.full(4, -1, np.int32), dn, dp, ln, lp, hs, c
 
     key_of, kh, kt, dn, dp, ln, lp, hs, c = state()
     replay(*trace, key_of, kh, kt, dn, dp, ln, lp, hs, c, np.empty(nb, i64), np.empty(2, i64), np.empty(8, i64))
     key_of, kh, kt, dn, dp, ln, lp, hs, c = state()
     cap = 4 * nb
     z = [np.zeros(cap, i64) for _ in range(8)]
-    replay_belady(*trace, a([0, 1, 0, 1, 1], i64), a([0, 2, 4, 5, 5], i64), 0, key_of, kh, kt, dn, dp, hs,
+    replay_belady(*trace, *future, 0, key_of, kh, kt, dn, dp, hs,
                   np.zeros(nb, i64), np.zeros(nb, i64), np.zeros(nb, i64), np.zeros(nb, i64), np.full(4, -2, i64),
                   *z, c, np.empty(nb, i64), np.empty(nb, i64), np.empty(2, i64), np.empty(8, i64))

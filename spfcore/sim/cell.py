@@ -41,7 +41,9 @@ class SimInput:
         workload: The Workload or TraceStream (``name``, ``params``,
             ``requests``), e.g. for :meth:`CacheSpec.num_blocks_for`.
         source: What the replay consumes: the TraceStream itself (streamed,
-            sequential mode) or a :class:`~spfcore.sim.simulator.Prepared`.
+            sequential mode), a :class:`~spfcore.sim.prepared.PreparedStream`
+            of it (keyed once, memory-mapped; sequential mode) or a
+            :class:`~spfcore.sim.simulator.Prepared`.
         block_size: Tokens per block.
         infinite_blocks: A never-evicting cache size, null block included.
         scanned: The stream's :class:`~spfcore.sim.simulator.Scan` (None when prepared).
@@ -74,6 +76,8 @@ class SimInput:
         prompt blocks and the blocks filled during decode, each counted once.
         The first call makes one keyed pass (memory: one key per distinct
         block, like ``--cache-pressure``); later calls reuse it."""
+        if self._unique is None and hasattr(self.source, "unique_blocks"):  # a PreparedStream counted them
+            self._unique = self.source.unique_blocks
         if self._unique is None:
             seen: set = set()
             plans = self.source.plans if not self.streaming else iter_plans(self.source, self.block_size)

@@ -109,6 +109,7 @@ import numpy as np
 from spfcore.hookspecs import HOOK_NAMES
 from spfcore.keys import chain_keys, decode_key
 from spfcore.run.cell import SimRecord
+from spfcore.sim.prepared import PreparedStream
 from spfcore.runtime import PolicyRuntime
 from spfcore.views import RequestView
 from spfcore.workloads.model import Workload, block_keys, request_view
@@ -575,6 +576,15 @@ def _future_of_stream(requests: Iterable, block_size: int, ids: dict) -> tuple[n
     return _future_index(bk, bk_off, len(ids))
 
 
+def _readonly(a: np.ndarray) -> np.ndarray:
+    """A read-only plain-ndarray view of ``a`` (a memory map included): the
+    compiled replays' input arrays always have this type, so numba compiles
+    (and caches) one signature for fresh arrays and prepared streams alike."""
+    v = a.view(np.ndarray)
+    v.flags.writeable = False
+    return v
+
+
 class _CompiledReplay:
     """The pool of a compiled replay (see :mod:`spfcore.sim._replay_nb`), fed
     chunk by chunk; ``victims``, when a list, receives every block id handed
@@ -583,12 +593,16 @@ class _CompiledReplay:
 
     def __init__(self, num_blocks: int, kind: str = "lru", victims: list | None = None,
                  future: tuple | None = None) -> None:
+        if num_blocks >= 2**31:
+            raise ValueError(f"num_blocks must be < 2**31 for the compiled replay, got {num_blocks}")
         self.nb = nb = _load_nb()
         i64 = np.int64
         self.num_blocks, self.kind, self.victims = num_blocks, kind, victims
         self.key_of, self.dn, self.dp = (np.full(num_blocks, -1, i64) for _ in range(3))
         self.ln, self.lp, self.hs = (np.zeros(num_blocks, i64) for _ in range(3))
-        self.kh = self.kt = np.empty(0, i64)
+        # per key id, its first and last cached block: int32 (block ids < 2**31), half the memory of int64 for
+        # the whole key space of a prepared stream (1M Mooncake requests: 8.3M key ids, 66 MB for both)
+        self.kh = self.kt = np.empty(0, np.int32)
         self.c = np.zeros(nb.NCOUNTERS_B, i64)
         nb.init(num_blocks, self.ln, self.lp, self.hs, self.c)
         if kind == "belady":
@@ -609,8 +623,8 @@ class _CompiledReplay:
         """
         if nkeys > len(self.kh):  # room for every key id of the chunk
             grow = max(nkeys, 2 * len(self.kh), 1024) - len(self.kh)
-            self.kh = np.concatenate([self.kh, np.full(grow, -1, np.int64)])
-            self.kt = np.concatenate([self.kt, np.full(grow, -1, np.int64)])
+            self.kh = np.concatenate([self.kh, np.full(grow, -1, np.int32)])
+            self.kt = np.concatenate([self.kt, np.full(grow, -1, np.int32)])
             if self.kind == "belady":
                 self.mark = np.concatenate([self.mark, np.full(grow, -2, np.int64)])
         n_total = flat[7]
@@ -623,10 +637,12 @@ class _CompiledReplay:
         nb, c = self.nb, self.c
         c[nb.NVICT] = 0
         blocks = np.empty(int(n_total.max()), np.int64)
+        flat = tuple(map(_readonly, flat))  # one compiled signature for maps (read-only) and fresh arrays
         if self.kind == "belady":
-            bad = nb.replay_belady(*flat, self.uses, self.uses_off, first_id, self.key_of, self.kh, self.kt, self.dn,
-                                   self.dp, self.hs, self.depth, self.ordr, self.ver, self.inn, self.mark, *self.heaps,
-                                   c, blocks, np.empty(self.num_blocks, np.int64), hits, victims)
+            bad = nb.replay_belady(*flat, _readonly(self.uses), _readonly(self.uses_off), first_id, self.key_of,
+                                   self.kh, self.kt, self.dn, self.dp, self.hs, self.depth, self.ordr, self.ver,
+                                   self.inn, self.mark, *self.heaps, c, blocks, np.empty(self.num_blocks, np.int64),
+                                   hits, victims)
         else:
             bad = nb.replay(*flat, self.key_of, self.kh, self.kt, self.dn, self.dp, self.ln, self.lp, self.hs, c,
                             blocks, hits, victims)
@@ -648,7 +664,7 @@ class _CompiledReplay:
         remap[old] = np.arange(len(old))
         held = self.key_of >= 0
         self.key_of[held] = remap[self.key_of[held]]
-        kh2, kt2 = np.full(len(kh), -1, np.int64), np.full(len(kh), -1, np.int64)
+        kh2, kt2 = np.full(len(kh), -1, np.int32), np.full(len(kh), -1, np.int32)
         kh2[: len(old)], kt2[: len(old)] = kh[old], self.kt[old]
         self.kh, self.kt = kh2, kt2
         return dict(zip(live, range(len(old))))
@@ -682,6 +698,8 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
     (default ``4 * num_blocks + 65536``) are held, those no longer cached are
     forgotten (:meth:`_CompiledReplay.compact`). ``belady`` on a stream needs
     ``stream_future = (ids, (uses, uses_off))`` of :func:`_future_of_stream`.
+    A :class:`~spfcore.sim.prepared.PreparedStream` is replayed in one call
+    over its mapped key ids (and, for ``belady``, its mapped future index).
 
     Raises:
         ValueError: a request does not fit in the cache (as :func:`_run_sequential`).
@@ -712,6 +730,13 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
             future = plans._flat[1]
         st = _CompiledReplay(num_blocks, kind, victims, future)
         account(plans.plans, st.run(flat, nkeys))
+    elif isinstance(plans, PreparedStream):
+        st = _CompiledReplay(num_blocks, kind, victims, plans.future() if kind == "belady" else None)
+        hits = st.run(plans.flat(), plans.num_keys)
+        totals[:3] = plans.totals()
+        totals[3] = int(hits.sum())
+        if rows is not None:
+            rows.extend(plans.rows(hits))
     else:
         ids, future = stream_future if kind == "belady" else ({}, None)
         st = _CompiledReplay(num_blocks, kind, victims, future)
@@ -1045,7 +1070,10 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
             re-iterable (e.g. a :class:`~spfcore.workloads.traces.TraceStream`
             or a tuple) for a ``needs-future`` arm, whose future stream is a
             second pass (a generator of :class:`RequestView`, handed to
-            :meth:`PolicyRuntime.set_future`).
+            :meth:`PolicyRuntime.set_future`). Or a
+            :class:`~spfcore.sim.prepared.PreparedStream` of the requests
+            at ``block_size``: the same replay and record, without reading
+            or keying the trace (the compiled arms read its mapped key ids).
         arm, num_blocks, block_size, options, seed, env, hook_budget_ms: As :func:`simulate`.
         per_request: Keep the per-request records (``requests`` in the
             result; memory then grows by one record per request).
@@ -1064,9 +1092,10 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
         spfcore.registry.PolicyConfigError: unknown/broken arm or bad option.
         spfcore.runtime.PolicyError: the policy failed during the run.
         ValueError: bad sizes, a one-shot iterator for a ``needs-future`` arm,
-            a request whose keys cannot be computed, or a request that does
+            a request whose keys cannot be computed, a request that does
             not fit in the cache (same message as :func:`simulate`; raised
-            when that request is reached, with nothing returned).
+            when that request is reached, with nothing returned), or a
+            prepared stream of another block size.
         spfcore.workloads.traces.TraceError: a malformed line of a streamed
             trace (file, line and field named), when it is reached.
     """
@@ -1074,10 +1103,16 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
         raise ValueError(f"num_blocks must be >= 2 (null block + 1), got {num_blocks}")
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
+    prepared = isinstance(requests, PreparedStream)
+    if prepared and requests.block_size != block_size:
+        raise ValueError(f"{requests.path}: prepared at block size {requests.block_size}, asked for {block_size}")
     rt = PolicyRuntime.for_policy(arm, num_blocks, block_size, options, env=env, hook_budget_ms=hook_budget_ms)
     kind = _compiled_kind(rt)
     future = None
-    if rt.needs_future:
+    if rt.needs_future and prepared:
+        if kind is None:  # the compiled belady replay reads the stream's own future index
+            rt.set_future(requests.views())
+    elif rt.needs_future:
         if iter(requests) is requests:
             raise ValueError(f"arm {arm!r} needs the future request stream: give a re-iterable request "
                              "source (a TraceStream, a tuple), not a one-shot iterator")
@@ -1091,7 +1126,12 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
         _load_nb()  # outside the timed replay, as in simulate
     with _no_gc():
         t = time.perf_counter()
-        plans = iter_plans(requests, block_size, num_blocks)
+        if prepared and kind is not None:  # the compiled replay reads the maps; the request iter_plans stops at:
+            if (bad := requests.first_too_big(num_blocks)) is not None:
+                raise _too_big(requests.rid(bad), int(requests.arrays["n_total"][bad]), block_size, num_blocks)
+            plans = requests
+        else:
+            plans = requests.plans(num_blocks) if prepared else iter_plans(requests, block_size, num_blocks)
         if kind is not None:
             totals = _replay_compiled(plans, rt, num_blocks, kind, rows, stream_future=future)
         else:
@@ -1161,6 +1201,7 @@ def ceilings_stream(requests: Iterable, *, num_blocks: int, block_size: int, bel
         ValueError, spfcore.workloads.traces.TraceError: as :func:`simulate_stream`.
     """
     if infinite is None:
-        infinite = scan(requests, block_size).infinite_blocks
+        sc = requests.scan if isinstance(requests, PreparedStream) else scan(requests, block_size)
+        infinite = sc.infinite_blocks
     return _ceilings(lambda arm, nb: simulate_stream(requests, arm, num_blocks=nb, block_size=block_size, env={}),
                      infinite, num_blocks, belady, belady_record)
