@@ -571,6 +571,17 @@ class Evictor:
         self._popped = (out, nh, (got, pinned[mask]))
         return out
 
+    def last_pop(self, ids: list[int]) -> tuple[int, np.ndarray | None] | None:
+        """How the last :meth:`pop` (``ids``, the list it returned) took its
+        victims: ``(h, a)``, ``ids[:h]`` hashless blocks and the rest cached,
+        ``a`` those as the int64 array the evictor took them in (``None`` in
+        the plain modes); ``None`` if ``ids`` is not the last pop's list. A
+        caller that needs the victims as an array skips converting the list."""
+        rec = self._popped
+        if rec is None or rec[0] is not ids:
+            return None
+        return rec[1], (None if rec[2] is None else rec[2][0])
+
     def _state(self) -> tuple:
         return self._ib, self._val, self._hv, self._hi, self._c
 

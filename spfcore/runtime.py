@@ -15,6 +15,8 @@ import signal
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import repeat
+from operator import is_
 
 import numpy as np
 import pluggy
@@ -677,37 +679,50 @@ class PolicyRuntime:
         """The request cached new full blocks ``ids`` with block hashes ``keys``
         at depths ``first_depth ...``; ``parent`` is the key before them.
 
-        If ``spfcore_blocks_stored`` raises, the blocks' keys and the key map
-        are put back (the rows of blocks without a key are dead: their other
-        columns are not restored): the runtime is as before the call.
+        If ``spfcore_blocks_stored`` raises, the blocks' keys are put back
+        (the rows of blocks without a key are dead: their other columns are
+        not restored) and the key map was not touched yet (it is written after
+        the hook): the runtime is as before the call.
         """
         t0 = _perf()
         try:
             t = self.table
             n = len(ids)
             key = t.key
-            by_key = self.by_key
+            small = n <= _SMALL
+            arr = None if small else np.asarray(ids, dtype=np.int64)
             undo = None
             if self._has["spfcore_blocks_stored"]:  # a hook that may fail follows: keep what is overwritten
+                if small:
+                    held = [i for i in ids if key[i] is not None]
+                else:  # (``== None`` is an identity test on the usual all-None rows)
+                    held = None if (key[arr] == None).all() else [i for i in ids if key[i] is not None]  # noqa: E711
                 par, req = t.parent, t.request_id
-                undo = ([by_key.get(k) for k in keys] if not by_key.keys().isdisjoint(keys) else None, len(t.sessions),
-                        [(i, key[i], par[i], req[i], [getattr(t, c)[i] for c in _NUMERIC])
-                         for i in ids if key[i] is not None])
-            if not self.track:  # no hook reads a block's other columns (lru): keys only
-                for i, k in zip(ids, keys):
-                    key[i] = k
-                    by_key[k] = i
-            elif n:
-                par, req = t.parent, t.request_id
-                rid = request.request_id
-                for i, k in zip(ids, keys):
-                    key[i] = k
-                    par[i] = parent
-                    req[i] = rid
-                    by_key[k] = i
-                    parent = k
+                undo = (len(t.sessions), [(i, key[i], par[i], req[i], [getattr(t, c)[i] for c in _NUMERIC])
+                                          for i in held] if held else [])
+            if small:
+                if self.track:
+                    par, req = t.parent, t.request_id
+                    rid = request.request_id
+                    for i, k in zip(ids, keys):
+                        key[i] = k
+                        par[i] = parent
+                        req[i] = rid
+                        parent = k
+                else:  # no hook reads a block's other columns (lru): keys only
+                    for i, k in zip(ids, keys):
+                        key[i] = k
+            elif n:  # whole columns at once (C-level scatters)
+                kobj = np.fromiter(keys, object, n)  # one object per key, whatever its type (a tuple stays one)
+                key[arr] = kobj
+                if self.track:
+                    par = t.parent
+                    par[arr[0]] = parent
+                    par[arr[1:]] = kobj[:-1]
+                    t.request_id[arr] = request.request_id
+            if self.track and n:
                 sid = t.session_id(request.session_id)
-                if n <= _SMALL:  # numpy scalar stores beat fancy indexing on a few blocks (decode: one)
+                if small:  # numpy scalar stores beat fancy indexing on a few blocks (decode: one)
                     depth, ntok, sess, acc, last, st = (t.depth, t.num_tokens, t.session, t.access_count,
                                                         t.last_access, t.stored_at)
                     d = first_depth
@@ -720,7 +735,6 @@ class PolicyRuntime:
                         st[i] = now
                         d += 1
                 else:
-                    arr = np.asarray(ids, dtype=np.int64)
                     t.depth[arr] = np.arange(first_depth, first_depth + n)
                     t.num_tokens[arr] = num_tokens
                     t.session[arr] = sid
@@ -729,25 +743,19 @@ class PolicyRuntime:
                     t.stored_at[arr] = now
             if undo is not None:
                 try:
-                    self._call("spfcore_blocks_stored", None, request=request, blocks=BlockBatch(t, ids), now=now)
+                    self._call("spfcore_blocks_stored", None, request=request,
+                               blocks=BlockBatch(t, ids if small else arr), now=now)
                 except BaseException:
-                    self._unstore(ids, keys, *undo)
+                    self._unstore(ids, *undo)
                     raise
+            # the key map last (no hook reads it): nothing to undo there
+            self.by_key.update(zip(keys, ids))  # a key twice: the later block owns it, as one by one
         finally:
             self.policy_seconds += _perf() - t0
 
-    def _unstore(self, ids, keys, owners, nsessions, live) -> None:
-        """Undo :meth:`stored` (see there)."""
-        t, by_key = self.table, self.by_key
-        if owners is None:  # every key was new
-            for k in keys:
-                by_key.pop(k, None)
-        else:
-            for k, i_old in zip(reversed(keys), reversed(owners)):
-                if i_old is None:
-                    by_key.pop(k, None)
-                else:
-                    by_key[k] = i_old
+    def _unstore(self, ids, nsessions, live) -> None:
+        """Undo :meth:`stored`'s table writes (see there)."""
+        t = self.table
         for i in ids:
             t.key[i] = None
         for i, k, p, r, vals in live:  # blocks that held a key before (not vLLM's protocol; restored all the same)
@@ -777,8 +785,11 @@ class PolicyRuntime:
         """
         t0 = _perf()
         try:
-            if cached_ids:
-                self.evictor.push_cached(cached_ids, now)
+            if len(cached_ids):
+                ev = self.evictor
+                if not (ev.fifo or ev.ordered or type(cached_ids) is np.ndarray):  # scored: one id array for
+                    cached_ids = np.fromiter(cached_ids, np.int64, len(cached_ids))  # the evictor and the hooks
+                ev.push_cached(cached_ids, now)
             if hashless_ids:
                 self.evictor.push_hashless(hashless_ids)
         finally:
@@ -804,26 +815,48 @@ class PolicyRuntime:
             self.evict_seconds += _perf() - t0
             self.evict_calls += 1
             key, by_key = self.table.key, self.by_key
-            if self._evicted_hook:  # first: the hook sees only the keys; if it fails, undo the pop
-                gone = [k for i in ids if (k := key[i]) is not None]
-                if gone:
-                    try:
-                        self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
-                    except BaseException:
-                        self.evictor.unpop(ids)
-                        raise
-            n = 0
-            for i in ids:
-                k = key[i]
-                if k is not None:
+            gone = owner = None
+            lp = self.evictor.last_pop(ids)
+            if lp is not None and len(ids) - lp[0] > _SMALL:  # the usual allocation, in C: each cached
+                nh, arr = lp  # victim holds the key it owns (hashless ones first, without a key)
+                held = ids[nh:] if nh else ids
+                if arr is None:
+                    arr = np.fromiter(held, np.int64, len(held))
+                gone = key[arr].tolist()
+                owner = list(map(by_key.pop, gone, repeat(None)))  # a None key pops None
+                if owner != held or any(key[i] is not None for i in ids[:nh]):  # else one by one
+                    self._unpop_keys(gone, owner)
+                    gone = owner = None
+            if gone is None:
+                held = [i for i in ids if key[i] is not None]
+                gone = [key[i] for i in held]
+            if self._evicted_hook and gone:  # the hook sees only the keys; if it fails, undo the pop
+                try:
+                    self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
+                except BaseException:
+                    if owner is not None:
+                        self._unpop_keys(gone, owner)
+                    self.evictor.unpop(ids)
+                    raise
+            if owner is not None:
+                key[arr] = None
+            else:
+                for k, i in zip(gone, held):
                     key[i] = None
-                    n += 1
                     if by_key.get(k) == i:  # a recomputed duplicate may own the key now
                         del by_key[k]
-            self.evictions += n
+            self.evictions += len(gone)
             return ids
         finally:
             self.policy_seconds += _perf() - t0
+
+    def _unpop_keys(self, keys: list, owners: list) -> None:
+        """Put back what ``map(by_key.pop, keys, repeat(None))`` returned as
+        ``owners`` (in reverse: a key popped twice gets its first owner)."""
+        by_key = self.by_key
+        for k, i in zip(reversed(keys), reversed(owners)):
+            if i is not None:
+                by_key[k] = i
 
     def forget(self, ids: Sequence[int]) -> None:
         """Drop metadata of blocks whose hashes were dropped outside eviction
