@@ -177,7 +177,7 @@ class Evictor:
             self._val = np.zeros(nblk, np.float64)
             cap = 2 * nblk + 2048
             self._hv = np.zeros(cap, np.float64)
-            self._hi = np.zeros((4, cap), np.int64)
+            self._hi = np.zeros((cap, 4), np.int64)  # an entry's fields side by side
             self._tk = np.zeros(cap, np.float64)
             self._ti = np.zeros((2, cap), np.int64)
             self._ak = np.zeros(cap, np.float64)
@@ -288,7 +288,9 @@ class Evictor:
                 b[..., :cap] = a
                 return b
 
-            self._hv, self._hi = grow(self._hv), grow(self._hi)
+            hi = np.zeros((new, 4), np.int64)
+            hi[:cap] = self._hi
+            self._hv, self._hi = grow(self._hv), hi
             self._tk, self._ti = grow(self._tk), grow(self._ti)
             self._ak, self._ai = grow(self._ak), grow(self._ai)
 
