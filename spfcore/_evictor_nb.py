@@ -418,6 +418,9 @@ def due_entries(tk, ti, n, clock):
     return bk, bv, bi
 
 
+_NO_DUE = (np.empty(0, np.float64), np.empty(0, np.int64), np.empty(0, np.int64))
+
+
 def due(now, arrival, ib, tk, ti, ak, ai, c):
     """The blocks whose score expired by ``now`` (seconds heap, first) then
     by ``arrival``, in ``(expiry, version)`` order, live entries only, each
@@ -426,8 +429,8 @@ def due(now, arrival, ib, tk, ti, ak, ai, c):
     The entries are sorted by numpy's ``lexsort`` (numba's sorts are several
     times slower); ``(expiry, version)`` pairs are distinct, so the order is
     that of any sort."""
-    tk_, tv, tid = due_entries(tk, ti, c[TN], now)
-    ak_, av, aid = due_entries(ak, ai, c[AN], arrival)
+    tk_, tv, tid = due_entries(tk, ti, c[TN], now) if c[TN] else _NO_DUE  # (a policy uses one clock)
+    ak_, av, aid = due_entries(ak, ai, c[AN], arrival) if c[AN] else _NO_DUE
     if len(tv) > 1:
         o = np.lexsort((tv, tk_))
         tv, tid = tv[o], tid[o]

@@ -510,9 +510,7 @@ class Evictor:
         hl = self._hashless
         if not self._flat and n > len(hl) and self._expiry_due(now, arrival):
             self.rescore_expired(now, arrival)  # before taking anything: a failing score hook takes nothing
-        out: list[int] = []
-        while hl and len(out) < n:
-            out.append(hl.popleft())
+        out: list[int] = [hl.popleft() for _ in range(min(n, len(hl)))]  # hashless first
         need = n - len(out)
         nh = len(out)
         if not need:

@@ -695,8 +695,8 @@ class PolicyRuntime:
             if self._has["spfcore_blocks_stored"]:  # a hook that may fail follows: keep what is overwritten
                 if small:
                     held = [i for i in ids if key[i] is not None]
-                else:  # (``== None`` is an identity test on the usual all-None rows)
-                    held = None if (key[arr] == None).all() else [i for i in ids if key[i] is not None]  # noqa: E711
+                else:  # (list.count tests identity first: quick on the usual all-None rows)
+                    held = None if key[arr].tolist().count(None) == n else [i for i in ids if key[i] is not None]
                 par, req = t.parent, t.request_id
                 undo = (len(t.sessions), [(i, key[i], par[i], req[i], [getattr(t, c)[i] for c in _NUMERIC])
                                           for i in held] if held else [])
