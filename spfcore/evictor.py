@@ -510,7 +510,9 @@ class Evictor:
         hl = self._hashless
         if not self._flat and n > len(hl) and self._expiry_due(now, arrival):
             self.rescore_expired(now, arrival)  # before taking anything: a failing score hook takes nothing
-        out: list[int] = [hl.popleft() for _ in range(min(n, len(hl)))]  # hashless first
+        out: list[int] = []
+        while hl and len(out) < n:
+            out.append(hl.popleft())
         need = n - len(out)
         nh = len(out)
         if not need:
@@ -571,16 +573,12 @@ class Evictor:
         self._popped = (out, nh, (got, pinned[mask]))
         return out
 
-    def last_pop(self, ids: list[int]) -> tuple[int, np.ndarray | None] | None:
-        """How the last :meth:`pop` (``ids``, the list it returned) took its
-        victims: ``(h, a)``, ``ids[:h]`` hashless blocks and the rest cached,
-        ``a`` those as the int64 array the evictor took them in (``None`` in
-        the plain modes); ``None`` if ``ids`` is not the last pop's list. A
-        caller that needs the victims as an array skips converting the list."""
+    def hashless_popped(self, ids: list[int]) -> int | None:
+        """How many of the last :meth:`pop`'s victims (``ids``, the list it
+        returned) were hashless blocks (they come first), or ``None`` if
+        ``ids`` is not that list."""
         rec = self._popped
-        if rec is None or rec[0] is not ids:
-            return None
-        return rec[1], (None if rec[2] is None else rec[2][0])
+        return rec[1] if rec is not None and rec[0] is ids else None
 
     def _state(self) -> tuple:
         return self._ib, self._val, self._hv, self._hi, self._c

@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
-from operator import is_
 
 import numpy as np
 import pluggy
@@ -689,40 +688,26 @@ class PolicyRuntime:
             t = self.table
             n = len(ids)
             key = t.key
-            small = n <= _SMALL
-            arr = None if small else np.asarray(ids, dtype=np.int64)
             undo = None
             if self._has["spfcore_blocks_stored"]:  # a hook that may fail follows: keep what is overwritten
-                if small:
-                    held = [i for i in ids if key[i] is not None]
-                else:  # (list.count tests identity first: quick on the usual all-None rows)
-                    held = None if key[arr].tolist().count(None) == n else [i for i in ids if key[i] is not None]
+                # (list.count tests identity first: quick on the usual all-None rows)
+                held = () if list(map(key.__getitem__, ids)).count(None) == n else [i for i in ids if key[i] is not None]
                 par, req = t.parent, t.request_id
                 undo = (len(t.sessions), [(i, key[i], par[i], req[i], [getattr(t, c)[i] for c in _NUMERIC])
-                                          for i in held] if held else [])
-            if small:
-                if self.track:
-                    par, req = t.parent, t.request_id
-                    rid = request.request_id
-                    for i, k in zip(ids, keys):
-                        key[i] = k
-                        par[i] = parent
-                        req[i] = rid
-                        parent = k
-                else:  # no hook reads a block's other columns (lru): keys only
-                    for i, k in zip(ids, keys):
-                        key[i] = k
-            elif n:  # whole columns at once (C-level scatters)
-                kobj = np.fromiter(keys, object, n)  # one object per key, whatever its type (a tuple stays one)
-                key[arr] = kobj
-                if self.track:
-                    par = t.parent
-                    par[arr[0]] = parent
-                    par[arr[1:]] = kobj[:-1]
-                    t.request_id[arr] = request.request_id
-            if self.track and n:
+                                          for i in held])
+            if not self.track:  # no hook reads a block's other columns (lru): keys only
+                for i, k in zip(ids, keys):
+                    key[i] = k
+            elif n:
+                par, req = t.parent, t.request_id
+                rid = request.request_id
+                for i, k in zip(ids, keys):
+                    key[i] = k
+                    par[i] = parent
+                    req[i] = rid
+                    parent = k
                 sid = t.session_id(request.session_id)
-                if small:  # numpy scalar stores beat fancy indexing on a few blocks (decode: one)
+                if n <= _SMALL:  # numpy scalar stores beat fancy indexing on a few blocks (decode: one)
                     depth, ntok, sess, acc, last, st = (t.depth, t.num_tokens, t.session, t.access_count,
                                                         t.last_access, t.stored_at)
                     d = first_depth
@@ -735,6 +720,7 @@ class PolicyRuntime:
                         st[i] = now
                         d += 1
                 else:
+                    arr = ids = np.asarray(ids, dtype=np.int64)  # the batch below takes the array too
                     t.depth[arr] = np.arange(first_depth, first_depth + n)
                     t.num_tokens[arr] = num_tokens
                     t.session[arr] = sid
@@ -743,13 +729,12 @@ class PolicyRuntime:
                     t.stored_at[arr] = now
             if undo is not None:
                 try:
-                    self._call("spfcore_blocks_stored", None, request=request,
-                               blocks=BlockBatch(t, ids if small else arr), now=now)
+                    self._call("spfcore_blocks_stored", None, request=request, blocks=BlockBatch(t, ids), now=now)
                 except BaseException:
                     self._unstore(ids, *undo)
                     raise
             # the key map last (no hook reads it): nothing to undo there
-            self.by_key.update(zip(keys, ids))  # a key twice: the later block owns it, as one by one
+            self.by_key.update(zip(keys, ids if type(ids) is not np.ndarray else ids.tolist()))
         finally:
             self.policy_seconds += _perf() - t0
 
@@ -815,31 +800,30 @@ class PolicyRuntime:
             self.evict_seconds += _perf() - t0
             self.evict_calls += 1
             key, by_key = self.table.key, self.by_key
-            gone = owner = None
-            lp = self.evictor.last_pop(ids)
-            if lp is not None and len(ids) - lp[0] > _SMALL:  # the usual allocation, in C: each cached
-                nh, arr = lp  # victim holds the key it owns (hashless ones first, without a key)
-                held = ids[nh:] if nh else ids
-                if arr is None:
-                    arr = np.fromiter(held, np.int64, len(held))
-                gone = key[arr].tolist()
+            gone = None
+            nh = self.evictor.hashless_popped(ids)
+            if nh is not None and len(ids) - nh > _SMALL:  # the usual allocation: each cached victim
+                held = ids[nh:] if nh else ids  # holds the key it owns (hashless ones come first); in C
+                gone = list(map(key.__getitem__, held))
                 owner = list(map(by_key.pop, gone, repeat(None)))  # a None key pops None
-                if owner != held or any(key[i] is not None for i in ids[:nh]):  # else one by one
+                if owner != held or (nh and any(key[i] is not None for i in ids[:nh])):  # else one by one
                     self._unpop_keys(gone, owner)
-                    gone = owner = None
-            if gone is None:
+                    gone = None
+            fast = gone is not None
+            if not fast:
                 held = [i for i in ids if key[i] is not None]
                 gone = [key[i] for i in held]
             if self._evicted_hook and gone:  # the hook sees only the keys; if it fails, undo the pop
                 try:
                     self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
                 except BaseException:
-                    if owner is not None:
+                    if fast:
                         self._unpop_keys(gone, owner)
                     self.evictor.unpop(ids)
                     raise
-            if owner is not None:
-                key[arr] = None
+            if fast:
+                for i in held:
+                    key[i] = None
             else:
                 for k, i in zip(gone, held):
                     key[i] = None

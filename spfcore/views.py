@@ -128,14 +128,12 @@ class BlockTable:
     :class:`BlockBatch`. Numeric columns are numpy arrays of length
     ``num_blocks`` so that a batch reads a column with one fancy-index
     operation; keys and request ids stay Python objects (block hashes are
-    128-bit ints, see :mod:`spfcore.keys`) in numpy arrays of dtype
-    ``object``, so that a batch gathers and the runtime scatters them in one
-    C-level operation too (``key[i]`` is the hash itself, as in a list).
+    128-bit ints, see :mod:`spfcore.keys`).
 
     Attributes:
-        key: object array, block hash per block id, ``None`` if the block holds no hash.
-        parent: object array, key of the block at ``depth - 1`` (``None`` at depth 0).
-        request_id: object array, id of the request that stored the block.
+        key: list, block hash per block id, ``None`` if the block holds no hash.
+        parent: list, key of the block at ``depth - 1`` (``None`` at depth 0).
+        request_id: list, id of the request that stored the block.
         depth: int64 array, 0-based chain position.
         num_tokens: int64 array, tokens held (the block size).
         session: int64 array, interned session id (``-1``: no session);
@@ -150,9 +148,9 @@ class BlockTable:
                  "last_access", "stored_at", "sessions", "_session_ids")
 
     def __init__(self, num_blocks: int) -> None:
-        self.key = np.full(num_blocks, None, object)
-        self.parent = np.full(num_blocks, None, object)
-        self.request_id = np.full(num_blocks, None, object)
+        self.key: list = [None] * num_blocks
+        self.parent: list = [None] * num_blocks
+        self.request_id: list = [None] * num_blocks
         self.depth = np.zeros(num_blocks, np.int64)
         self.num_tokens = np.zeros(num_blocks, np.int64)
         self.session = np.full(num_blocks, -1, np.int64)
@@ -267,16 +265,16 @@ class BlockBatch:
     def keys(self) -> list:
         c = self._cols.get("keys")
         if c is None:
-            c = self._cols["keys"] = self.table.key[self.ids].tolist()
+            c = self._cols["keys"] = list(map(self.table.key.__getitem__, self._list()))
         return c
 
     @property
     def parents(self) -> list:
-        return self.table.parent[self.ids].tolist()
+        return list(map(self.table.parent.__getitem__, self._list()))
 
     @property
     def request_ids(self) -> list:
-        return self.table.request_id[self.ids].tolist()
+        return list(map(self.table.request_id.__getitem__, self._list()))
 
     @property
     def parent_index(self):

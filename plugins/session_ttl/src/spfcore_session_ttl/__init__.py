@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
-from itertools import groupby, repeat
+from itertools import repeat
 
 import attrs
 import numpy as np
@@ -142,19 +142,18 @@ class SessionTTLPolicy:
         else:
             session_keys.move_to_end(sid)
         end, until, keys = self._end(request, now), self.until, blocks.keys
-        touched = dict.fromkeys(keys)  # hashed once: dict-to-dict updates below reuse the hashes
         if end >= self._max_end:  # no block is protected beyond ``end``: the max is ``end`` itself
             self._max_end = end
-            until.update(dict.fromkeys(touched, end))
+            until.update(zip(keys, repeat(end)))
         else:  # (a request served after a later arrival, under continuous batching)
             get = until.get
             for k in keys:
                 if get(k, -1) < end:
                     until[k] = end
-        mine.update(touched)  # first-touch order kept
+        mine.update(zip(keys, repeat(None)))  # first-touch order kept
         one = (sid,)
-        if key_sessions.keys().isdisjoint(touched):  # the usual touch: hashes no session touched yet
-            key_sessions.update(dict.fromkeys(touched, one))
+        if key_sessions.keys().isdisjoint(keys):  # the usual touch: hashes no session touched yet
+            key_sessions.update(zip(keys, repeat(one)))
             return
         for k in keys:
             owners = key_sessions.get(k)
@@ -179,10 +178,13 @@ class SessionTTLPolicy:
         session_keys = self.session_keys
         deque(map(self.until.pop, keys, repeat(None)), maxlen=0)  # in C
         owners = list(map(self.key_sessions.pop, keys, repeat(())))
-        j = 0
-        for _, run in groupby(owners, id):  # runs of the same owners (the keys of one touch share a tuple)
+        j, n = 0, len(keys)
+        while j < n:
             ss = owners[j]
-            e = j + len(list(run))
+            e = j + 1
+            if type(ss) is tuple:  # a run of keys of one touch (the same tuple): in one C-level pass
+                while e < n and owners[e] is ss:
+                    e += 1
             for s in ss:
                 mine = session_keys.get(s)
                 if mine is not None:
