@@ -27,13 +27,15 @@ except ImportError:  # pragma: no cover - another pluggy layout: every call goes
 
 from spfcore.evictor import NEVER_ARRIVAL, Evictor
 from spfcore.hookspecs import HOOK_NAMES
-from spfcore.views import BlockBatch, BlockTable, BlockView, RequestView, Score, Scores
+from spfcore.views import BlockBatch, BlockTable, BlockView, RequestView, Score, Scores, gather
 
 _perf = time.perf_counter
 
 
 #: Blocks up to which :meth:`PolicyRuntime.stored` writes the table with scalar stores.
 _SMALL = 8
+#: Victims above which :meth:`PolicyRuntime.evict` drops their keys from the key map in bulk.
+_BULK = 16
 #: Hooks that read a block's columns (depth, access count, ...) through a
 #: :class:`~spfcore.views.BlockBatch`; a policy with none of them (lru) needs
 #: only the keys kept.
@@ -688,17 +690,21 @@ class PolicyRuntime:
             t = self.table
             n = len(ids)
             key = t.key
-            undo = None
+            undo = arr = None
+            by_key = self.by_key
             if self._has["spfcore_blocks_stored"]:  # a hook that may fail follows: keep what is overwritten
                 # (list.count tests identity first: quick on the usual all-None rows)
-                held = () if list(map(key.__getitem__, ids)).count(None) == n else [i for i in ids if key[i] is not None]
+                held = () if n > _SMALL and gather(key, ids).count(None) == n else \
+                    [i for i in ids if key[i] is not None]
                 par, req = t.parent, t.request_id
                 undo = (len(t.sessions), [(i, key[i], par[i], req[i], [getattr(t, c)[i] for c in _NUMERIC])
                                           for i in held])
-            if not self.track:  # no hook reads a block's other columns (lru): keys only
+            if not self.track:  # no hook reads a block's other columns (lru, no stored hook): keys only
                 for i, k in zip(ids, keys):
                     key[i] = k
-            elif n:
+                    by_key[k] = i
+                return
+            if n:
                 par, req = t.parent, t.request_id
                 rid = request.request_id
                 for i, k in zip(ids, keys):
@@ -720,7 +726,7 @@ class PolicyRuntime:
                         st[i] = now
                         d += 1
                 else:
-                    arr = ids = np.asarray(ids, dtype=np.int64)  # the batch below takes the array too
+                    arr = np.asarray(ids, dtype=np.int64)
                     t.depth[arr] = np.arange(first_depth, first_depth + n)
                     t.num_tokens[arr] = num_tokens
                     t.session[arr] = sid
@@ -729,12 +735,17 @@ class PolicyRuntime:
                     t.stored_at[arr] = now
             if undo is not None:
                 try:
-                    self._call("spfcore_blocks_stored", None, request=request, blocks=BlockBatch(t, ids), now=now)
+                    self._call("spfcore_blocks_stored", None, request=request,
+                               blocks=BlockBatch(t, ids, ids_array=arr), now=now)
                 except BaseException:
                     self._unstore(ids, *undo)
                     raise
             # the key map last (no hook reads it): nothing to undo there
-            self.by_key.update(zip(keys, ids if type(ids) is not np.ndarray else ids.tolist()))
+            if n > _SMALL:  # a key twice: the later block owns it, as one by one
+                by_key.update(zip(keys, ids))
+            else:
+                for i, k in zip(ids, keys):
+                    by_key[k] = i
         finally:
             self.policy_seconds += _perf() - t0
 
@@ -770,11 +781,8 @@ class PolicyRuntime:
         """
         t0 = _perf()
         try:
-            if len(cached_ids):
-                ev = self.evictor
-                if not (ev.fifo or ev.ordered or type(cached_ids) is np.ndarray):  # scored: one id array for
-                    cached_ids = np.fromiter(cached_ids, np.int64, len(cached_ids))  # the evictor and the hooks
-                ev.push_cached(cached_ids, now)
+            if cached_ids:
+                self.evictor.push_cached(cached_ids, now)
             if hashless_ids:
                 self.evictor.push_hashless(hashless_ids)
         finally:
@@ -800,36 +808,41 @@ class PolicyRuntime:
             self.evict_seconds += _perf() - t0
             self.evict_calls += 1
             key, by_key = self.table.key, self.by_key
-            gone = None
-            nh = self.evictor.hashless_popped(ids)
-            if nh is not None and len(ids) - nh > _SMALL:  # the usual allocation: each cached victim
-                held = ids[nh:] if nh else ids  # holds the key it owns (hashless ones come first); in C
-                gone = list(map(key.__getitem__, held))
+            nh = self.evictor.hashless_popped(ids) if len(ids) > _BULK else None
+            if nh is not None and len(ids) - nh > _BULK:  # a large allocation: each cached victim holds
+                held = ids[nh:] if nh else ids  # the key it owns (hashless ones come first); in C
+                gone = gather(key, held)
                 owner = list(map(by_key.pop, gone, repeat(None)))  # a None key pops None
-                if owner != held or (nh and any(key[i] is not None for i in ids[:nh])):  # else one by one
-                    self._unpop_keys(gone, owner)
-                    gone = None
-            fast = gone is not None
-            if not fast:
-                held = [i for i in ids if key[i] is not None]
-                gone = [key[i] for i in held]
-            if self._evicted_hook and gone:  # the hook sees only the keys; if it fails, undo the pop
-                try:
-                    self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
-                except BaseException:
-                    if fast:
-                        self._unpop_keys(gone, owner)
-                    self.evictor.unpop(ids)
-                    raise
-            if fast:
-                for i in held:
+                if owner == held and (not nh or gather(key, ids[:nh]).count(None) == nh):
+                    if self._evicted_hook:  # the hook sees only the keys; if it fails, undo the pop
+                        try:
+                            self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
+                        except BaseException:
+                            self._unpop_keys(gone, owner)
+                            self.evictor.unpop(ids)
+                            raise
+                    for i in held:
+                        key[i] = None
+                    self.evictions += len(gone)
+                    return ids
+                self._unpop_keys(gone, owner)  # a hashless victim holds a key, or a duplicate: one by one
+            if self._evicted_hook:  # first: the hook sees only the keys; if it fails, undo the pop
+                gone = [k for i in ids if (k := key[i]) is not None]
+                if gone:
+                    try:
+                        self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
+                    except BaseException:
+                        self.evictor.unpop(ids)
+                        raise
+            n = 0
+            for i in ids:
+                k = key[i]
+                if k is not None:
                     key[i] = None
-            else:
-                for k, i in zip(gone, held):
-                    key[i] = None
+                    n += 1
                     if by_key.get(k) == i:  # a recomputed duplicate may own the key now
                         del by_key[k]
-            self.evictions += len(gone)
+            self.evictions += n
             return ids
         finally:
             self.policy_seconds += _perf() - t0
