@@ -43,6 +43,8 @@ _READS_BLOCKS = ("spfcore_blocks_hit", "spfcore_blocks_stored", "spfcore_score_b
                  "spfcore_choose_victims", "spfcore_evict_blocks")
 #: The type of a block id as the evictor hands it out.
 _INT = frozenset({int})
+#: Python scalar types of a :class:`~spfcore.views.Scores` field given for every block.
+_SCALARS = frozenset({float, int, bool})
 #: The numpy columns of :class:`~spfcore.views.BlockTable`.
 _NUMERIC = ("depth", "num_tokens", "session", "access_count", "last_access", "stored_at")
 
@@ -82,7 +84,7 @@ def _column(x, n: int, default, policy: str, field: str, arrays: bool = False):
     """One :class:`Scores` field as a list of ``n`` entries, or ``None`` when
     it is the default for every block. ``arrays``: a numeric numpy array is
     kept as it is (checked for shape and, for reals, NaN by the caller)."""
-    if np.ndim(x) == 0:
+    if type(x) in _SCALARS or np.ndim(x) == 0:  # (np.ndim converts a Python scalar first: ~2 us)
         if x == default or (x != x and default != default):
             return None
         return [x.item() if isinstance(x, np.generic) else x] * n
