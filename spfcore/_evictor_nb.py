@@ -10,7 +10,8 @@ State (owned by the evictor, passed in on every call):
   heap stamp (the stamp of its live order-heap entry, -1: none), dedup
   stamp, tier, in (free cached, scored), pinned. ``val``: float64 value.
 * The order heap, a binary min-heap with lazy deletion: ``hv`` float64 value,
-  ``hi`` int64 ``(4, cap)``: heap tier, release order, id, stamp. Keyed by
+  ``hi`` int64 ``(cap, 4)`` (an entry's fields side by side): heap tier,
+  release order, id, stamp. Keyed by
   ``(heap tier, value, release order)`` (release orders are distinct, so the
   key is total); an entry is live iff its block is in and its stamp is the
   block's heap stamp.
@@ -40,18 +41,25 @@ _jit = numba.njit(cache=True, nogil=True)
 # ------------------------------------------------------------ order heap
 @_jit
 def _h_less(hv, hi, a, b):
-    if hi[0, a] != hi[0, b]:
-        return hi[0, a] < hi[0, b]
+    if hi[a, 0] != hi[b, 0]:
+        return hi[a, 0] < hi[b, 0]
     if hv[a] != hv[b]:
         return hv[a] < hv[b]
-    return hi[1, a] < hi[1, b]
+    return hi[a, 1] < hi[b, 1]
 
 
 @_jit
 def _h_swap(hv, hi, a, b):
     hv[a], hv[b] = hv[b], hv[a]
     for r in range(4):
-        hi[r, a], hi[r, b] = hi[r, b], hi[r, a]
+        hi[a, r], hi[b, r] = hi[b, r], hi[a, r]
+
+
+@_jit
+def _h_move(hv, hi, dst, src):
+    hv[dst] = hv[src]
+    for r in range(4):
+        hi[dst, r] = hi[src, r]
 
 
 @_jit
@@ -88,10 +96,10 @@ def _h_push(ib, val, hv, hi, c, i, ht):
     s = c[HSEQ] + 1
     c[HSEQ] = s
     hv[n] = val[i]
-    hi[0, n] = ht
-    hi[1, n] = ib[ORD, i]
-    hi[2, n] = i
-    hi[3, n] = s
+    hi[n, 0] = ht
+    hi[n, 1] = ib[ORD, i]
+    hi[n, 2] = i
+    hi[n, 3] = s
     ib[HST, i] = s
     c[HN] = n + 1
     _h_up(hv, hi, n)
@@ -99,13 +107,27 @@ def _h_push(ib, val, hv, hi, c, i, ht):
 
 @_jit
 def _h_pop_top(hv, hi, c):
+    """Drop the root. Bottom-up (Floyd): the hole at the root goes down to a
+    leaf along the smaller children (one comparison per level), the last
+    entry fills it and sifts up (rarely far). The entries left are the same
+    as with the textbook pop, so is every later pop (the key is total)."""
     n = c[HN] - 1
     c[HN] = n
-    if n > 0:
-        hv[0] = hv[n]
-        for r in range(4):
-            hi[r, 0] = hi[r, n]
-        _h_down(hv, hi, 0, n)
+    if n <= 0:
+        return
+    j = 0
+    while True:
+        left = 2 * j + 1
+        if left >= n:
+            break
+        m = left
+        if left + 1 < n and _h_less(hv, hi, left + 1, left):
+            m = left + 1
+        _h_move(hv, hi, j, m)
+        j = m
+    if j != n:
+        _h_move(hv, hi, j, n)
+        _h_up(hv, hi, j)
 
 
 @_jit
@@ -113,11 +135,9 @@ def _h_rebuild(ib, val, hv, hi, c):
     """The order heap from the live entries only (drops stale ones)."""
     n = 0
     for j in range(c[HN]):
-        i = hi[2, j]
-        if ib[IN, i] and ib[HST, i] == hi[3, j]:
-            hv[n] = hv[j]
-            for r in range(4):
-                hi[r, n] = hi[r, j]
+        i = hi[j, 2]
+        if ib[IN, i] and ib[HST, i] == hi[j, 3]:
+            _h_move(hv, hi, n, j)
             n += 1
     c[HN] = n
     for j in range(n // 2 - 1, -1, -1):
@@ -270,8 +290,8 @@ def take(k, forget, out, outpin, ib, val, hv, hi, c):
     them."""
     got = 0
     while got < k:
-        i = hi[2, 0]
-        live = ib[IN, i] != 0 and ib[HST, i] == hi[3, 0]
+        i = hi[0, 2]
+        live = ib[IN, i] != 0 and ib[HST, i] == hi[0, 3]
         _h_pop_top(hv, hi, c)
         if not live:
             continue
@@ -398,6 +418,9 @@ def due_entries(tk, ti, n, clock):
     return bk, bv, bi
 
 
+_NO_DUE = (np.empty(0, np.float64), np.empty(0, np.int64), np.empty(0, np.int64))
+
+
 def due(now, arrival, ib, tk, ti, ak, ai, c):
     """The blocks whose score expired by ``now`` (seconds heap, first) then
     by ``arrival``, in ``(expiry, version)`` order, live entries only, each
@@ -406,8 +429,8 @@ def due(now, arrival, ib, tk, ti, ak, ai, c):
     The entries are sorted by numpy's ``lexsort`` (numba's sorts are several
     times slower); ``(expiry, version)`` pairs are distinct, so the order is
     that of any sort."""
-    tk_, tv, tid = due_entries(tk, ti, c[TN], now)
-    ak_, av, aid = due_entries(ak, ai, c[AN], arrival)
+    tk_, tv, tid = due_entries(tk, ti, c[TN], now) if c[TN] else _NO_DUE  # (a policy uses one clock)
+    ak_, av, aid = due_entries(ak, ai, c[AN], arrival) if c[AN] else _NO_DUE
     if len(tv) > 1:
         o = np.lexsort((tv, tk_))
         tv, tid = tv[o], tid[o]
@@ -476,7 +499,7 @@ def warm() -> None:
     ib = np.zeros((NROWS, nblk), np.int64)
     ib[HST] = -1
     val = np.zeros(nblk)
-    hv, hi = np.zeros(cap), np.zeros((4, cap), np.int64)
+    hv, hi = np.zeros(cap), np.zeros((cap, 4), np.int64)
     tk, ti, ak, ai = np.zeros(cap), np.zeros((2, cap), np.int64), np.zeros(cap), np.zeros((2, cap), np.int64)
     c = np.zeros(NCOUNTERS, np.int64)
     ids = np.arange(4, dtype=np.int64)

@@ -177,7 +177,7 @@ class Evictor:
             self._val = np.zeros(nblk, np.float64)
             cap = 2 * nblk + 2048
             self._hv = np.zeros(cap, np.float64)
-            self._hi = np.zeros((4, cap), np.int64)
+            self._hi = np.zeros((cap, 4), np.int64)  # an entry's fields side by side
             self._tk = np.zeros(cap, np.float64)
             self._ti = np.zeros((2, cap), np.int64)
             self._ak = np.zeros(cap, np.float64)
@@ -288,7 +288,9 @@ class Evictor:
                 b[..., :cap] = a
                 return b
 
-            self._hv, self._hi = grow(self._hv), grow(self._hi)
+            hi = np.zeros((new, 4), np.int64)
+            hi[:cap] = self._hi
+            self._hv, self._hi = grow(self._hv), hi
             self._tk, self._ti = grow(self._tk), grow(self._ti)
             self._ak, self._ai = grow(self._ak), grow(self._ai)
 
@@ -570,6 +572,13 @@ class Evictor:
         out += got.tolist()
         self._popped = (out, nh, (got, pinned[mask]))
         return out
+
+    def hashless_popped(self, ids: list[int]) -> int | None:
+        """How many of the last :meth:`pop`'s victims (``ids``, the list it
+        returned) were hashless blocks (they come first), or ``None`` if
+        ``ids`` is not that list."""
+        rec = self._popped
+        return rec[1] if rec is not None and rec[0] is ids else None
 
     def _state(self) -> tuple:
         return self._ib, self._val, self._hv, self._hi, self._c

@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import repeat
 
 import numpy as np
 import pluggy
@@ -26,13 +27,15 @@ except ImportError:  # pragma: no cover - another pluggy layout: every call goes
 
 from spfcore.evictor import NEVER_ARRIVAL, Evictor
 from spfcore.hookspecs import HOOK_NAMES
-from spfcore.views import BlockBatch, BlockTable, BlockView, RequestView, Score, Scores
+from spfcore.views import BlockBatch, BlockTable, BlockView, RequestView, Score, Scores, gather
 
 _perf = time.perf_counter
 
 
 #: Blocks up to which :meth:`PolicyRuntime.stored` writes the table with scalar stores.
 _SMALL = 8
+#: Victims above which :meth:`PolicyRuntime.evict` drops their keys from the key map in bulk.
+_BULK = 16
 #: Hooks that read a block's columns (depth, access count, ...) through a
 #: :class:`~spfcore.views.BlockBatch`; a policy with none of them (lru) needs
 #: only the keys kept.
@@ -40,6 +43,8 @@ _READS_BLOCKS = ("spfcore_blocks_hit", "spfcore_blocks_stored", "spfcore_score_b
                  "spfcore_choose_victims", "spfcore_evict_blocks")
 #: The type of a block id as the evictor hands it out.
 _INT = frozenset({int})
+#: Python scalar types of a :class:`~spfcore.views.Scores` field given for every block.
+_SCALARS = frozenset({float, int, bool})
 #: The numpy columns of :class:`~spfcore.views.BlockTable`.
 _NUMERIC = ("depth", "num_tokens", "session", "access_count", "last_access", "stored_at")
 
@@ -79,7 +84,7 @@ def _column(x, n: int, default, policy: str, field: str, arrays: bool = False):
     """One :class:`Scores` field as a list of ``n`` entries, or ``None`` when
     it is the default for every block. ``arrays``: a numeric numpy array is
     kept as it is (checked for shape and, for reals, NaN by the caller)."""
-    if np.ndim(x) == 0:
+    if type(x) in _SCALARS or np.ndim(x) == 0:  # (np.ndim converts a Python scalar first: ~2 us)
         if x == default or (x != x and default != default):
             return None
         return [x.item() if isinstance(x, np.generic) else x] * n
@@ -677,34 +682,37 @@ class PolicyRuntime:
         """The request cached new full blocks ``ids`` with block hashes ``keys``
         at depths ``first_depth ...``; ``parent`` is the key before them.
 
-        If ``spfcore_blocks_stored`` raises, the blocks' keys and the key map
-        are put back (the rows of blocks without a key are dead: their other
-        columns are not restored): the runtime is as before the call.
+        If ``spfcore_blocks_stored`` raises, the blocks' keys are put back
+        (the rows of blocks without a key are dead: their other columns are
+        not restored) and the key map was not touched yet (it is written after
+        the hook): the runtime is as before the call.
         """
         t0 = _perf()
         try:
             t = self.table
             n = len(ids)
             key = t.key
+            undo = arr = None
             by_key = self.by_key
-            undo = None
             if self._has["spfcore_blocks_stored"]:  # a hook that may fail follows: keep what is overwritten
+                # (list.count tests identity first: quick on the usual all-None rows)
+                held = () if n > _SMALL and gather(key, ids).count(None) == n else \
+                    [i for i in ids if key[i] is not None]
                 par, req = t.parent, t.request_id
-                undo = ([by_key.get(k) for k in keys] if not by_key.keys().isdisjoint(keys) else None, len(t.sessions),
-                        [(i, key[i], par[i], req[i], [getattr(t, c)[i] for c in _NUMERIC])
-                         for i in ids if key[i] is not None])
-            if not self.track:  # no hook reads a block's other columns (lru): keys only
+                undo = (len(t.sessions), [(i, key[i], par[i], req[i], [getattr(t, c)[i] for c in _NUMERIC])
+                                          for i in held])
+            if not self.track:  # no hook reads a block's other columns (lru, no stored hook): keys only
                 for i, k in zip(ids, keys):
                     key[i] = k
                     by_key[k] = i
-            elif n:
+                return
+            if n:
                 par, req = t.parent, t.request_id
                 rid = request.request_id
                 for i, k in zip(ids, keys):
                     key[i] = k
                     par[i] = parent
                     req[i] = rid
-                    by_key[k] = i
                     parent = k
                 sid = t.session_id(request.session_id)
                 if n <= _SMALL:  # numpy scalar stores beat fancy indexing on a few blocks (decode: one)
@@ -729,25 +737,23 @@ class PolicyRuntime:
                     t.stored_at[arr] = now
             if undo is not None:
                 try:
-                    self._call("spfcore_blocks_stored", None, request=request, blocks=BlockBatch(t, ids), now=now)
+                    self._call("spfcore_blocks_stored", None, request=request,
+                               blocks=BlockBatch(t, ids, ids_array=arr), now=now)
                 except BaseException:
-                    self._unstore(ids, keys, *undo)
+                    self._unstore(ids, *undo)
                     raise
+            # the key map last (no hook reads it): nothing to undo there
+            if n > _SMALL:  # a key twice: the later block owns it, as one by one
+                by_key.update(zip(keys, ids))
+            else:
+                for i, k in zip(ids, keys):
+                    by_key[k] = i
         finally:
             self.policy_seconds += _perf() - t0
 
-    def _unstore(self, ids, keys, owners, nsessions, live) -> None:
-        """Undo :meth:`stored` (see there)."""
-        t, by_key = self.table, self.by_key
-        if owners is None:  # every key was new
-            for k in keys:
-                by_key.pop(k, None)
-        else:
-            for k, i_old in zip(reversed(keys), reversed(owners)):
-                if i_old is None:
-                    by_key.pop(k, None)
-                else:
-                    by_key[k] = i_old
+    def _unstore(self, ids, nsessions, live) -> None:
+        """Undo :meth:`stored`'s table writes (see there)."""
+        t = self.table
         for i in ids:
             t.key[i] = None
         for i, k, p, r, vals in live:  # blocks that held a key before (not vLLM's protocol; restored all the same)
@@ -804,6 +810,24 @@ class PolicyRuntime:
             self.evict_seconds += _perf() - t0
             self.evict_calls += 1
             key, by_key = self.table.key, self.by_key
+            nh = self.evictor.hashless_popped(ids) if len(ids) > _BULK else None
+            if nh is not None and len(ids) - nh > _BULK:  # a large allocation: each cached victim holds
+                held = ids[nh:] if nh else ids  # the key it owns (hashless ones come first); in C
+                gone = gather(key, held)
+                owner = list(map(by_key.pop, gone, repeat(None)))  # a None key pops None
+                if owner == held and (not nh or gather(key, ids[:nh]).count(None) == nh):
+                    if self._evicted_hook:  # the hook sees only the keys; if it fails, undo the pop
+                        try:
+                            self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
+                        except BaseException:
+                            self._unpop_keys(gone, owner)
+                            self.evictor.unpop(ids)
+                            raise
+                    for i in held:
+                        key[i] = None
+                    self.evictions += len(gone)
+                    return ids
+                self._unpop_keys(gone, owner)  # a hashless victim holds a key, or a duplicate: one by one
             if self._evicted_hook:  # first: the hook sees only the keys; if it fails, undo the pop
                 gone = [k for i in ids if (k := key[i]) is not None]
                 if gone:
@@ -824,6 +848,14 @@ class PolicyRuntime:
             return ids
         finally:
             self.policy_seconds += _perf() - t0
+
+    def _unpop_keys(self, keys: list, owners: list) -> None:
+        """Put back what ``map(by_key.pop, keys, repeat(None))`` returned as
+        ``owners`` (in reverse: a key popped twice gets its first owner)."""
+        by_key = self.by_key
+        for k, i in zip(reversed(keys), reversed(owners)):
+            if i is not None:
+                by_key[k] = i
 
     def forget(self, ids: Sequence[int]) -> None:
         """Drop metadata of blocks whose hashes were dropped outside eviction

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable
+from operator import itemgetter
 
 import attrs
 import numpy as np
@@ -121,6 +122,13 @@ class Hint:
     expires_at_arrival: int
 
 
+def gather(column: list, ids: list) -> list:
+    """``[column[i] for i in ids]`` in one C-level call (``itemgetter``)."""
+    if len(ids) > 1:
+        return list(itemgetter(*ids)(column))
+    return [column[i] for i in ids]
+
+
 class BlockTable:
     """Per-block metadata of one cache, as columns indexed by physical block id.
 
@@ -206,13 +214,16 @@ class BlockBatch:
 
     __slots__ = ("table", "_ids", "_arr", "_cols")
 
-    def __init__(self, table: BlockTable, ids) -> None:
+    def __init__(self, table: BlockTable, ids, ids_array: np.ndarray | None = None) -> None:
+        """``ids``: the physical block ids, a sequence or an int64 array;
+        ``ids_array``: the same ids as an int64 array, when the caller has
+        both forms (neither is then converted)."""
         self.table = table
         if type(ids) is np.ndarray:  # an int64 array of ids: the list is made if needed
             self._arr, self._ids = ids.astype(np.int64, copy=False), None
         else:
             self._ids = ids  # list (or sequence) of physical block ids
-            self._arr = None
+            self._arr = ids_array
         self._cols: dict = {}
 
     @classmethod
@@ -265,18 +276,16 @@ class BlockBatch:
     def keys(self) -> list:
         c = self._cols.get("keys")
         if c is None:
-            c = self._cols["keys"] = list(map(self.table.key.__getitem__, self._list()))
+            c = self._cols["keys"] = gather(self.table.key, self._list())
         return c
 
     @property
     def parents(self) -> list:
-        p = self.table.parent
-        return [p[i] for i in self._list()]
+        return gather(self.table.parent, self._list())
 
     @property
     def request_ids(self) -> list:
-        r = self.table.request_id
-        return [r[i] for i in self._list()]
+        return gather(self.table.request_id, self._list())
 
     @property
     def parent_index(self):

@@ -281,3 +281,44 @@ def test_bad_batch_answers_are_policy_errors(answer, match):
     c = MiniCache(runtime_for(Bad()), 0)
     with pytest.raises(PolicyError, match=r"policy 't': hook spfcore_score_blocks returned " + match):
         c.serve(["a0", "a1"])
+
+
+class RecordsEvicted:
+    def __init__(self):
+        self.evicted = []
+
+    @hookimpl
+    def spfcore_blocks_evicted(self, keys, now):
+        self.evicted.append(list(keys))
+
+
+@pytest.mark.parametrize("dup", [False, True])
+@pytest.mark.parametrize("hashless", [0, 3])
+def test_a_large_allocation_drops_keys_as_one_by_one(dup, hashless):
+    """An allocation of more than 16 victims drops their keys in bulk: the key
+    map, the hook's keys and the eviction count are those of the one-by-one
+    rule (a key leaves the map only with the block that owns it), with
+    hashless victims first and a recomputed duplicate among the victims."""
+    pol = RecordsEvicted()
+    rt = runtime_for(pol, num_blocks=64)
+    rt.release([], list(range(64)), 0.0)
+    req = None
+    a = rt.evict(24, 0.0)
+    rt.stored(req, a, [f"k{j}" for j in range(24)], 0, None, 4, 0.0)
+    b = rt.evict(2, 0.0)  # a recomputed copy of k5 (it owns the key now) and k30
+    rt.stored(req, b, ["k5" if dup else "k99", "k30"], 5, "k4", 4, 0.0)
+    held = rt.evict(38, 0.0)  # every other block, held
+    rt.release(a[::-1] + b, held[:hashless], 1.0)
+    key = [rt.key_of(i) for i in range(64)]
+    expected = dict(rt.by_key)
+    victims = rt.evict(24 + hashless, 2.0)  # a's blocks, not b's
+    assert victims[:hashless] == held[:hashless] and len(victims) - hashless > 16
+    gone = []
+    for i in victims:
+        if key[i] is not None:
+            gone.append(key[i])
+            if expected.get(key[i]) == i:
+                del expected[key[i]]
+    assert rt.by_key == expected and pol.evicted[-1] == gone and rt.evictions == len(gone) == 24
+    assert all(rt.key_of(i) is None for i in victims)
+    assert rt.by_key == {"k5" if dup else "k99": b[0], "k30": b[1]}  # the copy of k5 still owns it

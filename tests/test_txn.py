@@ -162,11 +162,14 @@ def check_evictor(ev: Evictor) -> None:
     ib, hv, hi, c = ev._ib, ev._hv, ev._hi, ev._c
     inn = set(np.flatnonzero(ib[IN]).tolist())
     seen = {}
-    for j in range(int(c[HN])):
-        i = int(hi[2, j])
-        if ib[IN, i] and ib[HST, i] == hi[3, j]:
+    n = int(c[HN])
+    for j in range(n):
+        i = int(hi[j, 2])
+        if ib[IN, i] and ib[HST, i] == hi[j, 3]:
             assert i not in seen
-            seen[i] = (int(hi[0, j]), float(hv[j]), int(hi[1, j]))
+            seen[i] = (int(hi[j, 0]), float(hv[j]), int(hi[j, 1]))
+    key = [(int(hi[j, 0]), float(hv[j]), int(hi[j, 1])) for j in range(n)]
+    assert all(key[(j - 1) // 2] <= key[j] for j in range(1, n))  # the heap property, stale entries too
     assert seen.keys() == inn
     for i in inn:
         assert seen[i] == (2 if ib[PIN, i] else int(ib[TIER, i]), float(ev._val[i]), int(ib[ORD, i]))

@@ -57,6 +57,29 @@ def test_ghost_list_is_bounded_lru():
     assert list(p.ghost.items()) == [("k2", 1), ("k3", 1)]  # k1 (count 2) aged out
 
 
+def _stored(p, keys):
+    r = RequestView("r", None, 0, 0.0, 4 * len(keys), tuple(keys))
+    p.spfcore_blocks_stored(r, BlockBatch.of([BlockView(k, d, None, 4, None, "r", 1, 0.0, 0.0)
+                                              for d, k in enumerate(keys)]), 0.0)
+
+
+@pytest.mark.parametrize("keys", [["g", "x", "g"], ["x", "g", "x", "g", "g"], ["g", "h"], ["x", "x"]])
+def test_a_store_counts_as_one_by_one(keys):
+    """A stored batch counts each hash as the hook's one-by-one rule does
+    (``count = (count if cached else ghost count) + 1`` per occurrence),
+    also when a hash that left a ghost count comes twice in one batch."""
+    p = FrequencyPolicy()
+    p.spfcore_cache_configured(num_blocks=8, block_size=4)
+    _stored(p, ["g", "h"])
+    p.spfcore_blocks_hit(None, BlockBatch.of([BlockView("g", 0, None, 4, None, "r", 2, 0.0, 0.0)]), 0.0)
+    p.spfcore_blocks_evicted(["g", "h"], 0.0)  # ghosts g = 2, h = 1
+    count, ghost = dict(p.count), dict(p.ghost)
+    for k in keys:
+        count[k] = (count[k] if k in count else ghost.pop(k, 0)) + 1
+    _stored(p, keys)
+    assert dict(p.count) == count and dict(p.ghost) == ghost
+
+
 def test_bad_option():
     with pytest.raises(PolicyConfigError, match=r"policy 'frequency': 'min_count' must be >= 1"):
         MiniCache("frequency", 4, options={"min_count": "0"})

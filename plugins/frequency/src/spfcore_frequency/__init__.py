@@ -89,9 +89,16 @@ class FrequencyPolicy:
             if ghost.keys().isdisjoint(keys):  # all new: +1 per occurrence
                 count.update(keys)
                 return
-            if len(set(keys)) == len(keys):  # each its ghost count (or 0) + 1
-                dict.update(count, zip(keys, map((1).__add__, map(ghost.pop, keys, repeat(0)))))
+            n0 = len(count)
+            back = list(map(ghost.pop, keys, repeat(0)))  # each its ghost count (or 0) + 1
+            dict.update(count, zip(keys, map((1).__add__, back)))
+            if len(count) - n0 == len(keys):
                 return
+            for k in set(keys):  # a hash twice: its first ghost count + 1 per occurrence, as one by one
+                del count[k]
+            for k, c in zip(keys, back):
+                count[k] = count.get(k, 0) + c + 1
+            return
         for k in keys:
             count[k] = (count[k] if k in count else ghost.pop(k, 0)) + 1
 

@@ -209,6 +209,14 @@ def _age_buckets(buckets_per_octave: int, max_age_log2: int) -> tuple:
     return nb, lo, tuple(lo_int), tuple(bucket_of)
 
 
+def _pick(keys: list, idx: np.ndarray) -> list:
+    """``[keys[j] for j in idx]`` for increasing positions ``idx``, in C
+    (``keys`` itself when ``idx`` is every position)."""
+    if len(idx) == len(keys):
+        return keys
+    return list(map(keys.__getitem__, idx.tolist()))
+
+
 def _bit_length(x: np.ndarray) -> np.ndarray:
     """``int.bit_length`` of each non-negative integer (exact below 2**53)."""
     return np.frexp(x.astype(np.float64))[1].astype(np.int64)
@@ -568,7 +576,7 @@ class UtilityPolicy:
         old = slots >= 0
         if not old.all():  # not seen through a store (a copy of an evicted hash): a new record
             new = np.flatnonzero(~old)
-            nk = [keys[j] for j in new.tolist()]
+            nk = _pick(keys, new)
             ghost = self.ghost
             dual = [k for k in nk if k in ghost]
             if dual:  # the ghost's slot no longer names the hash's record
@@ -625,7 +633,7 @@ class UtilityPolicy:
         if not old.all():
             before = len(info)
             miss = np.flatnonzero(~old)
-            mk = [keys[j] for j in miss.tolist()]
+            mk = _pick(keys, miss)
             back = np.fromiter(map(self.ghost.pop, mk, repeat(-1)), np.int64, len(mk))
             ret = back >= 0
             if ret.any():  # ghosts come back: their eviction counted as "never"; take it back
@@ -635,13 +643,13 @@ class UtilityPolicy:
                 pw = {k: decay ** k for k in set(ks)}  # decayed since (Python's pow, as ever)
                 d = np.fromiter(map(pw.__getitem__, ks), np.float64, len(ks))
                 _load_nb().take_back(self.never, self.cls[rs], d)
-                info.update(zip([keys[j] for j in rj.tolist()], rs.tolist()))
+                info.update(zip(_pick(keys, rj), rs.tolist()))
                 slots[rj] = rs
                 fin[rj] = rs
                 old[rj] = True
                 new = miss[~ret]
                 if len(new):
-                    fin[new] = self._new([keys[j] for j in new.tolist()], grp[new])
+                    fin[new] = self._new(_pick(keys, new), grp[new])
             else:
                 fin[miss] = self._new(mk, grp[miss])
             if len(info) - before != len(miss):  # a hash twice: its later record counts
