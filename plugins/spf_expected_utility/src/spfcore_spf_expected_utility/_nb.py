@@ -175,6 +175,103 @@ def parent_pos(s, ps, scratch):
     return pi
 
 
+@_jit
+def score_ids(ids, slot_of_id, pslot_of_id, pgen_of_id, gen, scratch, last, cls, vals, offs, bucket, depth,
+              t, max_ttl, cap, never_arrival):
+    """The whole score of a batch of block ids in one pass (the id map's
+    :meth:`~spfcore_spf_expected_utility.utility.UtilityPolicy._score_by_ids`
+    and ``_score_slots`` without ``count_weight``): the same gathers,
+    comparisons and integer sums, so the same values and expiries.
+
+    Per block ``k`` (id ``i = ids[k]``, record slot ``s = slot_of_id[i]``):
+    age ``a = t - last[s]``, bucket ``b = bucket[min(a, len(bucket) - 1)]``,
+    value ``vals[cls[s], b]``, expiry ``min(last[s] + off, t + max_ttl)``
+    with ``off = offs[cls[s], b]`` (``off < 0``: ``never_arrival``). With
+    ``cap`` (chain_monotone, more than one block) each value is capped at its
+    parent's (the block whose slot is the parent slot recorded for ``i``),
+    in one pass tail first when the first block is deeper than the last
+    (a release batch), else forwards (:func:`chain_cap`).
+
+    Args:
+        ids: ``(n,)`` int64 block ids (one outside the map: status 1).
+        slot_of_id, pslot_of_id, pgen_of_id: the id map (per block id).
+        gen: per slot generation; scratch: per slot, -1 (left as it was).
+        last, cls: per slot record arrays; vals, offs: ``(classes + 1, nb)``
+            tables; bucket: bucket of each small integer age; depth: per block id.
+        t, max_ttl, never_arrival: arrivals.
+        cap: bool.
+
+    Returns:
+        ``(status, x, e, expiring)``: ``status`` 0 done; 1 a block without a
+        record or a slot twice in the batch; 2 a parent slot the map is not sure
+        of (both: answer by the general path). ``x`` float64 values, ``e``
+        int64 expiries, ``expiring``: whether any ``e`` is below ``never_arrival``.
+    """
+    n = ids.shape[0]
+    x = np.empty(n, np.float64)
+    e = np.empty(n, np.int64)
+    s = np.empty(n, np.int64)
+    m = slot_of_id.shape[0]
+    for k in range(n):
+        i = ids[k]
+        if i < 0 or i >= m:
+            return 1, x, e, False
+        v = slot_of_id[i]
+        if v == 0:
+            return 1, x, e, False
+        s[k] = v
+    pi = np.empty(0, np.int64)
+    if cap:
+        for k in range(n):  # the parent's slot must still name its hash's record
+            i = ids[k]
+            ps = pslot_of_id[i]
+            if ps == 0 or (ps > 0 and gen[ps] != pgen_of_id[i]):
+                return 2, x, e, False
+        ok = True
+        for k in range(n):
+            if scratch[s[k]] >= 0:
+                ok = False
+            scratch[s[k]] = k
+        if ok:
+            pi = np.empty(n, np.int64)
+            for k in range(n):
+                q = pslot_of_id[ids[k]]
+                pi[k] = scratch[q] if q > 0 else -1
+        for k in range(n):
+            scratch[s[k]] = -1
+        if not ok:
+            return 1, x, e, False
+    nbk = bucket.shape[0]
+    expiring = False
+    for k in range(n):
+        sk = s[k]
+        t0 = last[sk]
+        a = t - t0
+        b = bucket[a if a < nbk - 1 else nbk - 1]
+        c = cls[sk]
+        x[k] = vals[c, b]
+        off = offs[c, b]
+        if off < 0:
+            e[k] = never_arrival
+        else:
+            y = t0 + off
+            z = t + max_ttl
+            e[k] = y if y < z else z
+            expiring = True
+    if cap and n > 1:
+        if depth[ids[0]] > depth[ids[n - 1]]:
+            for k in range(n - 1, -1, -1):
+                p = pi[k]
+                if p > k and x[p] < x[k]:
+                    x[k] = x[p]
+        else:
+            for k in range(n):
+                p = pi[k]
+                if 0 <= p < k and x[p] < x[k]:
+                    x[k] = x[p]
+    return 0, x, e, expiring
+
+
 def warm() -> None:
     """Compile both loops (or load them from numba's cache) now, on a tiny table."""
     H = np.zeros((2, 4))
@@ -186,3 +283,7 @@ def warm() -> None:
     z = np.zeros(4, np.int64)
     assign(z, z.copy(), z.copy(), np.array([1], np.int64), np.array([2], np.int64))
     parent_pos(np.array([1, 2], np.int64), np.array([2, -1], np.int64), np.full(4, -1, np.int64))
+    one = np.ones(4, np.int64)
+    score_ids(np.array([1, 2], np.int64), one, z.copy(), z.copy(), z.copy(), np.full(4, -1, np.int64), z.copy(),
+              z.copy(), np.zeros((2, 3)), np.full((2, 3), -1, np.int64), np.zeros(3, np.int64), z.copy(), 1, 8,
+              True, 2**62)
