@@ -176,6 +176,69 @@ def parent_pos(s, ps, scratch):
 
 
 @_jit
+def reaccess(s, grp, t, reuse_only, last, count, first, cls, hist, bucket, per_kind, max_count, gap_classes,
+             gap_octaves, gap_mean):
+    """Records ``s`` (slots) accessed again at arrival ``t``: the histogram,
+    count, latest access and class updates of ``UtilityPolicy.spfcore_blocks_hit``
+    and ``_store`` (``_clss`` for the class) in one pass, with numpy's
+    semantics for a slot twice in ``s`` (every field gathered before any is
+    written; the histogram adds in order; per field the last write wins), so
+    the records come out the same.
+
+    Per block ``k``: ``gap = t - last[s]`` (arrivals); a reuse (every access,
+    or with ``reuse_only`` one with ``gap > 0``: a store in the same arrival
+    is not one) adds 1.0 to ``hist[cls[s], bucket of gap]`` and 1 to the
+    count; then ``last = t`` and the class is ``grp * per_kind + g`` with
+    ``g = 0`` after one access, else (``gap_classes``) ``1 + (bit_length(gap')
+    - 1) // gap_octaves`` (1 for ``gap' = 0``), ``gap'`` the mean reuse gap
+    ``(t - first) // (count - 1)`` with ``gap_mean`` else ``gap``, or
+    (not ``gap_classes``) ``count - 1``; ``g`` capped at ``max_count - 1``.
+    """
+    n = s.shape[0]
+    gap = np.empty(n, np.int64)
+    c0 = np.empty(n, np.int64)
+    cnt = np.empty(n, np.int64)
+    fst = np.empty(n, np.int64)
+    for k in range(n):
+        sk = s[k]
+        gap[k] = t - last[sk]
+        c0[k] = cls[sk]
+        cnt[k] = count[sk]
+        fst[k] = first[sk]
+    top = bucket.shape[0] - 1
+    for k in range(n):
+        g = gap[k]
+        if not reuse_only or g > 0:
+            hist[c0[k], bucket[g if g < top else top]] += 1.0
+            cnt[k] += 1
+    for k in range(n):
+        count[s[k]] = cnt[k]
+    for k in range(n):
+        last[s[k]] = t
+    for k in range(n):
+        ck = cnt[k]
+        g = 0
+        if ck > 1:
+            if gap_classes:
+                gp = gap[k]
+                if gap_mean:
+                    gp = (t - fst[k]) // (ck - 1)
+                if gp > 0:
+                    bl = 0
+                    while gp:
+                        bl += 1
+                        gp >>= 1
+                    g = 1 + (bl - 1) // gap_octaves
+                else:
+                    g = 1
+            else:
+                g = ck - 1
+            if g > max_count - 1:
+                g = max_count - 1
+        cls[s[k]] = grp[k] * per_kind + g
+
+
+@_jit
 def score_ids(ids, slot_of_id, pslot_of_id, pgen_of_id, gen, scratch, last, cls, vals, offs, bucket, depth,
               t, max_ttl, cap, never_arrival):
     """The whole score of a batch of block ids in one pass (the id map's
@@ -284,6 +347,8 @@ def warm() -> None:
     assign(z, z.copy(), z.copy(), np.array([1], np.int64), np.array([2], np.int64))
     parent_pos(np.array([1, 2], np.int64), np.array([2, -1], np.int64), np.full(4, -1, np.int64))
     one = np.ones(4, np.int64)
+    reaccess(np.array([1, 2], np.int64), np.array([0, 1], np.int64), 3, True, z.copy(), one.copy(), z.copy(),
+             z.copy(), np.zeros((2, 3)), np.zeros(3, np.int64), 2, 2, True, 1, True)
     score_ids(np.array([1, 2], np.int64), one, z.copy(), z.copy(), z.copy(), np.full(4, -1, np.int64), z.copy(),
               z.copy(), np.zeros((2, 3)), np.full((2, 3), -1, np.int64), np.zeros(3, np.int64), z.copy(), 1, 8,
               True, 2**62)

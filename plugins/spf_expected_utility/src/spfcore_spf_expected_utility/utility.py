@@ -555,14 +555,16 @@ class UtilityPolicy:
         self.prompt = None
         self._prompt_keys = keys
 
-    def _update(self, s: np.ndarray, grp: np.ndarray, gap: np.ndarray, count: np.ndarray) -> None:
-        """Latest access now of records ``s`` (access counts ``count`` after
-        it): move each to its new class (``grp`` group, ``gap`` latest gap)."""
-        t = self.t
-        self.last[s] = t
-        if self.params.gap_mean:
-            gap = np.where(count > 1, (t - self.first[s]) // np.maximum(count - 1, 1), gap)
-        self.cls[s] = self._clss(grp, count, gap)
+    def _reaccess(self, s: np.ndarray, grp: np.ndarray, reuse_only: bool) -> None:
+        """Records ``s`` accessed now by blocks of groups ``grp``: each access
+        (with ``reuse_only`` only one at a positive gap) is a reuse at gap
+        ``t - last`` (histogram, count); then its latest access is now and
+        it moves to its new class (:meth:`_clss`). One compiled pass,
+        :func:`_nb.reaccess` (the records come out as with the numpy form)."""
+        p = self.params
+        _load_nb().reaccess(s, np.ascontiguousarray(grp, np.int64), self.t, reuse_only, self.last, self.count,
+                            self.first, self.cls, self.hist, self._bucket_np, self.per_kind, p.max_count,
+                            p.gap_classes, p.gap_octaves, p.gap_mean)
 
     @hookimpl
     def spfcore_blocks_hit(self, request, blocks, now):
@@ -585,13 +587,8 @@ class UtilityPolicy:
             self._new(nk, grp[new])
             self._map_hit(blocks, new, nk)
             slots, grp = slots[old], grp[old]
-        if not len(slots):
-            return
-        gap = self.t - self.last[slots]
-        np.add.at(self.hist, (self.cls[slots], self._buckets(gap)), 1.0)
-        count = self.count[slots] + 1
-        self.count[slots] = count
-        self._update(slots, grp, gap, count)
+        if len(slots):
+            self._reaccess(slots, grp, False)
 
     @hookimpl
     def spfcore_blocks_stored(self, request, blocks, now):
@@ -623,18 +620,26 @@ class UtilityPolicy:
             else:
                 inp = np.fromiter(map(self.prompt.__contains__, keys), bool, n)
                 grp = self._grps(np.where(inp, self.kind, 0), depth)
-        if info.keys().isdisjoint(keys) and self.ghost.keys().isdisjoint(keys):  # all seen the first time
+        if info.keys().isdisjoint(keys):  # none resident (the usual store: a prefix-cache miss)
             before = len(info)
-            s = self._new(keys, grp)
-            return s if len(info) - before == n else None
-        slots = np.fromiter(map(info.get, keys, repeat(-1)), np.int64, n)
-        old = slots >= 0
+            back = np.fromiter(map(self.ghost.pop, keys, repeat(-1)), np.int64, n)  # ghosts coming back
+            if back.max() < 0:  # all seen the first time
+                s = self._new(keys, grp)
+                return s if len(info) - before == n else None
+            slots = np.full(n, -1, np.int64)
+            old = np.zeros(n, np.bool_)
+            miss, mk = np.arange(n), keys
+        else:
+            slots = np.fromiter(map(info.get, keys, repeat(-1)), np.int64, n)
+            old = slots >= 0
+            back = None
         fin = slots.copy()
         if not old.all():
-            before = len(info)
-            miss = np.flatnonzero(~old)
-            mk = _pick(keys, miss)
-            back = np.fromiter(map(self.ghost.pop, mk, repeat(-1)), np.int64, len(mk))
+            if back is None:
+                before = len(info)
+                miss = np.flatnonzero(~old)
+                mk = _pick(keys, miss)
+                back = np.fromiter(map(self.ghost.pop, mk, repeat(-1)), np.int64, len(mk))
             ret = back >= 0
             if ret.any():  # ghosts come back: their eviction counted as "never"; take it back
                 rs, rj = back[ret], miss[ret]
@@ -655,19 +660,8 @@ class UtilityPolicy:
             if len(info) - before != len(miss):  # a hash twice: its later record counts
                 fin = None
             slots, grp = slots[old], grp[old]
-        if not len(slots):
-            return fin
-        gap = self.t - self.last[slots]
-        pos = gap > 0
-        count = self.count[slots]
-        if pos.all():
-            np.add.at(self.hist, (self.cls[slots], self._buckets(gap)), 1.0)
-            count += 1
-        else:  # stored again in the same arrival: not a reuse
-            np.add.at(self.hist, (self.cls[slots[pos]], self._buckets(gap[pos])), 1.0)
-            count += pos
-        self.count[slots] = count
-        self._update(slots, grp, gap, count)
+        if len(slots):  # stored again in the same arrival (gap 0): not a reuse
+            self._reaccess(slots, grp, True)
         return fin
 
     def _store_one(self, k, depth: int) -> np.ndarray:
