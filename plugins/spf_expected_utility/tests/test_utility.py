@@ -261,3 +261,50 @@ def test_chain_cap_equals_the_plain_pass(seed):
     x = rng.integers(0, 5, len(blocks)).astype(np.float64)  # ties on purpose
     got = UtilityPolicy._chain_cap(BlockBatch.of(blocks), [b.key for b in blocks], x.copy())
     assert got.tolist() == _cap_reference(blocks, x.tolist())
+
+
+def _reaccess_reference(pol, s, grp, reuse_only):
+    """The numpy form of a re-access (histogram, count, latest access, class):
+    fancy-index gathers before any write, ``np.add.at`` for the histogram."""
+    t = pol.t
+    gap = t - pol.last[s]
+    count = pol.count[s]
+    pos = gap > 0 if reuse_only else np.ones(len(s), bool)
+    np.add.at(pol.hist, (pol.cls[s[pos]], pol._buckets(gap[pos])), 1.0)
+    count = count + pos
+    pol.count[s] = count
+    pol.last[s] = t
+    if pol.params.gap_mean:
+        gap = np.where(count > 1, (t - pol.first[s]) // np.maximum(count - 1, 1), gap)
+    pol.cls[s] = pol._clss(grp, count, gap)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_compiled_reaccess_equals_the_numpy_form(seed):
+    """Random records (ages from 0 to past the bucket range, slots repeated
+    in one batch) re-accessed by the compiled pass and by the numpy form:
+    the same histogram, counts, latest accesses and classes."""
+    rng = np.random.default_rng(seed)
+    kw = dict(gap_mean=bool(seed % 2), gap_classes=seed % 3 != 2)
+    a, b = UtilityPolicy(UtilityParams(**kw)), UtilityPolicy(UtilityParams(**kw))
+    n = 40
+    t = int(rng.integers(1, 1 << 20))
+    for pol in (a, b):
+        pol.t = t
+    last = t - rng.choice([0, 1, 2, 7, 100, 5000, 1 << 19], n)
+    first = last - rng.integers(0, 1 << 10, n)
+    count = rng.integers(1, 9, n)
+    cls = rng.integers(0, a.nc, n)
+    hist = rng.random((a.nc, a.nb))
+    for pol in (a, b):
+        pol.last[1:n + 1], pol.first[1:n + 1], pol.count[1:n + 1], pol.cls[1:n + 1] = last, first, count, cls
+        pol.hist[:] = hist
+    s = rng.integers(1, n + 1, 60)  # slots twice on purpose
+    grp = rng.integers(0, a.nc // a.per_kind, 60)
+    reuse_only = bool(rng.random() < 0.5)
+    a._reaccess(s, grp, reuse_only)
+    _reaccess_reference(b, s, grp, reuse_only)
+    for f in ("last", "count", "cls", "first"):
+        assert getattr(a, f).tolist() == getattr(b, f).tolist(), f
+    assert a.hist.tolist() == b.hist.tolist()
+    assert a.hist.sum() > hist.sum()  # something was counted

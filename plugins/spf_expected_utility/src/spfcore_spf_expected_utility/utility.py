@@ -754,15 +754,6 @@ class UtilityPolicy:
         exactly) by hash: the same answer either way."""
         self.rescored += len(blocks)
         if self._ids_ok and blocks.table is self._table and len(blocks):
-            if not self.params.count_weight:  # the usual case: one compiled pass
-                p = self.params
-                ids = blocks.ids
-                st, x, e, expiring = _nb.score_ids(
-                    ids, self._slot_of_id, self._pslot_of_id, self._pgen_of_id, self._gen, self._scratch,
-                    self.last, self.cls, self._vals, self._offs, self._bucket_np, self._table.depth, self.t,
-                    p.max_ttl, p.chain_monotone and len(ids) > 1, NEVER_ARRIVAL)
-                if st == 0:
-                    return Scores(x, expires_at_arrival=e) if expiring else x
             res = self._score_by_ids(blocks)
             if res is not None:
                 return res
@@ -792,6 +783,17 @@ class UtilityPolicy:
         that hash's record (then it is looked up again by hash).
         """
         ids = blocks.ids
+        p = self.params
+        if not p.count_weight:  # the usual case: the whole answer in one compiled pass
+            st, x, e, expiring = _load_nb().score_ids(
+                ids, self._slot_of_id, self._pslot_of_id, self._pgen_of_id, self._gen, self._scratch, self.last,
+                self.cls, self._vals, self._offs, self._bucket_np, self._table.depth, self.t, p.max_ttl,
+                p.chain_monotone and len(ids) > 1, NEVER_ARRIVAL)
+            if st == 0:
+                return Scores(x, expires_at_arrival=e) if expiring else x
+            if st == 1:  # a block without a record, or a slot twice
+                return None
+            # st == 2: a parent's slot to look up again by hash: the steps below
         if int(ids.max()) >= len(self._slot_of_id):
             return None
         s = self._slot_of_id[ids]
