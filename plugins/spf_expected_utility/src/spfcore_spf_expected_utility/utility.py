@@ -99,7 +99,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import deque
-from itertools import islice, repeat
+from itertools import compress, repeat
 
 import numpy as np
 
@@ -271,13 +271,24 @@ class UtilityPolicy:
         self.kind = 1  # kind of the current request's prompt blocks
         self.prompt: set | None = set()  # the current request's prompt hashes (built on first need)
         self._prompt_keys: tuple = ()
-        self.info: dict = {}  # resident block hash -> slot
-        # evicted block hash -> slot, oldest first (a plain dict keeps insertion order and pops
-        # several times faster than an OrderedDict; the oldest leave in bulk, see blocks_evicted)
-        self.ghost: dict = {}
-        self._dual: set = set()  # hashes with a ghost record and another (newer) resident one
+        # One dict for every record: block hash -> slot of its newest record, resident
+        # (state 1) or a ghost (state 2, evicted but remembered). An eviction or a ghost
+        # coming back flips the slot's state; the dict changes only when a hash is seen the
+        # first time or its ghost falls off the list (the per-block churn of moving hashes
+        # between a resident dict and a ghost dict cost more than the rest of the hooks).
+        self.rec: dict = {}
+        self._dual: dict = {}  # hash -> slot of its ghost record, for a hash whose newest record is resident
+        # The ghost list, oldest first: ``_fifo`` holds the hash of each eviction in order; the
+        # entry at position j (from the front) has stamp ``_head + j`` and is the ghost's place
+        # in the list iff the ghost record's ``_stamp`` is that stamp (others are left behind
+        # by ghosts that came back: skipped when met, dropped by _compact).
+        self._fifo: deque = deque()
+        self._head = 0
+        self.nghost = 0  # ghost records (their hashes' entries in the list)
         self.ghost_cap = max(1, int(p.ghost_factor * num_blocks))
         n = max(64, num_blocks + self.ghost_cap // 4)
+        self.state = np.zeros(n, np.int64)  # per slot: 0 free, 1 resident, 2 ghost
+        self._stamp = np.zeros(n, np.int64)  # per ghost slot: its stamp in _fifo
         self.last = np.zeros(n, np.int64)
         self.count = np.ones(n, np.int64)
         self.cls = np.zeros(n, np.int64)
@@ -315,7 +326,8 @@ class UtilityPolicy:
         if len(free) < m:
             n = len(self.last)
             grow = max(n, m)
-            for name in ("last", "count", "cls", "first", "epoch_of", "_nhold", "_id_of_slot", "_gen"):
+            for name in ("last", "count", "cls", "first", "epoch_of", "_nhold", "_id_of_slot", "_gen", "state",
+                         "_stamp"):
                 a = getattr(self, name)
                 setattr(self, name, np.concatenate([a, np.zeros(grow, np.int64)]))
             self._scratch = np.concatenate([self._scratch, np.full(grow, -1, np.int64)])
@@ -334,21 +346,45 @@ class UtilityPolicy:
         self.count[s] = 1
         self.cls[s] = grp * self.per_kind
         self.first[s] = t
-        self.info.update(zip(keys, s.tolist()))
+        self.state[s] = 1
+        self.rec.update(zip(keys, s.tolist()))
         return s
+
+    def _res(self, key, default=None):
+        """Slot of ``key``'s resident record, or ``default``."""
+        s = self.rec.get(key)
+        return s if s is not None and self.state[s] == 1 else default
+
+    @property
+    def info(self) -> dict:
+        """Resident hash -> slot (O(records); tests, debugging)."""
+        st = self.state
+        return {k: s for k, s in self.rec.items() if st[s] == 1}
+
+    @property
+    def ghost(self) -> dict:
+        """Evicted hash -> slot of its ghost record, oldest first (O(records); tests, debugging)."""
+        st, stamp = self.state, self._stamp
+        g = [(int(stamp[s]), k, s) for k, s in self.rec.items() if st[s] == 2]
+        g += [(int(stamp[s]), k, s) for k, s in self._dual.items()]
+        return {k: s for _, k, s in sorted(g, key=lambda e: e[0])}
 
     def record(self, key) -> list | None:
         """``[last, count, class, first]`` of a resident hash, or None (tests, debugging)."""
-        s = self.info.get(key)
+        s = self._res(key)
         if s is None:
             return None
         return [int(self.last[s]), int(self.count[s]), int(self.cls[s]), int(self.first[s])]
 
     def set_record(self, key, last: int, count: int, cls: int, first: int = 0) -> None:
         """Make ``key`` resident with this record (tests)."""
-        s = self.info.get(key)
+        s = self._res(key)
         if s is None:
-            s = self.info[key] = int(self._alloc(1)[0])
+            g = self.rec.get(key)
+            if g is not None:  # its ghost stays in the list, as the ghost record of a resident hash
+                self._dual[key] = g
+            s = self.rec[key] = int(self._alloc(1)[0])
+            self.state[s] = 1
         self.last[s], self.count[s], self.cls[s], self.first[s] = last, count, cls, first
         self._ids_ok = False  # no block id named: score by hash from now on
 
@@ -476,7 +512,7 @@ class UtilityPolicy:
         ps = np.empty(len(ids), np.int64)
         ps[1:] = fin[:-1]  # a stored batch is one chain: its first block's parent comes before it
         p0 = self._table.parent[int(ids[0])]
-        ps[0] = -1 if p0 is None else self.info.get(p0, 0)
+        ps[0] = -1 if p0 is None else self._res(p0, 0)
         self._pslot_of_id[ids] = ps
         self._pgen_of_id[ids] = self._gen[np.maximum(ps, 0)]
         if self._orphans:
@@ -488,7 +524,7 @@ class UtilityPolicy:
             return
         ids = blocks.ids[new]
         self._ids_grow(int(ids.max()))
-        fin = np.fromiter(map(self.info.__getitem__, keys), np.int64, len(keys))
+        fin = np.fromiter(map(self.rec.__getitem__, keys), np.int64, len(keys))
         _load_nb().assign(self._slot_of_id, self._nhold, self._id_of_slot, ids, fin)
         if self._orphans:
             self._attach(keys)
@@ -496,12 +532,13 @@ class UtilityPolicy:
     def _attach(self, keys) -> None:
         """Copies of hashes in ``keys`` left without a record, still holding
         them (checked against the table), are mapped to the new records."""
-        orphans, info, key = self._orphans, self.info, self._table.key
+        orphans, key = self._orphans, self._table.key
         for k in orphans.keys() & set(keys):
             held = [i for i in orphans.pop(k) if i < len(key) and key[i] == k]
-            if held and k in info:
+            s = self._res(k) if held else None
+            if s is not None:
                 _load_nb().assign(self._slot_of_id, self._nhold, self._id_of_slot, np.array(held, np.int64),
-                           np.full(len(held), info[k], np.int64))
+                           np.full(len(held), s, np.int64))
 
     def _unmap_one(self, s: int) -> None:
         """:meth:`_unmap_evicted` of one record ``s`` held by one block at most."""
@@ -544,11 +581,11 @@ class UtilityPolicy:
             self._build()
             # warm-up: rebuild after 1, 2, 3, ... arrivals until ``period``
             self.next_build = t + min(self.params.period, 1 + t // 4)
-        info, ghost, rb = self.info, self.ghost, self.params.root_blocks
+        rec, rb = self.rec, self.params.root_blocks
         keys = request.block_keys
-        seen = 0  # length of the seen prefix, counted up to root_blocks + 1
+        seen = 0  # length of the seen prefix (cached or ghost), counted up to root_blocks + 1
         for k in keys:
-            if seen > rb or not (k in info or k in ghost):
+            if seen > rb or k not in rec:
                 break
             seen += 1
         self.kind = 2 if seen > rb else 1
@@ -572,18 +609,18 @@ class UtilityPolicy:
         n = len(keys)
         if not n:
             return
-        info = self.info
         grp = self._grps(self.kind, blocks.depth)
-        slots = np.fromiter(map(info.get, keys, repeat(-1)), np.int64, n)
-        old = slots >= 0
+        slots = np.fromiter(map(self.rec.get, keys, repeat(-1)), np.int64, n)
+        st = self.state[slots]  # (slot -1: the last slot's state, not used)
+        old = (slots >= 0) & (st == 1)
         if not old.all():  # not seen through a store (a copy of an evicted hash): a new record
             new = np.flatnonzero(~old)
             nk = _pick(keys, new)
-            ghost = self.ghost
-            dual = [k for k in nk if k in ghost]
-            if dual:  # the ghost's slot no longer names the hash's record
-                self._dual.update(dual)
-                self._gen[[ghost[k] for k in dual]] += 1
+            gs = slots[new]
+            gh = gs >= 0  # a ghost record: kept in the list as the ghost of a resident hash
+            if gh.any():  # the ghost's slot no longer names the hash's record
+                self._dual.update(zip(_pick(nk, np.flatnonzero(gh)), gs[gh].tolist()))
+                self._gen[gs[gh]] += 1
             self._new(nk, grp[new])
             self._map_hit(blocks, new, nk)
             slots, grp = slots[old], grp[old]
@@ -598,7 +635,7 @@ class UtilityPolicy:
             return
         fin = self._store(blocks, keys, n)
         if fin is None:  # the slot of each hash's record now
-            fin = np.fromiter(map(self.info.__getitem__, keys), np.int64, n)
+            fin = np.fromiter(map(self.rec.__getitem__, keys), np.int64, n)
         self._map_stored(blocks, keys, fin)
 
     def _store(self, blocks, keys: list, n: int) -> np.ndarray | None:
@@ -607,7 +644,6 @@ class UtilityPolicy:
         a lookup."""
         if n == 1:  # one block (decode): the same steps on scalars
             return self._store_one(keys[0], int(blocks.table.depth[blocks.ids[0]]))
-        info = self.info
         depth = blocks.depth
         d0 = int(depth[0])
         if list(self._prompt_keys[d0:d0 + n]) == keys:  # the prompt's own blocks (the usual store): one kind
@@ -620,44 +656,39 @@ class UtilityPolicy:
             else:
                 inp = np.fromiter(map(self.prompt.__contains__, keys), bool, n)
                 grp = self._grps(np.where(inp, self.kind, 0), depth)
-        if info.keys().isdisjoint(keys):  # none resident (the usual store: a prefix-cache miss)
-            before = len(info)
-            back = np.fromiter(map(self.ghost.pop, keys, repeat(-1)), np.int64, n)  # ghosts coming back
-            if back.max() < 0:  # all seen the first time
-                s = self._new(keys, grp)
-                return s if len(info) - before == n else None
-            slots = np.full(n, -1, np.int64)
-            old = np.zeros(n, np.bool_)
-            miss, mk = np.arange(n), keys
-        else:
-            slots = np.fromiter(map(info.get, keys, repeat(-1)), np.int64, n)
-            old = slots >= 0
-            back = None
+        rec = self.rec
+        before = len(rec)
+        slots = np.fromiter(map(rec.get, keys, repeat(-1)), np.int64, n)  # -1: no record
+        if slots.max() < 0:  # all seen the first time
+            s = self._new(keys, grp)
+            return s if len(rec) - before == n else None
+        old = (slots >= 0) & (self.state[slots] == 1)  # resident (a recomputed copy stored again)
         fin = slots.copy()
         if not old.all():
-            if back is None:
-                before = len(info)
-                miss = np.flatnonzero(~old)
-                mk = _pick(keys, miss)
-                back = np.fromiter(map(self.ghost.pop, mk, repeat(-1)), np.int64, len(mk))
-            ret = back >= 0
-            if ret.any():  # ghosts come back: their eviction counted as "never"; take it back
-                rs, rj = back[ret], miss[ret]
+            miss = np.flatnonzero(~old)
+            rj = miss[slots[miss] >= 0]  # ghosts
+            dup = False
+            if len(rj) > 1:
+                u, first = np.unique(slots[rj], return_index=True)
+                if len(u) < len(rj):  # a ghost's hash twice: its first copy comes back, later ones are new
+                    dup = True
+                    rj = rj[np.sort(first)]
+            if len(rj):  # ghosts come back: their eviction counted as "never"; take it back
+                rs = slots[rj]
                 ks = (self.epoch - self.epoch_of[rs]).tolist()
                 decay = self.params.decay
                 pw = {k: decay ** k for k in set(ks)}  # decayed since (Python's pow, as ever)
                 d = np.fromiter(map(pw.__getitem__, ks), np.float64, len(ks))
                 _load_nb().take_back(self.never, self.cls[rs], d)
-                info.update(zip(_pick(keys, rj), rs.tolist()))
-                slots[rj] = rs
-                fin[rj] = rs
+                self.state[rs] = 1  # resident again, same record (its place in the ghost list lapses)
+                self.nghost -= len(rs)
                 old[rj] = True
-                new = miss[~ret]
-                if len(new):
-                    fin[new] = self._new(_pick(keys, new), grp[new])
-            else:
-                fin[miss] = self._new(mk, grp[miss])
-            if len(info) - before != len(miss):  # a hash twice: its later record counts
+            new = miss[~old[miss]]
+            if len(new):
+                b = len(rec)
+                fin[new] = self._new(_pick(keys, new), grp[new])
+                dup = dup or len(rec) - b != len(new)
+            if dup:  # a hash twice: its later record counts
                 fin = None
             slots, grp = slots[old], grp[old]
         if len(slots):  # stored again in the same arrival (gap 0): not a reuse
@@ -673,16 +704,15 @@ class UtilityPolicy:
         else:  # one lookup: a scan of the prompt's keys costs less than building their set
             kind = self.kind if k in (self._prompt_keys if self.prompt is None else self.prompt) else 0
         grp = self._grp(kind, depth)
-        info = self.info
-        s = info.get(k)
-        if s is None:
-            g = self.ghost.pop(k, -1)
-            if g < 0:  # seen the first time
-                return self._new([k], np.array([grp], np.int64))
-            c = self.cls[g]  # a ghost comes back: its eviction counted as "never"; take it back
-            nv = self.never[c] - self.params.decay ** (self.epoch - int(self.epoch_of[g]))
+        s = self.rec.get(k)
+        if s is None:  # seen the first time
+            return self._new([k], np.array([grp], np.int64))
+        if self.state[s] == 2:  # a ghost comes back: its eviction counted as "never"; take it back
+            c = self.cls[s]
+            nv = self.never[c] - self.params.decay ** (self.epoch - int(self.epoch_of[s]))
             self.never[c] = nv if nv > 0.0 else 0.0
-            info[k] = s = g
+            self.state[s] = 1
+            self.nghost -= 1
         t = self.t
         gap = t - int(self.last[s])
         count = int(self.count[s])
@@ -698,49 +728,111 @@ class UtilityPolicy:
 
     @hookimpl
     def spfcore_blocks_evicted(self, keys, now):
-        info, ghost = self.info, self.ghost
-        if keys:  # the eviction frontier: the last victim ranked highest
-            s = info.get(keys[-1])
-            if s is not None:
-                x = self.table[int(self.cls[s])][self._bucket(self.t - int(self.last[s]))]
-                if x > self.theta_next:
-                    self.theta_next = x
-        slots = list(map(info.pop, keys, repeat(-1)))
-        if -1 in slots:  # a copy whose hash was evicted before
-            keys = [k for k, s in zip(keys, slots) if s >= 0]
-            slots = [s for s in slots if s >= 0]
-        if not slots:
+        n = len(keys)
+        if not n:
             return
+        rec, state = self.rec, self.state
+        if n == 1:  # one victim (a decode allocation): scalar steps, the same updates
+            s = rec.get(keys[0])
+            if s is None or state[s] != 1:  # a copy whose hash was evicted before
+                return
+            slots = np.array([s], np.int64)
+        else:
+            slots = np.fromiter(map(rec.get, keys, repeat(-1)), np.int64, n)
+            res = (slots >= 0) & (state[slots] == 1)  # (slot -1: the last slot's state, not used)
+            if res.all() and len(np.unique(slots)) == n:
+                s = int(slots[-1])
+            else:  # a copy whose hash was evicted before, or a hash twice (its first copy counts)
+                j = np.flatnonzero(res)
+                if len(j) > 1:
+                    j = j[np.sort(np.unique(slots[j], return_index=True)[1])]
+                if not len(j):
+                    return
+                s = int(slots[-1]) if res[-1] else None
+                keys, slots = _pick(keys, j), slots[j]
+        if s is not None:  # the eviction frontier: the last victim ranked highest
+            x = self.table[int(self.cls[s])][self._bucket(self.t - int(self.last[s]))]
+            if x > self.theta_next:
+                self.theta_next = x
         free = self._free
         nfree = len(free)
-        if self._dual:  # the ghost record a newer one replaces is dropped
-            dual = self._dual
-            for k in keys:
-                if k in dual:
-                    dual.discard(k)
-                    s = ghost.get(k)
-                    if s is not None:
-                        free.append(s)
-        ghost.update(zip(keys, slots))
-        if len(slots) == 1:  # one victim (a decode allocation): scalar steps, the same updates
-            s = slots[0]
+        push, pslots = keys, slots  # new entries of the ghost list, in eviction order
+        if self._dual:  # a resident hash with a ghost record: the new ghost takes the old one's place
+            dual, stamp = self._dual, self._stamp
+            dj = [j for j, k in enumerate(keys) if k in dual]
+            if dj:
+                for j in dj:
+                    g = dual.pop(keys[j])
+                    stamp[slots[j]] = stamp[g]
+                    state[g] = 0
+                    free.append(g)
+                keep = np.ones(len(keys), np.bool_)
+                keep[dj] = False
+                push, pslots = _pick(keys, np.flatnonzero(keep)), slots[keep]
+        state[slots] = 2
+        m = len(pslots)
+        if m:
+            tail = self._head + len(self._fifo)
+            self._stamp[pslots] = np.arange(tail, tail + m)
+            self._fifo.extend(push)
+            self.nghost += m
+            if len(self._fifo) > 2 * self.nghost + 1024:
+                self._compact()
+        if len(slots) == 1:
+            s = int(slots[0])
             if self._nhold[s] > 1:
-                self._unmap_evicted(keys, np.array(slots, dtype=np.int64))
+                self._unmap_evicted(keys, slots)
             else:
                 self._unmap_one(s)
             self.never[self.cls[s]] += 1.0  # pessimistic until the hash comes back
         else:
-            s = np.array(slots, dtype=np.int64)
-            self._unmap_evicted(keys, s)
-            np.add.at(self.never, self.cls[s], 1.0)  # pessimistic until the hash comes back
-        self.epoch_of[s] = self.epoch
-        over = len(ghost) - self.ghost_cap
-        if over > 0:  # the oldest ghosts leave, oldest first (one scan past the dict's freed slots)
-            old = list(islice(ghost.items(), over))
-            deque(map(ghost.__delitem__, [k for k, _ in old]), maxlen=0)
-            free += [s for _, s in old]
+            self._unmap_evicted(keys, slots)
+            np.add.at(self.never, self.cls[slots], 1.0)  # pessimistic until the hash comes back
+        self.epoch_of[slots] = self.epoch
+        over = self.nghost - self.ghost_cap
+        if over > 0:  # the oldest ghosts leave, oldest first
+            self._trim(over)
         if len(free) > nfree:  # freed slots name no record any more
             self._gen[free[nfree:]] += 1
+
+    def _trim(self, over: int) -> None:
+        """Drop the ``over`` oldest ghosts (their slots to the free list, in
+        that order); entries left behind by ghosts that came back are skipped."""
+        fifo, rec, dual, state, stamp, free = self._fifo, self.rec, self._dual, self.state, self._stamp, self._free
+        head = self._head
+        while over > 0:
+            k = fifo.popleft()
+            at = head
+            head += 1
+            s = rec.get(k)
+            if s is not None and state[s] == 2 and stamp[s] == at:
+                del rec[k]
+            else:  # the ghost record of a resident hash, or an entry left behind
+                s = dual.get(k) if dual else None
+                if s is None or stamp[s] != at:
+                    continue
+                del dual[k]
+            state[s] = 0
+            free.append(s)
+            over -= 1
+            self.nghost -= 1
+        self._head = head
+
+    def _compact(self) -> None:
+        """Drop the ghost list's entries left behind by ghosts that came back
+        (O(entries), once the list holds more than twice the ghosts plus 1024):
+        the ghosts keep their order, stamped anew from 0."""
+        ks = list(self._fifo)
+        at = np.arange(self._head, self._head + len(ks))
+        s = np.fromiter(map(self.rec.get, ks, repeat(0)), np.int64, len(ks))
+        ok = (self.state[s] == 2) & (self._stamp[s] == at)
+        for g in self._dual.values():  # ghosts of resident hashes: found by their stamp
+            j = int(self._stamp[g]) - self._head
+            ok[j], s[j] = True, g
+        j = np.flatnonzero(ok)
+        self._fifo = deque(compress(ks, ok.tolist()))
+        self._stamp[s[j]] = np.arange(len(j))
+        self._head = 0
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
@@ -763,7 +855,8 @@ class UtilityPolicy:
         """:meth:`spfcore_score_blocks` by hash: a dict lookup per block."""
         keys = blocks.keys
         n = len(keys)
-        s = np.fromiter(map(self.info.get, keys, repeat(0)), np.int64, n)  # 0: no record
+        s = np.fromiter(map(self.rec.get, keys, repeat(0)), np.int64, n)
+        s[self.state[s] != 1] = 0  # 0: no resident record
         x = None
         if n > 1 and self.params.chain_monotone:
             x = lambda v: self._chain_cap(blocks, keys, v)  # noqa: E731
@@ -807,7 +900,7 @@ class UtilityPolicy:
             if stale.any():  # the parent's slot may have changed: by hash
                 j = np.flatnonzero(stale)
                 sid = ids[j]
-                get = self.info.get
+                get = self._res
                 par = self._table.parent
                 new = np.array([-1 if (q := par[i]) is None else get(q, 0) for i in sid.tolist()], np.int64)
                 ps[j] = new
