@@ -73,25 +73,34 @@ Units: score value = expected hits per block per arrival of residence
 (x ``block_size`` tokens = expected prefill tokens saved per block-arrival).
 
 Costs (every hook takes the batch form, :class:`~spfcore.BlockBatch`): the
-records live in numpy arrays indexed by a slot per block hash (``info``:
-resident hash -> slot, ``ghost``: evicted hash -> slot, LRU), so per block a
-hook does one dict operation in C (``map`` over ``BlockBatch.keys``) and the
-rest (class, gap bucket, histogram update with ``np.add.at``, new class) is a
-few numpy operations per batch; ghosts coming back, blocks hit without a
-record and hashes held twice take short Python paths. A score batch: slot
-lookup, two table gathers (value, re-score offset), the chain cap (parent
-positions by a dict over the batch's keys, then a running minimum over runs
-of consecutive parent -> child blocks, exact via ranks, plus one slice per
-run whose parent sits elsewhere in the batch) and the expiries; no per-block
-Python object. O(prompt blocks) per arrival (the seen prefix stops after
-``root_blocks + 1`` blocks; the prompt's hash set), O(classes x buckets^2)
-numpy work per ``period`` arrivals (index table and change points, both
-vectorized; classes = 3 kinds x ``depth_classes`` x ``max_count`` = 96 by
-default); the age-bucket layout is built once per (``buckets_per_octave``,
-``max_age_log2``) and shared. Victims: the index takes few distinct values
-(table entries), so the evictor's per-value groups hand them out in O(1)
-amortized each. Mooncake (288,500 block references, 9,139 blocks): about
-4.3M blocks scored (most re-scores as blocks age into the next bucket).
+records live in numpy arrays indexed by a slot per block hash; one dict
+(``rec``) maps each hash to the slot of its newest record, resident or ghost
+(a per-slot ``state`` tells which), and the ghost list's LRU order is a queue
+of stamped entries. So per block a hook does at most one dict operation in C
+(``map`` over ``BlockBatch.keys``): a store looks each hash up once, an
+eviction or a ghost coming back only flips states in numpy (no hash moves
+between dicts), and a hash leaves the dict only when its ghost falls off the
+list. The rest of a re-access (gap, histogram, count, new class) is one
+compiled pass (:func:`_nb.reaccess`); ghosts coming back, blocks hit without
+a record and hashes held twice take short Python paths. A score batch on the
+runtime's block table is one compiled pass over block ids
+(:func:`_nb.score_ids`: slots from the id map, two table gathers (value,
+re-score offset), the chain cap, the expiries); other batches go by hash.
+No per-block Python object. O(prompt blocks) per arrival (the seen prefix
+stops after ``root_blocks + 1`` blocks; the prompt's hash set),
+O(classes x buckets^2) compiled work per ``period`` arrivals (index table
+and change points; classes = 3 kinds x ``depth_classes`` x ``max_count`` =
+96 by default); the age-bucket layout is built once per
+(``buckets_per_octave``, ``max_age_log2``) and shared. Re-scores: every
+expiry fires where the block's index changes (``rel_tol`` 0), and on the
+seed's full-scale workload each of them does change the block's value
+(measured: 214,278 of 214,278), so none is a no-op the evictor could skip
+(skipping one safely would need a proof that its new value leaves the order
+as it is); in the plugin they cost one compiled pass per batch. Victims: the
+index takes few distinct values (table entries), so the evictor's per-value
+groups hand them out in O(1) amortized each. Mooncake (288,500 block
+references, 9,139 blocks): about 4.3M blocks scored (most re-scores as
+blocks age into the next bucket).
 """
 
 from __future__ import annotations
@@ -228,10 +237,11 @@ class UtilityPolicy:
     State per block hash with a record: a *slot* (row of the record arrays
     ``last`` (arrival of the latest access), ``count`` (accesses), ``cls``
     (class), ``first`` (arrival of the first access), ``epoch`` (table epoch
-    at eviction, ghosts only)); ``info`` maps resident hashes to their slot,
-    ``ghost`` (LRU) evicted ones. A record keeps its slot from its first
-    store until it falls off the ghost list. Slot 0 is a sentinel (no record:
-    score 0, never re-scored).
+    at eviction, ghosts only), ``state`` (1 resident, 2 ghost)); ``rec``
+    maps each hash to its newest record's slot (``info`` and ``ghost``, the
+    resident and the evicted ones in LRU order, are views for tests). A
+    record keeps its slot from its first store until it falls off the ghost
+    list. Slot 0 is a sentinel (no record: score 0, never re-scored).
 
     Args:
         params: :class:`ExpectedUtilityParams`; only its ``utility`` fields are read.
