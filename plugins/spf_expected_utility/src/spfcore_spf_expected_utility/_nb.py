@@ -239,6 +239,57 @@ def reaccess(s, grp, t, reuse_only, last, count, first, cls, hist, bucket, per_k
 
 
 @_jit
+def evict_pass(slots, state, never, cls, epoch_of, epoch, q, t, stamp):
+    """Records ``slots`` evicted, in order (``UtilityPolicy.spfcore_blocks_evicted``):
+    each resident one (state 1; a slot met again, or -1, is skipped: a copy
+    whose hash was evicted before) becomes a ghost (state 2), counts as
+    never reused (``never[cls] += 1.0``, pessimistic until it comes back),
+    gets the table epoch and a new entry at the end of the ghost list
+    (``q[t] = slot``, ``stamp[slot] = t``). ``q`` has room for every slot.
+
+    Returns:
+        ``(positions in slots of the records evicted, the list's new end)``.
+    """
+    n = slots.shape[0]
+    keep = np.empty(n, np.int64)
+    m = 0
+    for k in range(n):
+        s = slots[k]
+        if s > 0 and state[s] == 1:
+            state[s] = 2
+            keep[m] = k
+            m += 1
+            q[t] = s
+            stamp[s] = t
+            t += 1
+            never[cls[s]] += 1.0
+            epoch_of[s] = epoch
+    return keep[:m], t
+
+
+@_jit
+def trim_pass(q, h, t, over, state, stamp):
+    """The ``over`` oldest ghosts leave (state 0), walking the ghost list
+    ``q[h:t]`` from its front; an entry is a ghost's place iff the slot is a
+    ghost stamped with that position (others were left behind by ghosts that
+    came back, and are passed over).
+
+    Returns:
+        ``(their slots, oldest first, the list's new front)``.
+    """
+    out = np.empty(over, np.int64)
+    m = 0
+    while m < over and h < t:
+        s = q[h]
+        if state[s] == 2 and stamp[s] == h:
+            state[s] = 0
+            out[m] = s
+            m += 1
+        h += 1
+    return out[:m], h
+
+
+@_jit
 def score_ids(ids, slot_of_id, pslot_of_id, pgen_of_id, gen, scratch, last, cls, vals, offs, bucket, depth,
               t, max_ttl, cap, never_arrival):
     """The whole score of a batch of block ids in one pass (the id map's
@@ -347,6 +398,9 @@ def warm() -> None:
     assign(z, z.copy(), z.copy(), np.array([1], np.int64), np.array([2], np.int64))
     parent_pos(np.array([1, 2], np.int64), np.array([2, -1], np.int64), np.full(4, -1, np.int64))
     one = np.ones(4, np.int64)
+    st = np.ones(4, np.int64)
+    evict_pass(np.array([1, -1], np.int64), st, np.zeros(3), z.copy(), z.copy(), 1, z.copy(), 0, z.copy())
+    trim_pass(np.array([1, 2], np.int64), 0, 2, 1, st, z.copy())
     reaccess(np.array([1, 2], np.int64), np.array([0, 1], np.int64), 3, True, z.copy(), one.copy(), z.copy(),
              z.copy(), np.zeros((2, 3)), np.zeros(3, np.int64), 2, 2, True, 1, True)
     score_ids(np.array([1, 2], np.int64), one, z.copy(), z.copy(), z.copy(), np.full(4, -1, np.int64), z.copy(),

@@ -108,7 +108,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import deque
-from itertools import compress, repeat
+from itertools import repeat
 
 import numpy as np
 
@@ -288,17 +288,17 @@ class UtilityPolicy:
         # between a resident dict and a ghost dict cost more than the rest of the hooks).
         self.rec: dict = {}
         self._dual: dict = {}  # hash -> slot of its ghost record, for a hash whose newest record is resident
-        # The ghost list, oldest first: ``_fifo`` holds the hash of each eviction in order; the
-        # entry at position j (from the front) has stamp ``_head + j`` and is the ghost's place
-        # in the list iff the ghost record's ``_stamp`` is that stamp (others are left behind
-        # by ghosts that came back: skipped when met, dropped by _compact).
-        self._fifo: deque = deque()
-        self._head = 0
-        self.nghost = 0  # ghost records (their hashes' entries in the list)
+        # The ghost list, oldest first: ``_q[_qh:_qt]`` holds the slot of each eviction in order;
+        # position p is the ghost's place in the list iff that slot is a ghost whose ``_stamp``
+        # is p (others are left behind by ghosts that came back: passed over, dropped by _room).
+        self._q = np.zeros(1024, np.int64)
+        self._qh = self._qt = 0
+        self.nghost = 0  # ghost records (places in the list)
         self.ghost_cap = max(1, int(p.ghost_factor * num_blocks))
         n = max(64, num_blocks + self.ghost_cap // 4)
         self.state = np.zeros(n, np.int64)  # per slot: 0 free, 1 resident, 2 ghost
-        self._stamp = np.zeros(n, np.int64)  # per ghost slot: its stamp in _fifo
+        self._stamp = np.zeros(n, np.int64)  # per ghost slot: its position in _q
+        self.key_of: list = [None] * n  # per slot: its record's hash
         self.last = np.zeros(n, np.int64)
         self.count = np.ones(n, np.int64)
         self.cls = np.zeros(n, np.int64)
@@ -341,6 +341,7 @@ class UtilityPolicy:
                 a = getattr(self, name)
                 setattr(self, name, np.concatenate([a, np.zeros(grow, np.int64)]))
             self._scratch = np.concatenate([self._scratch, np.full(grow, -1, np.int64)])
+            self.key_of += [None] * grow
             free[:0] = range(n + grow - 1, n - 1, -1)
         out = free[len(free) - m:]
         del free[len(free) - m:]
@@ -357,7 +358,9 @@ class UtilityPolicy:
         self.cls[s] = grp * self.per_kind
         self.first[s] = t
         self.state[s] = 1
-        self.rec.update(zip(keys, s.tolist()))
+        sl = s.tolist()
+        self.rec.update(zip(keys, sl))
+        deque(map(self.key_of.__setitem__, sl, keys), maxlen=0)
         return s
 
     def _res(self, key, default=None):
@@ -374,10 +377,9 @@ class UtilityPolicy:
     @property
     def ghost(self) -> dict:
         """Evicted hash -> slot of its ghost record, oldest first (O(records); tests, debugging)."""
-        st, stamp = self.state, self._stamp
-        g = [(int(stamp[s]), k, s) for k, s in self.rec.items() if st[s] == 2]
-        g += [(int(stamp[s]), k, s) for k, s in self._dual.items()]
-        return {k: s for _, k, s in sorted(g, key=lambda e: e[0])}
+        st, stamp, key_of = self.state, self._stamp, self.key_of
+        return {key_of[s]: s for p, s in enumerate(self._q[:self._qt].tolist())
+                if p >= self._qh and st[s] == 2 and stamp[s] == p}
 
     def record(self, key) -> list | None:
         """``[last, count, class, first]`` of a resident hash, or None (tests, debugging)."""
@@ -395,6 +397,7 @@ class UtilityPolicy:
                 self._dual[key] = g
             s = self.rec[key] = int(self._alloc(1)[0])
             self.state[s] = 1
+            self.key_of[s] = key
         self.last[s], self.count[s], self.cls[s], self.first[s] = last, count, cls, first
         self._ids_ok = False  # no block id named: score by hash from now on
 
@@ -742,107 +745,77 @@ class UtilityPolicy:
         if not n:
             return
         rec, state = self.rec, self.state
-        if n == 1:  # one victim (a decode allocation): scalar steps, the same updates
-            s = rec.get(keys[0])
-            if s is None or state[s] != 1:  # a copy whose hash was evicted before
-                return
-            slots = np.array([s], np.int64)
-        else:
-            slots = np.fromiter(map(rec.get, keys, repeat(-1)), np.int64, n)
-            res = (slots >= 0) & (state[slots] == 1)  # (slot -1: the last slot's state, not used)
-            if res.all() and len(np.unique(slots)) == n:
-                s = int(slots[-1])
-            else:  # a copy whose hash was evicted before, or a hash twice (its first copy counts)
-                j = np.flatnonzero(res)
-                if len(j) > 1:
-                    j = j[np.sort(np.unique(slots[j], return_index=True)[1])]
-                if not len(j):
-                    return
-                s = int(slots[-1]) if res[-1] else None
-                keys, slots = _pick(keys, j), slots[j]
-        if s is not None:  # the eviction frontier: the last victim ranked highest
+        slots = np.fromiter(map(rec.get, keys, repeat(-1)), np.int64, n) if n > 1 else \
+            np.array([rec.get(keys[0], -1)], np.int64)
+        s = int(slots[-1])
+        if s > 0 and state[s] == 1:  # the eviction frontier: the last victim ranked highest
             x = self.table[int(self.cls[s])][self._bucket(self.t - int(self.last[s]))]
             if x > self.theta_next:
                 self.theta_next = x
+        self._room(n)
+        j, self._qt = _load_nb().evict_pass(slots, state, self.never, self.cls, self.epoch_of, self.epoch, self._q,
+                                            self._qt, self._stamp)
+        if len(j) < n:  # a copy whose hash was evicted before, or a hash twice (its first copy counts)
+            if not len(j):
+                return
+            keys, slots = _pick(keys, j), slots[j]
+        self.nghost += len(slots)
         free = self._free
         nfree = len(free)
-        push, pslots = keys, slots  # new entries of the ghost list, in eviction order
         if self._dual:  # a resident hash with a ghost record: the new ghost takes the old one's place
             dual, stamp = self._dual, self._stamp
-            dj = [j for j, k in enumerate(keys) if k in dual]
-            if dj:
-                for j in dj:
-                    g = dual.pop(keys[j])
-                    stamp[slots[j]] = stamp[g]
+            for k, r in zip(keys, slots.tolist()):
+                g = dual.pop(k, None)
+                if g is not None:
+                    stamp[r] = p = stamp[g]
+                    self._q[p] = r
                     state[g] = 0
                     free.append(g)
-                keep = np.ones(len(keys), np.bool_)
-                keep[dj] = False
-                push, pslots = _pick(keys, np.flatnonzero(keep)), slots[keep]
-        state[slots] = 2
-        m = len(pslots)
-        if m:
-            tail = self._head + len(self._fifo)
-            self._stamp[pslots] = np.arange(tail, tail + m)
-            self._fifo.extend(push)
-            self.nghost += m
-            if len(self._fifo) > 2 * self.nghost + 1024:
-                self._compact()
-        if len(slots) == 1:
-            s = int(slots[0])
-            if self._nhold[s] > 1:
-                self._unmap_evicted(keys, slots)
-            else:
-                self._unmap_one(s)
-            self.never[self.cls[s]] += 1.0  # pessimistic until the hash comes back
+                    self.nghost -= 1
+        if len(slots) == 1 and self._nhold[slots[0]] <= 1:  # one victim (a decode allocation)
+            self._unmap_one(int(slots[0]))
         else:
             self._unmap_evicted(keys, slots)
-            np.add.at(self.never, self.cls[slots], 1.0)  # pessimistic until the hash comes back
-        self.epoch_of[slots] = self.epoch
         over = self.nghost - self.ghost_cap
         if over > 0:  # the oldest ghosts leave, oldest first
             self._trim(over)
         if len(free) > nfree:  # freed slots name no record any more
             self._gen[free[nfree:]] += 1
 
+    def _room(self, m: int) -> None:
+        """Room for ``m`` more entries at the end of the ghost list: entries
+        left behind are dropped (the ghosts keep their order, placed anew from
+        0) and the array doubles if still more than half full."""
+        q = self._q
+        if self._qt + m <= len(q):
+            return
+        h, t = self._qh, self._qt
+        es = q[h:t]
+        keep = es[(self.state[es] == 2) & (self._stamp[es] == np.arange(h, t))]
+        k = len(keep)
+        if 2 * (k + m) > len(q):
+            q = self._q = np.zeros(2 * (k + m) + 1024, np.int64)
+        q[:k] = keep
+        self._stamp[keep] = np.arange(k)
+        self._qh, self._qt = 0, k
+
     def _trim(self, over: int) -> None:
         """Drop the ``over`` oldest ghosts (their slots to the free list, in
-        that order); entries left behind by ghosts that came back are skipped."""
-        fifo, rec, dual, state, stamp, free = self._fifo, self.rec, self._dual, self.state, self._stamp, self._free
-        head = self._head
-        while over > 0:
-            k = fifo.popleft()
-            at = head
-            head += 1
-            s = rec.get(k)
-            if s is not None and state[s] == 2 and stamp[s] == at:
-                del rec[k]
-            else:  # the ghost record of a resident hash, or an entry left behind
-                s = dual.get(k) if dual else None
-                if s is None or stamp[s] != at:
-                    continue
-                del dual[k]
-            state[s] = 0
-            free.append(s)
-            over -= 1
-            self.nghost -= 1
-        self._head = head
-
-    def _compact(self) -> None:
-        """Drop the ghost list's entries left behind by ghosts that came back
-        (O(entries), once the list holds more than twice the ghosts plus 1024):
-        the ghosts keep their order, stamped anew from 0."""
-        ks = list(self._fifo)
-        at = np.arange(self._head, self._head + len(ks))
-        s = np.fromiter(map(self.rec.get, ks, repeat(0)), np.int64, len(ks))
-        ok = (self.state[s] == 2) & (self._stamp[s] == at)
-        for g in self._dual.values():  # ghosts of resident hashes: found by their stamp
-            j = int(self._stamp[g]) - self._head
-            ok[j], s[j] = True, g
-        j = np.flatnonzero(ok)
-        self._fifo = deque(compress(ks, ok.tolist()))
-        self._stamp[s[j]] = np.arange(len(j))
-        self._head = 0
+        that order, their hashes out of the record dict)."""
+        tr, self._qh = _load_nb().trim_pass(self._q, self._qh, self._qt, over, self.state, self._stamp)
+        tr = tr.tolist()
+        ks = list(map(self.key_of.__getitem__, tr))
+        if self._dual:  # the ghost record of a resident hash leaves the dual map, not the dict
+            rec, dual = self.rec, self._dual
+            for k, s in zip(ks, tr):
+                if rec.get(k) == s:
+                    del rec[k]
+                else:
+                    del dual[k]
+        else:
+            deque(map(self.rec.__delitem__, ks), maxlen=0)
+        self._free += tr
+        self.nghost -= len(tr)
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
