@@ -239,6 +239,35 @@ def reaccess(s, grp, t, reuse_only, last, count, first, cls, hist, bucket, per_k
 
 
 @_jit
+def come_back(slots, state):
+    """Classify a stored batch's records (``UtilityPolicy._store``): per
+    block 1 if its slot (``-1``: no record) is resident, 2 if it is a ghost
+    coming back (made resident: state 1), 0 if a new record is needed (no
+    record, or a ghost's hash met again after its first copy came back).
+    Residency is judged as before the batch.
+
+    Returns:
+        ``(categories int64, whether a ghost's hash came twice)``.
+    """
+    n = slots.shape[0]
+    cat = np.zeros(n, np.int64)
+    for k in range(n):
+        s = slots[k]
+        if s > 0 and state[s] == 1:
+            cat[k] = 1
+    dup = False
+    for k in range(n):
+        s = slots[k]
+        if s > 0 and cat[k] == 0:
+            if state[s] == 2:
+                state[s] = 1
+                cat[k] = 2
+            else:
+                dup = True
+    return cat, dup
+
+
+@_jit
 def evict_pass(slots, state, never, cls, epoch_of, epoch, q, t, stamp):
     """Records ``slots`` evicted, in order (``UtilityPolicy.spfcore_blocks_evicted``):
     each resident one (state 1; a slot met again, or -1, is skipped: a copy
@@ -399,6 +428,7 @@ def warm() -> None:
     parent_pos(np.array([1, 2], np.int64), np.array([2, -1], np.int64), np.full(4, -1, np.int64))
     one = np.ones(4, np.int64)
     st = np.ones(4, np.int64)
+    come_back(np.array([1, -1], np.int64), st.copy())
     evict_pass(np.array([1, -1], np.int64), st, np.zeros(3), z.copy(), z.copy(), 1, z.copy(), 0, z.copy())
     trim_pass(np.array([1, 2], np.int64), 0, 2, 1, st, z.copy())
     reaccess(np.array([1, 2], np.int64), np.array([0, 1], np.int64), 3, True, z.copy(), one.copy(), z.copy(),

@@ -272,6 +272,8 @@ class UtilityPolicy:
             self.gap_prior[c, self.bucket_of[gap] if gap < len(self.bucket_of) else self.nb - 1] = p.gap_prior
         self._lo_f = np.array(self.lo)  # a writable copy for the compiled loops (one array type)
         self._cwf = [1.0]  # count term per access count (index 0 unused), grown on demand
+        self._pw = [1.0]  # decay ** k, grown on demand (_decay_pow)
+        self._pw_np = np.ones(1)
         self.rescored = 0  # blocks scored (first scores and re-scores), for cost accounting
         self._reset(0)
 
@@ -675,28 +677,19 @@ class UtilityPolicy:
         if slots.max() < 0:  # all seen the first time
             s = self._new(keys, grp)
             return s if len(rec) - before == n else None
-        old = (slots >= 0) & (self.state[slots] == 1)  # resident (a recomputed copy stored again)
+        # per block: 1 resident (a recomputed copy stored again), 2 a ghost coming back (now
+        # resident again, same record; its place in the ghost list lapses), 0 a new record
+        cat, dup = _load_nb().come_back(slots, self.state)
+        old = cat > 0
         fin = slots.copy()
-        if not old.all():
-            miss = np.flatnonzero(~old)
-            rj = miss[slots[miss] >= 0]  # ghosts
-            dup = False
-            if len(rj) > 1:
-                u, first = np.unique(slots[rj], return_index=True)
-                if len(u) < len(rj):  # a ghost's hash twice: its first copy comes back, later ones are new
-                    dup = True
-                    rj = rj[np.sort(first)]
+        if not (cat == 1).all():
+            rj = np.flatnonzero(cat == 2)
             if len(rj):  # ghosts come back: their eviction counted as "never"; take it back
                 rs = slots[rj]
-                ks = (self.epoch - self.epoch_of[rs]).tolist()
-                decay = self.params.decay
-                pw = {k: decay ** k for k in set(ks)}  # decayed since (Python's pow, as ever)
-                d = np.fromiter(map(pw.__getitem__, ks), np.float64, len(ks))
-                _load_nb().take_back(self.never, self.cls[rs], d)
-                self.state[rs] = 1  # resident again, same record (its place in the ghost list lapses)
+                k = self.epoch - self.epoch_of[rs]  # table builds (decays) since
+                _nb.take_back(self.never, self.cls[rs], self._decay_pow(int(k.max()))[k])
                 self.nghost -= len(rs)
-                old[rj] = True
-            new = miss[~old[miss]]
+            new = np.flatnonzero(~old)
             if len(new):
                 b = len(rec)
                 fin[new] = self._new(_pick(keys, new), grp[new])
@@ -707,6 +700,16 @@ class UtilityPolicy:
         if len(slots):  # stored again in the same arrival (gap 0): not a reuse
             self._reaccess(slots, grp, True)
         return fin
+
+    def _decay_pow(self, top: int) -> np.ndarray:
+        """``decay ** k`` for ``k = 0 .. top`` at least (Python's pow, each
+        computed once)."""
+        pw = self._pw
+        if top >= len(pw):
+            decay = self.params.decay
+            pw += [decay ** k for k in range(len(pw), top + 1)]
+            self._pw_np = np.array(pw)
+        return self._pw_np
 
     def _store_one(self, k, depth: int) -> np.ndarray:
         """:meth:`_store` of one block (hash ``k`` at ``depth``) in scalar
