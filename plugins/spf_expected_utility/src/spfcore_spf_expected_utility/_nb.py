@@ -416,7 +416,7 @@ def score_ids(ids, slot_of_id, pslot_of_id, pgen_of_id, gen, scratch, last, cls,
 
 
 def warm() -> None:
-    """Compile both loops (or load them from numba's cache) now, on a tiny table."""
+    """Compile every loop (or load them from numba's cache) now, on tiny arrays."""
     H = np.zeros((2, 4))
     lo = np.array([0.0, 1.0, 2.0, 4.0])
     idx = density_index(H, H, np.ones(2), lo, 3)
