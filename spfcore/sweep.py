@@ -483,9 +483,11 @@ def input_facts(folder: str | os.PathLike, source_json: str, seed: int, block_si
     with FileLock(str(d / f"{key}.lock")):
         try:
             old = json.loads(path.read_text(encoding="utf-8"))
-            bs = old["block_size"]
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
-            old, bs = None, block_size or default_block_size(_trace_stream(ident, seed))
+        except (FileNotFoundError, ValueError):
+            old = None
+        # from the trace, not from the summary file (an edited one would key the stream at its block size);
+        # the trace's digest is memoized and the default reads up to its first hash-id request only
+        bs = block_size or default_block_size(_trace_stream(ident, seed))
         info = {"source": ident, "seed": seed, "block_size_arg": block_size}
         ps = ensure_prepared(d / f"{key}.stream", lambda: _trace_stream(ident, seed), bs, info=info)
         sc = ps.scan

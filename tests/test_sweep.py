@@ -466,3 +466,22 @@ def test_a_corrupt_prepared_stream_is_refused_by_cells_and_rebuilt_by_the_next_r
     assert (again.ran, again.failed) == (2, 0) and _records(tmp_path / "sw") == ref
     assert bk.read_bytes() == data
     assert sorted(p.name for p in (tmp_path / "sw" / "inputs").iterdir() if p.name.startswith(".")) == []
+
+
+def test_an_edited_facts_file_does_not_set_the_block_size(tmp_path, trace):
+    """OUT/inputs/<key>.json is a summary for people: a block size edited there neither keys the stream
+    at it (a traceback, the stream discarded, every later run failing alike) nor changes any cell."""
+    grid = sweep.Grid((sweep.Source(trace=str(trace)),), (0,), (sweep.Variant("lru"),), ({"blocks": 100},),
+                      ceilings=False)
+    sweep._open_known.cache_clear()
+    assert sweep.run_sweep(grid, tmp_path / "sw").failed == 0
+    ref = _records(tmp_path / "sw")
+    (facts,) = (tmp_path / "sw" / "inputs").glob("*.json")
+    rec = json.loads(facts.read_text())
+    facts.write_text(json.dumps({**rec, "block_size": 64}))
+    for p in (tmp_path / "sw" / "cells").glob("*.json"):
+        p.unlink()
+    sweep._open_known.cache_clear()
+    again = sweep.run_sweep(grid, tmp_path / "sw")
+    assert (again.ran, again.failed) == (1, 0) and _records(tmp_path / "sw") == ref
+    assert json.loads(facts.read_text()) == rec  # written back as the trace says
