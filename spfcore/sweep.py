@@ -773,6 +773,11 @@ def read_cell(folder: str | os.PathLike, key: str) -> dict | None:
         raise SweepError(f"{p}: not a readable cell record ({exc})") from None
     if not isinstance(rec, dict) or rec.get("key") != key or "status" not in rec:
         raise SweepError(f"{p}: field 'key': not the record of cell {key}")
+    cell = rec.get("cell")
+    need = ("token_hit_rate", "block_hit_rate", "evictions") if rec["status"] == "ok" else ("error",)
+    if not isinstance(rec.get("config"), dict) or not isinstance(cell, dict) or any(k not in cell for k in need):
+        raise SweepError(f"{p}: field 'cell': not a finished cell's record (needs 'config' and cell "
+                         f"{', '.join(map(repr, need))})")
     return rec
 
 

@@ -210,6 +210,10 @@ def test_failed_cells_and_bad_folder(tmp_path, monkeypatch):
     bad.write_text("{not json")
     rep = CliRunner().invoke(main, ["sweep-report", str(out)])
     assert rep.exit_code == 1 and str(bad) in rep.output and "not a readable cell record" in rep.output
+    good = json.loads(next(p for p in (out / "cells").glob("*.json") if p != bad).read_text())
+    bad.write_text(json.dumps({**good, "key": bad.stem, "status": "ok", "cell": {"x": 1}}))  # whole JSON, no figures
+    rep = CliRunner().invoke(main, ["sweep-report", str(out)])
+    assert rep.exit_code == 1 and str(bad) in rep.output and "field 'cell'" in rep.output, rep.output
     nothing = CliRunner().invoke(main, ["sweep-report", str(tmp_path)])
     assert nothing.exit_code == 1 and "sweep.json: no sweep here" in nothing.output
     pytest.importorskip("ray")
