@@ -643,7 +643,13 @@ def _pool(configs: Sequence[dict], facts: Sequence, workers: int) -> Iterator[di
         futs = [ex.submit(run_cell, c, f) for c, f in zip(configs, facts)]
         try:
             for f in cf.as_completed(futs):
-                yield f.result()
+                try:
+                    rec = f.result()
+                except cf.process.BrokenProcessPool:  # a RuntimeError whose message names no cell and no cause
+                    raise SweepError("a local worker process died while it ran a cell (killed for memory or by a "
+                                     "signal, or a crash in compiled code or a mapped file cut short); the "
+                                     "finished cells are kept: run the same command again to do the rest") from None
+                yield rec
         except BaseException:
             for f in futs:
                 f.cancel()

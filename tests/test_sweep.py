@@ -489,3 +489,37 @@ def test_an_edited_facts_file_does_not_set_the_block_size(tmp_path, trace):
     again = sweep.run_sweep(grid, tmp_path / "sw")
     assert (again.ran, again.failed) == (1, 0) and _records(tmp_path / "sw") == ref
     assert json.loads(facts.read_text()) == rec  # written back as the trace says
+
+
+def test_a_worker_that_dies_is_one_clear_error_and_keeps_the_finished_cells(tmp_path, monkeypatch):
+    """A local worker killed mid-cell (out of memory, SIGBUS on a mapped stream file cut short, a crash in
+    compiled code) broke the pool: 'A process in the process pool was terminated abruptly ...' (exit 1), no
+    cell, no cause, no next step."""
+    import concurrent.futures as cf
+
+    class DyingPool:  # the first cell finishes, the worker of the second dies
+        def __init__(self, max_workers, mp_context):
+            self.n = 0
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def submit(self, fn, *args):
+            f = cf.Future()
+            self.n += 1
+            if self.n == 1:
+                f.set_result(fn(*args))
+            else:
+                f.set_exception(cf.process.BrokenProcessPool("A process in the process pool was terminated abruptly"))
+            return f
+
+    monkeypatch.setattr(cf, "ProcessPoolExecutor", DyingPool)
+    out = tmp_path / "sw"
+    res = CliRunner().invoke(main, ["sweep", "-o", str(out), "--policies", "lru", "--num-blocks", "30,60",
+                                    "--no-ceilings", "--workers", "2", *WL])
+    assert res.exit_code == 1 and "a local worker process died while it ran a cell" in res.output, res.output
+    assert "run the same command again" in res.output
+    assert len([sweep.read_cell(out, p.stem) for p in (out / "cells").glob("*.json")]) <= 1  # in as_completed order
