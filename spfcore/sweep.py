@@ -412,13 +412,21 @@ def _open_known(source_json: str, seed: int, block_size: int | None, facts_json:
     if facts.get("stream") and os.path.isdir(facts["stream"]):
         ps = open_prepared(facts["stream"])
         info = ps.meta.get("info", {})
-        if (info.get("source") != ident or info.get("seed") != seed or ps.block_size != facts["block_size"]
+        if (info.get("source") != ident or info.get("seed") != _input_seed(ident, seed)
+                or ps.block_size != facts["block_size"]
                 or ps.scan != sc):
             raise SweepError(f"field 'stream': {facts['stream']} is not the prepared stream of this cell's trace, "
                              "seed and block size")
         return SimInput(ps, ps, ps.block_size, sc.infinite_blocks, sc, ps.unique_blocks)
     stream = _trace_stream(ident, seed)
     return SimInput(stream, stream, facts["block_size"], sc.infinite_blocks, sc, facts.get("unique_blocks"))
+
+
+def _input_seed(ident: Mapping, seed: int) -> int:
+    """The seed a trace's requests depend on: only a Mooncake trace materialized with
+    ``tokens_per_block`` draws its tokens from it; any other trace is the same for every seed,
+    so one prepared stream (``0``) serves all of them (not one identical stream per seed)."""
+    return seed if ident.get("tokens_per_block") else 0
 
 
 def _facts_key(source_json: str, seed: int, block_size: int | None) -> str:
@@ -507,8 +515,8 @@ def cell_facts(folder: str | os.PathLike, configs: Sequence[Mapping]) -> list[di
     Raises:
         As :func:`input_facts`.
     """
-    ins = [(_ident_json(c["source"]), c["seed"], c["block_size"]) if "trace" in c["source"] else None
-           for c in configs]
+    ins = [(_ident_json(c["source"]), _input_seed(c["source"], c["seed"]), c["block_size"])
+           if "trace" in c["source"] else None for c in configs]
     known = {k: input_facts(folder, *k) for k in dict.fromkeys(ins) if k is not None}
     return [None if k is None else known[k] for k in ins]
 
@@ -837,8 +845,11 @@ def run_sweep(grid: Grid, folder: str | os.PathLike, *, workers: int = 1, ray_ad
     todo_inputs = {_ident_json(c.source) for c in cells
                    if (r := read_cell(folder, c.key)) is None or r["status"] != "ok"}
     # a trace whose facts a run here already wrote was checked then (same SHA-256 and block size): not again
+    def facts_file(j: str) -> Path:
+        return folder / "inputs" / f"{_facts_key(j, _input_seed(json.loads(j), grid.seeds[0]), grid.block_size)}.json"
+
     check_inputs(grid, [s for s in grid.sources if (j := _ident_json(s.identity())) in todo_inputs
-                        and not (folder / "inputs" / f"{_facts_key(j, grid.seeds[0], grid.block_size)}.json").is_file()])
+                        and not facts_file(j).is_file()])
     with output_lock(folder / "sweep"):
         for stale in (folder / "cells").glob(".*.tmp"):  # write_atomic's, of a killed run
             stale.unlink(missing_ok=True)
