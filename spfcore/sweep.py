@@ -17,7 +17,8 @@ Folder layout (``OUT``)::
     OUT/summary.json        the merged table (per input, variant and size: seed means)
     OUT/mrc.png             miss-ratio curves, one panel per input
     OUT/sweep.lock          held by a live run (a second live run is refused)
-    OUT/inputs/<key>.json   per streamed trace, seed and block size: its scan and distinct-block count,
+    OUT/inputs/<key>.json   per streamed trace and block size (and seed, with --tokens-per-block only): its
+                            scan and distinct-block count,
                             made once (:func:`input_facts`) and sent with every cell
     OUT/inputs/<key>.stream/  the same trace read and keyed once: a prepared stream
                             (:mod:`spfcore.sim.prepared`, ~0.5 GB per 1M Mooncake requests) that
@@ -442,6 +443,7 @@ def input_facts(folder: str | os.PathLike, source_json: str, seed: int, block_si
     """What every cell of a streamed trace would otherwise recompute on its
     own (reading and keying the trace, one scan pass, one distinct-block
     pass): made once per (trace digest, seed, block size) in one keyed pass
+    (the seed is 0 unless ``tokens_per_block`` draws the tokens: :func:`_input_seed`)
     and reused by every later cell and run:
 
     * ``OUT/inputs/<key>.stream/``: the prepared stream
