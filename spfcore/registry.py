@@ -382,7 +382,9 @@ def make_params(info: PolicyInfo, options: typing.Mapping[str, str] | None = Non
     try:
         return cls(**kwargs)
     except (ValueError, TypeError) as exc:
-        raise PolicyConfigError(f"policy {info.name!r}: {str(exc).splitlines()[0]}") from None
+        # attrs' validators raise with (message, attribute, ...): str() of that is a tuple's repr
+        msg = exc.args[0] if len(exc.args) > 1 and isinstance(exc.args[0], str) else str(exc)
+        raise PolicyConfigError(f"policy {info.name!r}: {msg.splitlines()[0] if msg else type(exc).__name__}") from None
 
 
 def plugin_manager(info: PolicyInfo, options: typing.Mapping[str, str] | None = None):

@@ -17,7 +17,8 @@ Folder layout (``OUT``)::
     OUT/summary.json        the merged table (per input, variant and size: seed means)
     OUT/mrc.png             miss-ratio curves, one panel per input
     OUT/sweep.lock          held by a live run (a second live run is refused)
-    OUT/inputs/<key>.json   per streamed trace, seed and block size: its scan and distinct-block count,
+    OUT/inputs/<key>.json   per streamed trace and block size (and seed, with --tokens-per-block only): its
+                            scan and distinct-block count,
                             made once (:func:`input_facts`) and sent with every cell
     OUT/inputs/<key>.stream/  the same trace read and keyed once: a prepared stream
                             (:mod:`spfcore.sim.prepared`, ~0.5 GB per 1M Mooncake requests) that
@@ -412,13 +413,21 @@ def _open_known(source_json: str, seed: int, block_size: int | None, facts_json:
     if facts.get("stream") and os.path.isdir(facts["stream"]):
         ps = open_prepared(facts["stream"])
         info = ps.meta.get("info", {})
-        if (info.get("source") != ident or info.get("seed") != seed or ps.block_size != facts["block_size"]
+        if (info.get("source") != ident or info.get("seed") != _input_seed(ident, seed)
+                or ps.block_size != facts["block_size"]
                 or ps.scan != sc):
             raise SweepError(f"field 'stream': {facts['stream']} is not the prepared stream of this cell's trace, "
                              "seed and block size")
         return SimInput(ps, ps, ps.block_size, sc.infinite_blocks, sc, ps.unique_blocks)
     stream = _trace_stream(ident, seed)
     return SimInput(stream, stream, facts["block_size"], sc.infinite_blocks, sc, facts.get("unique_blocks"))
+
+
+def _input_seed(ident: Mapping, seed: int) -> int:
+    """The seed a trace's requests depend on: only a Mooncake trace materialized with
+    ``tokens_per_block`` draws its tokens from it; any other trace is the same for every seed,
+    so one prepared stream (``0``) serves all of them (not one identical stream per seed)."""
+    return seed if ident.get("tokens_per_block") else 0
 
 
 def _facts_key(source_json: str, seed: int, block_size: int | None) -> str:
@@ -434,6 +443,7 @@ def input_facts(folder: str | os.PathLike, source_json: str, seed: int, block_si
     """What every cell of a streamed trace would otherwise recompute on its
     own (reading and keying the trace, one scan pass, one distinct-block
     pass): made once per (trace digest, seed, block size) in one keyed pass
+    (the seed is 0 unless ``tokens_per_block`` draws the tokens: :func:`_input_seed`)
     and reused by every later cell and run:
 
     * ``OUT/inputs/<key>.stream/``: the prepared stream
@@ -483,9 +493,11 @@ def input_facts(folder: str | os.PathLike, source_json: str, seed: int, block_si
     with FileLock(str(d / f"{key}.lock")):
         try:
             old = json.loads(path.read_text(encoding="utf-8"))
-            bs = old["block_size"]
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
-            old, bs = None, block_size or default_block_size(_trace_stream(ident, seed))
+        except (FileNotFoundError, ValueError):
+            old = None
+        # from the trace, not from the summary file (an edited one would key the stream at its block size);
+        # the trace's digest is memoized and the default reads up to its first hash-id request only
+        bs = block_size or default_block_size(_trace_stream(ident, seed))
         info = {"source": ident, "seed": seed, "block_size_arg": block_size}
         ps = ensure_prepared(d / f"{key}.stream", lambda: _trace_stream(ident, seed), bs, info=info)
         sc = ps.scan
@@ -505,8 +517,8 @@ def cell_facts(folder: str | os.PathLike, configs: Sequence[Mapping]) -> list[di
     Raises:
         As :func:`input_facts`.
     """
-    ins = [(_ident_json(c["source"]), c["seed"], c["block_size"]) if "trace" in c["source"] else None
-           for c in configs]
+    ins = [(_ident_json(c["source"]), _input_seed(c["source"], c["seed"]), c["block_size"])
+           if "trace" in c["source"] else None for c in configs]
     known = {k: input_facts(folder, *k) for k in dict.fromkeys(ins) if k is not None}
     return [None if k is None else known[k] for k in ins]
 
@@ -641,7 +653,13 @@ def _pool(configs: Sequence[dict], facts: Sequence, workers: int) -> Iterator[di
         futs = [ex.submit(run_cell, c, f) for c, f in zip(configs, facts)]
         try:
             for f in cf.as_completed(futs):
-                yield f.result()
+                try:
+                    rec = f.result()
+                except cf.process.BrokenProcessPool:  # a RuntimeError whose message names no cell and no cause
+                    raise SweepError("a local worker process died while it ran a cell (killed for memory or by a "
+                                     "signal, or a crash in compiled code or a mapped file cut short); the "
+                                     "finished cells are kept: run the same command again to do the rest") from None
+                yield rec
         except BaseException:
             for f in futs:
                 f.cancel()
@@ -771,6 +789,11 @@ def read_cell(folder: str | os.PathLike, key: str) -> dict | None:
         raise SweepError(f"{p}: not a readable cell record ({exc})") from None
     if not isinstance(rec, dict) or rec.get("key") != key or "status" not in rec:
         raise SweepError(f"{p}: field 'key': not the record of cell {key}")
+    cell = rec.get("cell")
+    need = ("token_hit_rate", "block_hit_rate", "evictions") if rec["status"] == "ok" else ("error",)
+    if not isinstance(rec.get("config"), dict) or not isinstance(cell, dict) or any(k not in cell for k in need):
+        raise SweepError(f"{p}: field 'cell': not a finished cell's record (needs 'config' and cell "
+                         f"{', '.join(map(repr, need))})")
     return rec
 
 
@@ -824,8 +847,11 @@ def run_sweep(grid: Grid, folder: str | os.PathLike, *, workers: int = 1, ray_ad
     todo_inputs = {_ident_json(c.source) for c in cells
                    if (r := read_cell(folder, c.key)) is None or r["status"] != "ok"}
     # a trace whose facts a run here already wrote was checked then (same SHA-256 and block size): not again
+    def facts_file(j: str) -> Path:
+        return folder / "inputs" / f"{_facts_key(j, _input_seed(json.loads(j), grid.seeds[0]), grid.block_size)}.json"
+
     check_inputs(grid, [s for s in grid.sources if (j := _ident_json(s.identity())) in todo_inputs
-                        and not (folder / "inputs" / f"{_facts_key(j, grid.seeds[0], grid.block_size)}.json").is_file()])
+                        and not facts_file(j).is_file()])
     with output_lock(folder / "sweep"):
         for stale in (folder / "cells").glob(".*.tmp"):  # write_atomic's, of a killed run
             stale.unlink(missing_ok=True)

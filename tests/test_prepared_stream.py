@@ -5,6 +5,7 @@ again; writing is atomic and happens once when several ask at the same time."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 
 import numpy as np
@@ -117,6 +118,11 @@ def test_a_partial_or_corrupt_folder_is_found_and_written_again(mooncake, tmp_pa
     (path / "meta.json").unlink()
     with pytest.raises(PreparedStreamError, match=rf"{path / 'meta.json'}: missing"):
         open_prepared(path)
+    # a file where the folder should be is replaced, and nothing is left beside it (rmtree left the file)
+    shutil.rmtree(path)
+    path.write_text("x")
+    ps = ensure_prepared(path, source, 512)
+    assert ps.path.is_dir() and sorted(p.name for p in tmp_path.iterdir()) == ["ps", "ps.lock"]
 
 
 def test_writing_is_atomic_and_once(mooncake, tmp_path):

@@ -73,6 +73,10 @@ def test_parse_options_and_make_params():
         registry.make_params(registry.get("frequency"), {"count": "2"})
     with pytest.raises(PolicyConfigError, match=r"^policy 'spf_expected_utility': bad value 'maybe' for 'hints'"):
         registry.make_params(registry.get("spf_expected_utility"), {"hints": "maybe"})
+    # attrs' in_ validator raises ValueError(message, attribute, options, value): the message, not the tuple
+    with pytest.raises(PolicyConfigError) as e:
+        registry.make_params(registry.get("frequency"), {"tier_order": "x"})
+    assert str(e.value) == "policy 'frequency': 'tier_order' must be in ('count', 'lru') (got 'x')"
 
 
 def test_runtime_takes_pin_cap_from_params():

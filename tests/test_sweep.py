@@ -210,6 +210,10 @@ def test_failed_cells_and_bad_folder(tmp_path, monkeypatch):
     bad.write_text("{not json")
     rep = CliRunner().invoke(main, ["sweep-report", str(out)])
     assert rep.exit_code == 1 and str(bad) in rep.output and "not a readable cell record" in rep.output
+    good = json.loads(next(p for p in (out / "cells").glob("*.json") if p != bad).read_text())
+    bad.write_text(json.dumps({**good, "key": bad.stem, "status": "ok", "cell": {"x": 1}}))  # whole JSON, no figures
+    rep = CliRunner().invoke(main, ["sweep-report", str(out)])
+    assert rep.exit_code == 1 and str(bad) in rep.output and "field 'cell'" in rep.output, rep.output
     nothing = CliRunner().invoke(main, ["sweep-report", str(tmp_path)])
     assert nothing.exit_code == 1 and "sweep.json: no sweep here" in nothing.output
     pytest.importorskip("ray")
@@ -466,3 +470,81 @@ def test_a_corrupt_prepared_stream_is_refused_by_cells_and_rebuilt_by_the_next_r
     assert (again.ran, again.failed) == (2, 0) and _records(tmp_path / "sw") == ref
     assert bk.read_bytes() == data
     assert sorted(p.name for p in (tmp_path / "sw" / "inputs").iterdir() if p.name.startswith(".")) == []
+
+
+def test_an_edited_facts_file_does_not_set_the_block_size(tmp_path, trace):
+    """OUT/inputs/<key>.json is a summary for people: a block size edited there neither keys the stream
+    at it (a traceback, the stream discarded, every later run failing alike) nor changes any cell."""
+    grid = sweep.Grid((sweep.Source(trace=str(trace)),), (0,), (sweep.Variant("lru"),), ({"blocks": 100},),
+                      ceilings=False)
+    sweep._open_known.cache_clear()
+    assert sweep.run_sweep(grid, tmp_path / "sw").failed == 0
+    ref = _records(tmp_path / "sw")
+    (facts,) = (tmp_path / "sw" / "inputs").glob("*.json")
+    rec = json.loads(facts.read_text())
+    facts.write_text(json.dumps({**rec, "block_size": 64}))
+    for p in (tmp_path / "sw" / "cells").glob("*.json"):
+        p.unlink()
+    sweep._open_known.cache_clear()
+    again = sweep.run_sweep(grid, tmp_path / "sw")
+    assert (again.ran, again.failed) == (1, 0) and _records(tmp_path / "sw") == ref
+    assert json.loads(facts.read_text()) == rec  # written back as the trace says
+
+
+def test_a_worker_that_dies_is_one_clear_error_and_keeps_the_finished_cells(tmp_path, monkeypatch):
+    """A local worker killed mid-cell (out of memory, SIGBUS on a mapped stream file cut short, a crash in
+    compiled code) broke the pool: 'A process in the process pool was terminated abruptly ...' (exit 1), no
+    cell, no cause, no next step."""
+    import concurrent.futures as cf
+
+    class DyingPool:  # the first cell finishes, the worker of the second dies
+        def __init__(self, max_workers, mp_context):
+            self.n = 0
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def submit(self, fn, *args):
+            f = cf.Future()
+            self.n += 1
+            if self.n == 1:
+                f.set_result(fn(*args))
+            else:
+                f.set_exception(cf.process.BrokenProcessPool("A process in the process pool was terminated abruptly"))
+            return f
+
+    monkeypatch.setattr(cf, "ProcessPoolExecutor", DyingPool)
+    out = tmp_path / "sw"
+    res = CliRunner().invoke(main, ["sweep", "-o", str(out), "--policies", "lru", "--num-blocks", "30,60",
+                                    "--no-ceilings", "--workers", "2", *WL])
+    assert res.exit_code == 1 and "a local worker process died while it ran a cell" in res.output, res.output
+    assert "run the same command again" in res.output
+    assert len([sweep.read_cell(out, p.stem) for p in (out / "cells").glob("*.json")]) <= 1  # in as_completed order
+
+
+def test_one_prepared_stream_serves_every_seed_of_a_hash_id_trace(tmp_path, trace):
+    """A trace's requests depend on the seed only when --tokens-per-block draws its tokens: three seeds of a
+    hash-id trace built three identical streams (1M requests: ~50 s and ~0.6 GB each)."""
+    for tpb, streams in ((None, 1), (16, 2)):
+        src = sweep.Source(trace=str(trace), tokens_per_block=tpb)
+        grid = sweep.Grid((src,), (1, 2), (sweep.Variant("lru"), sweep.Variant("sieve")), ({"blocks": 400},),
+                          ceilings=False)
+        out = tmp_path / f"sw{tpb}"
+        sweep._open_known.cache_clear()
+        assert sweep.run_sweep(grid, out).failed == 0
+        assert len(list((out / "inputs").glob("*.stream"))) == streams
+        recs = _records(out)
+        for key, ref in recs.items():  # each cell as it replays the trace itself, with its own seed
+            sweep._open.cache_clear()
+            alone = sweep.run_cell(ref["config"])
+            for k in ("host", "pid", "seconds", "cpu_seconds"):
+                alone.pop(k)
+            for k in sweep.TIMING_FIELDS:
+                alone["cell"].pop(k, None)
+            assert alone == ref, (tpb, key)
+        sweep._open_known.cache_clear()
+        again = sweep.run_sweep(grid, out)
+        assert (again.reused, again.ran) == (4, 0)

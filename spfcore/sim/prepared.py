@@ -292,7 +292,7 @@ def ensure_prepared(path: str | os.PathLike, requests: Callable[[], Iterable], b
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
         for stale in path.parent.glob(f".{path.name}.*.tmp"):  # a killed writer's (we hold the lock)
-            shutil.rmtree(stale, ignore_errors=True)
+            _remove(stale)
         if path.exists():
             try:
                 ps = open_prepared(path, verify=True)
@@ -308,7 +308,15 @@ def ensure_prepared(path: str | os.PathLike, requests: Callable[[], Iterable], b
 def _discard(path: Path) -> None:
     gone = path.with_name(f".{path.name}.{os.getpid()}.old.tmp")
     os.rename(path, gone)
-    shutil.rmtree(gone, ignore_errors=True)
+    _remove(gone)
+
+
+def _remove(p: Path) -> None:
+    """A folder or (where the folder should be) a file; rmtree alone leaves a file, silently."""
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
 
 
 @attrs.frozen(eq=False)

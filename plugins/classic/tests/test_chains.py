@@ -33,3 +33,12 @@ def test_hits_a_repeated_chain(policy):
     c.serve(["b0", "b1", "b2"])
     c.serve(["a0", "a1", "a2"])
     assert c.hits == [0, 0, 3]
+
+
+@pytest.mark.parametrize("policy, opt", [("s3fifo", "ghost_size_ratio"), ("twoq", "a_out_size_ratio")])
+def test_an_infinite_ghost_ratio_is_a_bad_option(policy, opt):
+    """inf passed the >= 0 check and failed the arm in __init__ ('cannot convert float NaN to integer')."""
+    from spfcore.registry import PolicyConfigError
+
+    with pytest.raises(PolicyConfigError, match=f"'{opt}' must be < inf"):
+        MiniCache(policy, 16, options={opt: "inf"})

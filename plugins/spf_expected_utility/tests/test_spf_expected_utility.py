@@ -73,6 +73,11 @@ def test_hint_pins_the_next_sessions_prefix():
     ({"mode": "x"}, "bad value 'x' for 'mode' (must be one of ['retention', 'prefetch'])"),
     ({"c": "0"}, "'c' must be > 0"),
     ({"gamma": "1"}, "unknown parameter 'gamma'"),
+    # an infinity gave a fault in a hook (ghost_factor, count_weight) or silently 0% hits (prior_weight, gap_prior)
+    ({"ghost_factor": "inf"}, "'ghost_factor' must be finite: inf"),
+    ({"prior_weight": "inf"}, "'prior_weight' must be finite: inf"),
+    ({"count_weight": "inf"}, "'count_weight' must be finite: inf"),
+    ({"gap_prior": "inf"}, "'gap_prior' must be finite: inf"),
 ])
 def test_bad_options(opt, msg):
     with pytest.raises(PolicyConfigError, match="^policy 'spf_expected_utility': ") as e:

@@ -23,6 +23,7 @@ children stay where they are).
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 
 import attrs
@@ -42,7 +43,7 @@ class S3FIFOParams:
     """
 
     small_size_ratio: float = attrs.field(default=0.1, validator=[v.gt(0), v.lt(1)])
-    ghost_size_ratio: float = attrs.field(default=0.9, validator=v.ge(0))
+    ghost_size_ratio: float = attrs.field(default=0.9, validator=[v.ge(0), v.lt(math.inf)])
     move_to_main_threshold: int = attrs.field(default=2, validator=[v.instance_of(int), v.ge(1)])
 
 

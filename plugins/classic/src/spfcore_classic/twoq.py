@@ -14,6 +14,7 @@ the victim to the other.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 
 import attrs
@@ -32,7 +33,7 @@ class TwoQParams:
     """
 
     a_in_size_ratio: float = attrs.field(default=0.25, validator=[v.gt(0), v.lt(1)])
-    a_out_size_ratio: float = attrs.field(default=0.5, validator=v.ge(0))
+    a_out_size_ratio: float = attrs.field(default=0.5, validator=[v.ge(0), v.lt(math.inf)])
 
 
 class TwoQ(ClassicPolicy):

@@ -21,6 +21,12 @@ VARIANT_NAMES = ("utility", "seed")
 _num = v.instance_of((int, float))
 
 
+def _finite(inst, attr, value) -> None:
+    """An infinite weight or factor gives NaN scores or no ghost list, not a policy."""
+    if not math.isfinite(value):
+        raise ValueError(f"'{attr.name}' must be finite: {value}")
+
+
 @attrs.frozen
 class ExpectedUtilityParams:
     """Parameters of ``spf_expected_utility``.
@@ -130,20 +136,20 @@ class ExpectedUtilityParams:
     # ---- utility
     max_count: int = attrs.field(default=8, validator=[v.instance_of(int), v.ge(1)])
     root_blocks: int = attrs.field(default=1, validator=[v.instance_of(int), v.ge(0)])
-    ghost_factor: float = attrs.field(default=4.0, validator=[_num, v.gt(0)])
+    ghost_factor: float = attrs.field(default=4.0, validator=[_num, v.gt(0), _finite])
     buckets_per_octave: int = attrs.field(default=2, validator=[v.instance_of(int), v.ge(1)])
     max_age_log2: int = attrs.field(default=16, validator=[v.instance_of(int), v.ge(4)])
     period: int = attrs.field(default=16, validator=[v.instance_of(int), v.ge(1)])
     decay: float = attrs.field(default=0.999, validator=[_num, v.gt(0), v.le(1)])
-    prior_weight: float = attrs.field(default=0.3, validator=[_num, v.ge(0)])
+    prior_weight: float = attrs.field(default=0.3, validator=[_num, v.ge(0), _finite])
     max_ttl: int = attrs.field(default=1024, validator=[v.instance_of(int), v.ge(1)])
     rel_tol: float = attrs.field(default=0.0, validator=[_num, v.ge(0), v.lt(1)])
     cut_factor: float = attrs.field(default=math.inf, validator=[_num, v.gt(0)])
     chain_monotone: bool = attrs.field(default=True, validator=v.instance_of(bool))
     gap_classes: bool = attrs.field(default=True, validator=v.instance_of(bool))
     gap_octaves: int = attrs.field(default=1, validator=[v.instance_of(int), v.ge(1)])
-    count_weight: float = attrs.field(default=0.0, validator=[_num, v.ge(0)])
+    count_weight: float = attrs.field(default=0.0, validator=[_num, v.ge(0), _finite])
     depth_classes: int = attrs.field(default=4, validator=[v.instance_of(int), v.ge(1)])
     depth_octaves: int = attrs.field(default=2, validator=[v.instance_of(int), v.ge(1)])
     gap_mean: bool = attrs.field(default=True, validator=v.instance_of(bool))
-    gap_prior: float = attrs.field(default=0.1, validator=[_num, v.ge(0)])
+    gap_prior: float = attrs.field(default=0.1, validator=[_num, v.ge(0), _finite])
