@@ -53,6 +53,7 @@ def test_zero_pin_cap_is_plain_lru():
     ({"ttl_arrivals": "x"}, "bad value 'x' for 'ttl_arrivals' (must be a int)"),
     ({"pin_cap_fraction": "1.5"}, "'pin_cap_fraction' must be <= 1"),
     ({"ttl_seconds": "-1"}, "'ttl_seconds' must be > 0"),
+    ({"ttl_seconds": "inf"}, "'ttl_seconds' must be finite: inf"),  # was a hook fault (a pin without expiry)
 ])
 def test_bad_options_name_policy_and_key(opt, msg):
     with pytest.raises(PolicyConfigError) as e:

@@ -19,6 +19,12 @@ from attrs import validators as v
 from spfcore import NEVER_ARRIVAL, Scores, hookimpl
 
 
+
+def _finite(inst, attr, value) -> None:
+    """An infinite TTL would pin forever, but a pin needs an expiry (a long TTL: ``ttl_arrivals``)."""
+    if not math.isfinite(value):
+        raise ValueError(f"'{attr.name}' must be finite: {value}")
+
 @attrs.frozen
 class SessionTTLParams:
     """Parameters of ``session_ttl``.
@@ -37,7 +43,7 @@ class SessionTTLParams:
 
     ttl_arrivals: int = attrs.field(default=8, validator=[v.instance_of(int), v.ge(1)])
     ttl_seconds: float | None = attrs.field(
-        default=None, validator=v.optional([v.instance_of((int, float)), v.gt(0)]))
+        default=None, validator=v.optional([v.instance_of((int, float)), v.gt(0), _finite]))
     pin_cap_fraction: float = attrs.field(
         default=0.5, validator=[v.instance_of((int, float)), v.ge(0), v.le(1)])
 
