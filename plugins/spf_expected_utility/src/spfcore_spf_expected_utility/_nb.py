@@ -113,8 +113,15 @@ def chain_cap(x, pi, back):
     Returns:
         ``(n,)`` float64, a new array.
     """
-    n = x.shape[0]
     res = x.copy()
+    _cap_in_place(res, pi, back)
+    return res
+
+
+@_jit
+def _cap_in_place(res, pi, back):
+    """:func:`chain_cap` on ``res`` itself (no copy)."""
+    n = res.shape[0]
     if back:
         for k in range(n - 1, -1, -1):
             p = pi[k]
@@ -125,7 +132,6 @@ def chain_cap(x, pi, back):
             p = pi[k]
             if 0 <= p < k and res[p] < res[k]:
                 res[k] = res[p]
-    return res
 
 
 @_jit
@@ -402,16 +408,7 @@ def score_ids(ids, slot_of_id, pslot_of_id, pgen_of_id, gen, scratch, last, cls,
             e[k] = y if y < z else z
             expiring = True
     if cap and n > 1:
-        if depth[ids[0]] > depth[ids[n - 1]]:
-            for k in range(n - 1, -1, -1):
-                p = pi[k]
-                if p > k and x[p] < x[k]:
-                    x[k] = x[p]
-        else:
-            for k in range(n):
-                p = pi[k]
-                if 0 <= p < k and x[p] < x[k]:
-                    x[k] = x[p]
+        _cap_in_place(x, pi, depth[ids[0]] > depth[ids[n - 1]])
     return 0, x, e, expiring
 
 
