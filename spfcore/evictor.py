@@ -45,8 +45,8 @@ from spfcore.views import NEVER_ARRIVAL
 # CPU build scans every loaded module when it starts and trips over llvmlite's ffi).
 ORD, VER, HST, DST, TIER, IN, PIN = range(7)
 NROWS = 7
-HN, TN, AN, VERSION, LIVE, NPIN, REFUSED, HSEQ, DSEQ = range(9)
-NCOUNTERS = 9
+HN, TN, AN, VERSION, LIVE, NPIN, REFUSED, HSEQ, DSEQ, QBASE, QN, QFREE, QTOP = range(13)
+NCOUNTERS = 13
 nb = None  # spfcore._evictor_nb, once loaded
 _INT = frozenset({int})
 _NONE_F, _NONE_B = np.empty(0), np.empty(0, np.bool_)  # a score column at its default for every block
@@ -182,7 +182,7 @@ class Evictor:
             self._ti = np.zeros((2, cap), np.int64)
             self._ak = np.zeros(cap, np.float64)
             self._ai = np.zeros((2, cap), np.int64)
-            self._c = np.zeros(NCOUNTERS, np.int64)
+            self._qe, self._qb, self._c = nb.calendar(cap)
             self._in, self._pin = self._ib[IN], self._ib[PIN]  # row views (hits)
 
     def __getstate__(self) -> dict:
@@ -248,10 +248,12 @@ class Evictor:
         def live(k, rows, n):
             return sorted((float(k[j]), int(rows[0, j]), int(rows[1, j])) for j in range(n)
                           if ib[IN, rows[1, j]] and ib[VER, rows[1, j]] == rows[0, j])
+        qx, qv, qi = nb.q_entries(self._qe, self._qb, c)  # the arrivals calendar: the same entries, in order
         return {
             "hashless": list(self._hashless), "entry": entry,
             "groups": [{v: (tuple(o), tuple(g)) for v, (o, g) in gs.items()} for gs in groups],
-            "exp_t": live(self._tk, self._ti, int(c[TN])), "exp_a": live(self._ak, self._ai, int(c[AN])),
+            "exp_t": live(self._tk, self._ti, int(c[TN])), "exp_a": sorted(live(self._ak, self._ai, int(c[AN]))
+                                                                         + live(qx, np.stack([qv, qi]), len(qi))),
             "pinned": np.flatnonzero(ib[PIN]).tolist(), "order": self._order,
             "version": int(c[VERSION]), "pins_refused": int(c[REFUSED]),
         }
@@ -278,7 +280,7 @@ class Evictor:
                 self._val = np.concatenate([self._val, np.zeros(new - nblk)])
                 self._in, self._pin = ib[IN], ib[PIN]
         c = self._c
-        need = max(int(c[HN]), int(c[TN]), int(c[AN])) + pushes
+        need = max(int(c[HN]), int(c[TN]), int(c[AN]), int(c[QN])) + pushes
         cap = self._hv.shape[0]
         if need > cap:
             new = max(2 * cap, need)
@@ -293,6 +295,7 @@ class Evictor:
             self._hv, self._hi = grow(self._hv), hi
             self._tk, self._ti = grow(self._tk), grow(self._ti)
             self._ak, self._ai = grow(self._ak), grow(self._ai)
+            self._qe = grow(self._qe)  # pool entries keep their indices: the chains stay valid
 
     @staticmethod
     def _ids(ids: Iterable[int]) -> np.ndarray:
@@ -373,7 +376,8 @@ class Evictor:
         return int(granted)
 
     def _all(self) -> tuple:
-        return (self._ib, self._val, self._hv, self._hi, self._tk, self._ti, self._ak, self._ai, self._c)
+        return (self._ib, self._val, self._hv, self._hi, self._tk, self._ti, self._ak, self._ai, self._qe, self._qb,
+                self._c)
 
     # ------------------------------------------------------------ removals
     def remove(self, block_id: int) -> None:
@@ -464,7 +468,8 @@ class Evictor:
 
     def _expiry_due(self, now: float, arrival: int) -> bool:
         c = self._c
-        return bool((c[TN] and self._tk[0] <= now) or (c[AN] and self._ak[0] <= arrival))
+        return bool((c[TN] and self._tk[0] <= now) or (c[AN] and self._ak[0] <= arrival)
+                    or nb.q_due_any(float(arrival), self._qb, c))
 
     def plan_expired(self, now: float, arrival: int):
         """Like :meth:`plan_rescore` for the blocks whose score expired by
@@ -473,7 +478,7 @@ class Evictor:
         if self._flat or not self._expiry_due(now, arrival):
             return None
         clocks = (float(now), float(arrival))
-        due, _, _ = nb.due(*clocks, self._ib, self._tk, self._ti, self._ak, self._ai, self._c)
+        due = nb.due(*clocks, self._ib, self._tk, self._ti, self._ak, self._ai, self._qe, self._qb, self._c)
         plan = self.plan_rescore(due, now, clocks) if len(due) else None
         if plan is None:  # only stale expiries: drop them all the same
             plan = (clocks, None, due)
@@ -487,7 +492,7 @@ class Evictor:
             return
         clocks, cols, ids = plan
         if clocks is not None:
-            nb.drain(*clocks, self._ib, self._tk, self._ti, self._ak, self._ai, self._c)
+            nb.drain(*clocks, self._ib, self._tk, self._ti, self._ak, self._ai, self._qe, self._qb, self._c)
         if len(ids):
             ib = self._ib
             self._place(ids, ib[TIER, ids], cols, ib[ORD, ids])

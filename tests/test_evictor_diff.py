@@ -26,10 +26,12 @@ class Boom(RuntimeError):
     pass
 
 
-def _hooks(rng_seed: int, fail: dict):
+def _hooks(rng_seed: int, fail: dict, clock: dict | None = None):
     """score / admit / choose callbacks that are pure functions of (ids, now,
     call count), so both evictors get the same answers; ``fail['at']`` makes
-    that score call raise."""
+    that score call raise. With ``clock`` (``{"a": arrival}``) the arrival
+    expiries lie around the clock instead: near it, at the ends of the
+    evictor's calendar window (2,048 arrivals), beyond it, and fractional."""
     calls = {"score": 0}
 
     def score(ids, now):
@@ -40,7 +42,12 @@ def _hooks(rng_seed: int, fail: dict):
         vals = [float(r.choice((0, 1, 2, 2.5, -1))) for _ in ids]
         kind = r.random()
         exp_t = [r.choice((float("inf"), now + r.choice((0.5, 1.0, 2.0)))) for _ in ids] if kind < 0.5 else None
-        exp_a = [r.choice((2**62, r.randrange(0, 12))) for _ in ids] if 0.3 < kind < 0.8 else None
+        if clock is None:
+            exp_a = [r.choice((2**62, r.randrange(0, 12))) for _ in ids] if 0.3 < kind < 0.8 else None
+        else:
+            a = clock["a"]
+            exp_a = [r.choice((2**62, a + r.randrange(-2, 12), a + r.choice((2046, 2047, 2048, 2049, 5000)),
+                               a + r.randrange(0, 4) + 0.5)) for _ in ids] if 0.3 < kind < 0.8 else None
         pins = None
         if kind > 0.6:
             pins = [r.random() < 0.3 for _ in ids]
@@ -67,14 +74,18 @@ def _state(ev) -> tuple:
             ev.pins_refused, len(ev))
 
 
+@pytest.mark.parametrize("wide", [False, True], ids=["near", "wide"])
 @pytest.mark.parametrize("seed", range(40))
-def test_scored_evictor_matches_reference(seed):
+def test_scored_evictor_matches_reference(seed, wide):
+    """``wide``: arrival expiries around the clock (see :func:`_hooks`) and
+    the clock sometimes jumping past the calendar's window."""
     rng = random.Random(seed)
+    clock = {"a": 0} if wide else None
     use_admit, use_choose, cap = rng.random() < 0.5, rng.random() < 0.4, rng.choice((0.1, 0.5))
     fail_new, fail_ref = {}, {}
     mk = []
     for cls, fail in ((Evictor, fail_new), (ref.Evictor, fail_ref)):
-        score, admit, choose = _hooks(seed, fail)
+        score, admit, choose = _hooks(seed, fail, clock)
         mk.append(cls(64, score=score, admit=admit if use_admit else None,
                       choose=choose if use_choose else None, pin_cap_fraction=cap))
     new, old = mk
@@ -116,7 +127,9 @@ def test_scored_evictor_matches_reference(seed):
             both(lambda ev: ev.rescore(ids, now))
         elif op < 0.65:
             now += rng.choice((0.0, 0.5, 1.0))
-            arrival += rng.randint(0, 2)
+            arrival += rng.randint(0, 2) if not wide or rng.random() < 0.8 else rng.choice((2047, 2048, 3000))
+            if wide:
+                clock["a"] = arrival
             if rng.random() < 0.3:  # the next score call fails: both stay as before
                 fail_new["next"] = fail_ref["next"] = True
             both(lambda ev: ev.rescore_expired(now, arrival))
