@@ -371,7 +371,8 @@ def place(ids, tiers, values, exp_t, exp_a, pins, orders, cap, ib, val, hv, hi, 
     number of pins granted, or -1 (nothing done) if an id is outside ``ib``
     or a heap lacks room for ``len(ids)`` more entries. An empty
     ``values``, ``exp_t``, ``exp_a`` or ``pins`` stands for the default of
-    every block (0, no expiry, no expiry, no pin)."""
+    every block (0, no expiry, no expiry, no pin); an empty ``tiers`` or
+    ``orders`` for each block's own (its row in ``ib``: a re-score)."""
     n = ids.shape[0]
     if max(c[HN], c[TN], c[AN], c[QN]) + n > hv.shape[0]:
         return -1
@@ -380,6 +381,7 @@ def place(ids, tiers, values, exp_t, exp_a, pins, orders, cap, ib, val, hv, hi, 
         if ids[k] < 0 or ids[k] >= nblk:
             return -1
     has_v, has_t, has_a, has_p = values.shape[0] > 0, exp_t.shape[0] > 0, exp_a.shape[0] > 0, pins.shape[0] > 0
+    has_tier, has_ord = tiers.shape[0] > 0, orders.shape[0] > 0
     # A batch that re-places a large share of the order (an expiry round re-scores about half
     # the free blocks on spf's workloads) appends its entries unsifted and rebuilds the heap
     # once from the live entries, O(heap): cheaper than n sifts, and the stale entries the
@@ -391,7 +393,7 @@ def place(ids, tiers, values, exp_t, exp_a, pins, orders, cap, ib, val, hv, hi, 
     tn, an = c[TN], c[AN]
     for k in range(n):
         i = ids[k]
-        tier = tiers[k]
+        tier = tiers[k] if has_tier else ib[TIER, i]
         value = values[k] if has_v else 0.0
         v += 1
         if has_t:
@@ -419,7 +421,8 @@ def place(ids, tiers, values, exp_t, exp_a, pins, orders, cap, ib, val, hv, hi, 
         else:
             ib[IN, i] = 1
             c[LIVE] += 1
-            ib[ORD, i] = orders[k]
+            if has_ord:
+                ib[ORD, i] = orders[k]
         ib[TIER, i] = tier
         val[i] = value
         ib[VER, i] = v

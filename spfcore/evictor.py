@@ -50,6 +50,7 @@ NCOUNTERS = 13
 nb = None  # spfcore._evictor_nb, once loaded
 _INT = frozenset({int})
 _NONE_F, _NONE_B = np.empty(0), np.empty(0, np.bool_)  # a score column at its default for every block
+_NONE_I = np.empty(0, np.int64)  # tiers / release orders: each block's own (a re-score)
 
 #: ``(values, expires_at, expires_at_arrival, pinned)``: one list or array per
 #: field, one entry per block (``None``: the default for every block): the
@@ -342,14 +343,14 @@ class Evictor:
         n = len(ids)
         if not n:
             return 0
-        ib = self._ib
         cols = (self._val[ids], None, np.full(n, float(expires_at_arrival)), np.ones(n, np.bool_))
-        return self._place(ids, ib[TIER, ids], cols, ib[ORD, ids])
+        return self._place(ids, _NONE_I, cols, _NONE_I)
 
     def _place(self, ids: np.ndarray, tiers: np.ndarray, cols, orders: np.ndarray) -> int:
         """(Re-)insert blocks ``ids`` into the eviction order: block ``ids[k]``
         at tier ``tiers[k]``, release order ``orders[k]`` (kept for a block
-        already in the order), with score columns ``cols = (values,
+        already in the order; both empty: each block's own, for blocks in
+        the order), with score columns ``cols = (values,
         expires_at, expires_at_arrival, pinned)`` (each an array, a list or
         ``None``; ``cols`` ``None``: value 0, no expiry, no pin). In
         sequence, per block: a new version; the expiries registered (seconds
@@ -494,8 +495,7 @@ class Evictor:
         if clocks is not None:
             nb.drain(*clocks, self._ib, self._tk, self._ti, self._ak, self._ai, self._qe, self._qb, self._c)
         if len(ids):
-            ib = self._ib
-            self._place(ids, ib[TIER, ids], cols, ib[ORD, ids])
+            self._place(ids, _NONE_I, cols, _NONE_I)  # each block keeps its tier and release order
 
     def pop(self, n: int, now: float, arrival: int) -> list[int]:
         """Take ``n`` victims: hashless blocks first, then the lowest-ranked

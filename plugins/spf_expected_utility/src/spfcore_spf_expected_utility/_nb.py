@@ -135,6 +135,33 @@ def _cap_in_place(res, pi, back):
 
 
 @_jit
+def groups(kind, depth, nd, octaves):
+    """``kind * nd + min((bit_length(depth + 1) - 1) // octaves, nd - 1)``
+    per block (``UtilityPolicy._grps`` with one kind; integer operations,
+    so the same groups as the numpy form).
+
+    Args:
+        kind: int; depth: ``(n,)`` int64 0-based chain positions;
+        nd: depth classes; octaves: depth octaves per class.
+
+    Returns:
+        ``(n,)`` int64 class groups.
+    """
+    n = depth.shape[0]
+    out = np.empty(n, np.int64)
+    base = kind * nd
+    for k in range(n):
+        x = depth[k] + 1
+        bl = 0
+        while x > 0:
+            bl += 1
+            x >>= 1
+        j = (bl - 1) // octaves
+        out[k] = base + (j if j < nd - 1 else nd - 1)
+    return out
+
+
+@_jit
 def take_back(never, cls, d):
     """``never[cls[q]] = max(never[cls[q]] - d[q], 0)`` for each ``q`` in
     order (ghosts coming back; ``d``: the decayed weight of each eviction)."""
@@ -419,6 +446,7 @@ def warm() -> None:
     idx = density_index(H, H, np.ones(2), lo, 3)
     change_offsets(idx, np.array([0, 1, 2, 4], np.int64), 0.0, np.inf)
     chain_cap(np.ones(3), np.array([1, 2, -1], np.int64), True)
+    groups(1, np.arange(3, dtype=np.int64), 4, 2)
     take_back(np.ones(3), np.array([1, 2], np.int64), np.ones(2))
     z = np.zeros(4, np.int64)
     assign(z, z.copy(), z.copy(), np.array([1], np.int64), np.array([2], np.int64))

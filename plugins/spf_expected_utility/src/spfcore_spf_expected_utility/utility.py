@@ -422,10 +422,13 @@ class UtilityPolicy:
         return kind * nd + (j if j < nd else nd - 1)
 
     def _grps(self, kind, depth: np.ndarray) -> np.ndarray:
-        """:meth:`_grp` of each block (``kind`` an int or an array)."""
+        """:meth:`_grp` of each block (``kind`` an int or an array; one kind:
+        one compiled pass, :func:`_nb.groups`)."""
         nd = self.nd
         if nd == 1:
             return np.broadcast_to(np.asarray(kind, dtype=np.int64), depth.shape)
+        if isinstance(kind, int):
+            return _load_nb().groups(kind, np.ascontiguousarray(depth, np.int64), nd, self.params.depth_octaves)
         j = (_bit_length(depth + 1) - 1) // self.params.depth_octaves
         return np.minimum(j, nd - 1) + np.asarray(kind, dtype=np.int64) * nd
 
