@@ -181,6 +181,30 @@ def _h_rebuild(ib, val, hv, hi, c):
         _h_down(hv, hi, j, n)
 
 
+@_jit
+def _h_rebuild_rows(ib, val, hv, hi, c):
+    """The order heap anew from the blocks' rows: one entry (a fresh stamp)
+    per block that is in and has an entry or is marked for one (``HST`` >= 0),
+    in block id order, then heapified. O(block ids): for a pool not much
+    larger than the free set."""
+    n = 0
+    s = c[HSEQ]
+    for i in range(ib.shape[1]):
+        if ib[IN, i] and ib[HST, i] >= 0:
+            s += 1
+            hv[n] = val[i]
+            hi[n, 0] = 2 if ib[PIN, i] else ib[TIER, i]
+            hi[n, 1] = ib[ORD, i]
+            hi[n, 2] = i
+            hi[n, 3] = s
+            ib[HST, i] = s
+            n += 1
+    c[HSEQ] = s
+    c[HN] = n
+    for j in range(n // 2 - 1, -1, -1):
+        _h_down(hv, hi, j, n)
+
+
 # ------------------------------------------------------------ expiry heaps
 @_jit
 def _t_less(tk, ti, a, b):
@@ -388,6 +412,7 @@ def place(ids, tiers, values, exp_t, exp_a, pins, orders, cap, ib, val, hv, hi, 
     # re-placed blocks leave behind are gone at once instead of being popped one by one by
     # later victim searches. The key is total, so the pops are the same either way.
     bulk = n >= 64 and 4 * n >= c[LIVE]
+    rows = bulk and ib.shape[1] <= 2 * (c[LIVE] + n)  # rebuild from the rows: no entry pushed
     v = c[VERSION]
     granted = 0
     tn, an = c[TN], c[AN]
@@ -434,7 +459,10 @@ def place(ids, tiers, values, exp_t, exp_a, pins, orders, cap, ib, val, hv, hi, 
         elif was:
             ib[PIN, i] = 0
             c[NPIN] -= 1
-        _h_push(ib, val, hv, hi, c, i, 2 if pin else tier, not bulk)
+        if rows:
+            ib[HST, i] = 0  # (an entry to make)
+        else:
+            _h_push(ib, val, hv, hi, c, i, 2 if pin else tier, not bulk)
     c[VERSION] = v
     live = c[LIVE]
     if tn + an + c[QN] > 2 * live + 1024:
@@ -442,7 +470,9 @@ def place(ids, tiers, values, exp_t, exp_a, pins, orders, cap, ib, val, hv, hi, 
         an = _t_filter(ib, ak, ai, an, -np.inf, True)
         _q_compact(ib, qe, qb, c)
     c[TN], c[AN] = tn, an
-    if bulk or c[HN] > 2 * live + 1024:
+    if rows:
+        _h_rebuild_rows(ib, val, hv, hi, c)
+    elif bulk or c[HN] > 2 * live + 1024:
         _h_rebuild(ib, val, hv, hi, c)
     return granted
 

@@ -74,11 +74,13 @@ def _state(ev) -> tuple:
             ev.pins_refused, len(ev))
 
 
-@pytest.mark.parametrize("wide", [False, True], ids=["near", "wide"])
-@pytest.mark.parametrize("seed", range(40))
-def test_scored_evictor_matches_reference(seed, wide):
+@pytest.mark.parametrize(("seed", "wide", "m"), [(s, w, 1) for s in range(40) for w in (False, True)]
+                         + [(s, w, 12) for s in range(6) for w in (False, True)])
+def test_scored_evictor_matches_reference(seed, wide, m):
     """``wide``: arrival expiries around the clock (see :func:`_hooks`) and
-    the clock sometimes jumping past the calendar's window."""
+    the clock sometimes jumping past the calendar's window. ``m``: pool and
+    batch sizes times ``m`` (12: batches of 64 blocks and more, a quarter of
+    the free blocks, take the evictor's bulk path, which rebuilds the order)."""
     rng = random.Random(seed)
     clock = {"a": 0} if wide else None
     use_admit, use_choose, cap = rng.random() < 0.5, rng.random() < 0.4, rng.choice((0.1, 0.5))
@@ -86,7 +88,7 @@ def test_scored_evictor_matches_reference(seed, wide):
     mk = []
     for cls, fail in ((Evictor, fail_new), (ref.Evictor, fail_ref)):
         score, admit, choose = _hooks(seed, fail, clock)
-        mk.append(cls(64, score=score, admit=admit if use_admit else None,
+        mk.append(cls(64 * m, score=score, admit=admit if use_admit else None,
                       choose=choose if use_choose else None, pin_cap_fraction=cap))
     new, old = mk
     def both(fn):
@@ -100,13 +102,13 @@ def test_scored_evictor_matches_reference(seed, wide):
         return res[0]
 
     free: set[int] = set()
-    used = set(range(80))  # block ids in use (not free)
+    used = set(range(80 * m))  # block ids in use (not free)
     now, arrival = 0.0, 0
     for step in range(120):
         op = rng.random()
         prev = (_state(new), new.snapshot())
         if op < 0.3 and used:
-            ids = rng.sample(sorted(used), rng.randint(1, min(12, len(used))))
+            ids = rng.sample(sorted(used), rng.randint(1, min(12 * m, len(used))))
             cached = ids[: len(ids) - rng.randint(0, 1)]
             hashless = ids[len(cached):]
             if both(lambda ev: ev.push_cached(cached, now)) is Boom:
@@ -123,7 +125,7 @@ def test_scored_evictor_matches_reference(seed, wide):
                 free.discard(i)
                 used.add(i)
         elif op < 0.55:
-            ids = [rng.randrange(80) for _ in range(rng.randint(1, 8))]
+            ids = [rng.randrange(80 * m) for _ in range(rng.randint(1, 8 * m))]
             both(lambda ev: ev.rescore(ids, now))
         elif op < 0.65:
             now += rng.choice((0.0, 0.5, 1.0))
@@ -136,11 +138,11 @@ def test_scored_evictor_matches_reference(seed, wide):
             fail_new.pop("next", None)
             fail_ref.pop("next", None)
         elif op < 0.72:
-            ids = [rng.randrange(80) for _ in range(rng.randint(1, 6))]
+            ids = [rng.randrange(80 * m) for _ in range(rng.randint(1, 6 * m))]
             x = rng.randint(arrival, arrival + 5)
             both(lambda ev: ev.pin(ids, x))
         elif len(new):
-            n = rng.randint(1, min(6, len(new)))
+            n = rng.randint(1, min(6 * m, len(new)))
             a, b = new.pop(n, now, arrival), old.pop(n, now, arrival)
             assert a == b
             if rng.random() < 0.3:
