@@ -134,8 +134,8 @@ class Evictor:
         pin_cap_fraction: Most pinned free blocks, as a share of ``num_blocks``
             (0..1). Pins beyond the cap are refused (the block keeps its value,
             unpinned).
-        score_arrays: ``score`` takes re-scored ids as an int64 numpy array
-            (else a list); releases pass what the caller gave.
+        score_arrays: ``score`` and ``admit`` take the ids as an int64 numpy
+            array (else re-scores pass a list and releases what the caller gave).
 
     Raises:
         ValueError: on a bad ``pin_cap_fraction``, or ``evict`` given with
@@ -318,6 +318,9 @@ class Evictor:
         n = len(ids)
         if not n:
             return
+        arr = self._ids(ids)
+        if self.score_arrays:  # one conversion: the hooks' batches read the array (their list made on demand)
+            ids = arr
         admitted = self._admit(ids, now) if self._admit is not None else None
         cols = self._score(ids, now) if self._score is not None else None
         if admitted is None:
@@ -326,7 +329,7 @@ class Evictor:
             tiers = np.asarray(admitted, np.bool_).astype(np.int64)
         o = self._order
         self._order = o + n
-        self._place(self._ids(ids), tiers, cols, np.arange(o + 1, o + 1 + n, dtype=np.int64))
+        self._place(arr, tiers, cols, np.arange(o + 1, o + 1 + n, dtype=np.int64))
 
     def pin(self, ids: Iterable[int], expires_at_arrival: int) -> int:
         """Pin free cached blocks until an arrival index (prefetch hints).

@@ -107,7 +107,6 @@ from __future__ import annotations
 
 import functools
 import math
-from collections import deque
 from itertools import repeat
 
 import numpy as np
@@ -362,7 +361,9 @@ class UtilityPolicy:
         self.state[s] = 1
         sl = s.tolist()
         self.rec.update(zip(keys, sl))
-        deque(map(self.key_of.__setitem__, sl, keys), maxlen=0)
+        key_of = self.key_of
+        for j, k in zip(sl, keys):  # (a plain loop: about half the time of map over the bound __setitem__)
+            key_of[j] = k
         return s
 
     def _res(self, key, default=None):
@@ -819,7 +820,9 @@ class UtilityPolicy:
                 else:
                     del dual[k]
         else:
-            deque(map(self.rec.__delitem__, ks), maxlen=0)
+            rec = self.rec
+            for k in ks:
+                del rec[k]
         self._free += tr
         self.nghost -= len(tr)
 
