@@ -36,7 +36,7 @@ State (owned by the evictor, passed in on every call):
   heaps' rule (block in, same version).
 * ``c``: int64 counters (indices below).
 
-Callers make sure each heap has room for every push of the call.
+Callers make sure each heap, and the calendar's pool, has room for every push of the call.
 """
 
 from __future__ import annotations

@@ -18,12 +18,17 @@ blocks and the policy names the victims from its own order. Otherwise
 and the order in a binary min-heap over numpy arrays keyed by ``(tier, value,
 release order)`` with lazy deletion (a re-scored or hit block leaves a stale
 entry behind; the heap is rebuilt from the live entries once it holds more
-than ``2 * live + 1024``). The per-block loops are numba-compiled
+than ``2 * live + 1024``, and at once by a batch that re-places a quarter of
+the free blocks or more). The per-block loops are numba-compiled
 (:mod:`spfcore._evictor_nb`, loaded with the first scored evictor): each
 batch (a release, a re-score, a pin, an allocation) is one compiled call,
 O(log n) per block; a hit is a few numpy scalar writes. Scores may expire (in
 seconds or in arrivals): expired blocks are re-scored in one batch before
 victims are chosen, so stale predictions age out without an O(n) scan.
+Expiries in seconds wait on a heap; expiries at whole arrivals up to 2,048
+ahead wait in a calendar, one bucket per arrival filled in push order, so an
+expiry round reads its due blocks in order without sorting them (on spf's
+workloads a round re-scores about half the free blocks at every arrival).
 """
 
 from __future__ import annotations
