@@ -308,3 +308,19 @@ def test_compiled_reaccess_equals_the_numpy_form(seed):
         assert getattr(a, f).tolist() == getattr(b, f).tolist(), f
     assert a.hist.tolist() == b.hist.tolist()
     assert a.hist.sum() > hist.sum()  # something was counted
+
+
+@pytest.mark.parametrize(("depth_classes", "depth_octaves"), [(4, 2), (3, 1), (6, 3)])
+def test_compiled_groups_equal_the_numpy_form(depth_classes, depth_octaves):
+    """``_grps`` of one kind (the compiled pass, ``_nb.groups``) equals the
+    numpy form (an array of kinds) and the scalar ``_grp`` at every depth up
+    to 5,000 and at a few large ones."""
+    pol = UtilityPolicy(UtilityParams(depth_classes=depth_classes, depth_octaves=depth_octaves))
+    pol.spfcore_cache_configured(num_blocks=64, block_size=16)  # loads the compiled loops
+    depth = np.concatenate([np.arange(5001), [2**31, 2**40 - 1, 2**52]]).astype(np.int64)
+    for kind in (0, 1, 2):
+        got = pol._grps(kind, depth)
+        assert got.tolist() == pol._grps(np.full(len(depth), kind), depth).tolist()
+        assert got.tolist() == [pol._grp(kind, int(d)) for d in depth]
+    if (depth_classes, depth_octaves) == (4, 2):  # the defaults, by hand: depths 0-2, 3-14, 15-62, 63+
+        assert pol._grps(2, depth)[[0, 2, 3, 14, 15, 62, 63, 5000]].tolist() == [8, 8, 9, 9, 10, 10, 11, 11]
