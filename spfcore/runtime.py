@@ -26,6 +26,7 @@ except ImportError:  # pragma: no cover - another pluggy layout: every call goes
     _PLAIN_EXEC = None
 
 from spfcore.evictor import NEVER_ARRIVAL, Evictor
+from spfcore import hookspecs
 from spfcore.hookspecs import HOOK_NAMES
 from spfcore.views import BlockBatch, BlockTable, BlockView, RequestView, Score, Scores, gather
 
@@ -45,6 +46,9 @@ _READS_BLOCKS = ("spfcore_blocks_hit", "spfcore_blocks_stored", "spfcore_score_b
 _INT = frozenset({int})
 #: Python scalar types of a :class:`~spfcore.views.Scores` field given for every block.
 _SCALARS = frozenset({float, int, bool})
+#: Each hook's argument names, in the spec's order (:meth:`PolicyRuntime._fire` passes them positionally).
+_SPEC_ARGS = {n: tuple(getattr(hookspecs, n).__code__.co_varnames[:getattr(hookspecs, n).__code__.co_argcount])
+              for n in HOOK_NAMES}
 #: The numpy columns of :class:`~spfcore.views.BlockTable`.
 _NUMERIC = ("depth", "num_tokens", "session", "access_count", "last_access", "stored_at")
 
@@ -331,6 +335,24 @@ def _direct_call(pm: pluggy.PluginManager, name: str):
     return call
 
 
+def _positional_call(pm: pluggy.PluginManager, name: str):
+    """A plain function calling hook ``name``'s single implementation with
+    the spec's arguments *positionally*, in the spec's order, returning what
+    the implementation returns (for a ``firstresult`` hook: pluggy's answer;
+    for an observation hook: the raw result, which the runtime ignores);
+    ``None`` where :func:`_direct_call` is ``None``. No keyword dict is built
+    per call: the cheapest call of a hook that Python allows."""
+    if _direct_call(pm, name) is None:
+        return None
+    hc = getattr(pm.hook, name)
+    impl = hc.get_hookimpls()[0]
+    fn, names, spec_names = impl.function, tuple(impl.argnames), tuple(hc.spec.argnames)
+    if names == spec_names:
+        return fn
+    pick = [spec_names.index(a) for a in names]  # an implementation takes a subset, in any order
+    return lambda *a: fn(*[a[j] for j in pick])
+
+
 class PolicyRuntime:
     """Drives one policy (a pluggy PluginManager holding it) over one cache.
 
@@ -378,6 +400,7 @@ class PolicyRuntime:
                                                               "spfcore_prefetch_hints", "spfcore_score_blocks",
                                                               "spfcore_admit_blocks", "spfcore_choose_victims"))
         self._direct = {n: d for n in HOOK_NAMES if (d := _direct_call(pm, n)) is not None}
+        self._pos = {n: f for n in HOOK_NAMES if (f := _positional_call(pm, n)) is not None}
         table = self.table
         score = admit = choose = None
         shared = [None, None]  # (ids, batch) of the last admission call: its score call reuses the batch
@@ -389,7 +412,7 @@ class PolicyRuntime:
                     shared[0] = shared[1] = None
                 else:
                     batch = BlockBatch(table, ids)
-                res = self._call("spfcore_score_blocks", None, blocks=batch, now=now)
+                res = self._fire("spfcore_score_blocks", batch, now)
                 try:
                     return score_arrays(res, len(ids), self.policy_name)
                 except (TypeError, ValueError, OverflowError) as exc:  # e.g. a bare number: not a sequence
@@ -398,7 +421,7 @@ class PolicyRuntime:
             def admit(ids, now):
                 batch = BlockBatch(table, ids)
                 shared[0], shared[1] = ids, batch
-                res = self._call("spfcore_admit_blocks", None, blocks=batch, now=now)
+                res = self._fire("spfcore_admit_blocks", batch, now)
                 if isinstance(res, np.ndarray) and res.dtype == np.bool_ and res.shape == (len(ids),):
                     return res  # bools already, as the evictor takes them
                 return admit_column(res, len(ids), self.policy_name)
@@ -407,7 +430,7 @@ class PolicyRuntime:
                 # validated here, so a bad answer is a PolicyError naming the policy
                 # and the hook before the evictor sees it
                 hook = "spfcore_choose_victims"
-                res = self._call(hook, None, candidates=BlockBatch(table, ids), n=n, now=now)
+                res = self._fire(hook, BlockBatch(table, ids), n, now)
                 if res is None:
                     return None
                 try:
@@ -429,7 +452,7 @@ class PolicyRuntime:
 
             def evict(n, free, now):
                 hook = "spfcore_evict_blocks"
-                res = self._call(hook, None, n=n, free=free, now=now)
+                res = self._fire(hook, n, free, now)
                 try:
                     if res is None or isinstance(res, (str, bytes, Mapping)):
                         raise TypeError(type(res).__name__)
@@ -528,6 +551,31 @@ class PolicyRuntime:
             raise _bad(pol, name, f"{len(res)} results for {expect_len} blocks")
         return res
 
+    def _fire(self, name: str, *args):
+        """:meth:`_call` of hook ``name`` with the spec's arguments given
+        positionally, in the spec's order (see :mod:`spfcore.hookspecs`): the
+        events' path. With no budget and pluggy's plain executor it calls the
+        implementation itself (no keyword dict, no pluggy dispatch), timed and
+        with faults turned into :class:`PolicyError` as :meth:`_call` does;
+        else it is :meth:`_call`. Returns the hook's answer (an observation
+        hook's answer is the implementation's raw result: ignore it).
+
+        Raises:
+            PolicyError: as :meth:`_call`.
+        """
+        fn = self._pos.get(name)
+        if fn is None or self.hook_budget_s is not None or self.pm._inner_hookexec is not _PLAIN_EXEC:
+            return self._call(name, None, **dict(zip(_SPEC_ARGS[name], args)))
+        t = _perf()
+        try:
+            return fn(*args)
+        except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is its fault, not the run's end
+            pol = self.policy_name
+            raise PolicyError(f"policy {pol!r} failed in hook {name}: {exc!r}", policy=pol, hook=name) from exc
+        finally:
+            self.hook_seconds += _perf() - t
+            self.hook_calls += 1
+
     def stats(self) -> dict:
         """Counters of this run: hook time (s) and calls, policy time (s: every
         runtime event, hooks, evictor bookkeeping and re-scoring included),
@@ -569,14 +617,14 @@ class PolicyRuntime:
                 self.arrival = arrival
                 return ()
             if self._has["spfcore_request_arrived"]:
-                self._call("spfcore_request_arrived", None, request=request, now=now)
+                self._fire("spfcore_request_arrived", request, now)
             # Re-score expired scores now (the policy has seen this arrival), not
             # only at the next eviction, so expired pins free their share of the
             # pin cap before new releases.
             ev = self.evictor
             plans = [ev.plan_expired(now, arrival)]
             if self._has["spfcore_rescore_keys"]:
-                keys = self._call("spfcore_rescore_keys", None, request=request, now=now)
+                keys = self._fire("spfcore_rescore_keys", request, now)
                 if keys:
                     by_key = self.by_key
                     try:
@@ -590,7 +638,7 @@ class PolicyRuntime:
                     plans.append(ev.plan_rescore(ids, now))
             hints = ()
             if self._has["spfcore_prefetch_hints"]:
-                hints = self._call("spfcore_prefetch_hints", None, request=request, now=now) or ()
+                hints = self._fire("spfcore_prefetch_hints", request, now) or ()
                 hints = self._check_hints(hints)
             self.arrival = arrival  # nothing fails from here on
             for plan in plans:
@@ -663,7 +711,7 @@ class PolicyRuntime:
                             self.hints_used += 1
             if self._has["spfcore_blocks_hit"]:
                 try:
-                    self._call("spfcore_blocks_hit", None, request=request, blocks=BlockBatch(table, ids), now=now)
+                    self._fire("spfcore_blocks_hit", request, BlockBatch(table, ids), now)
                 except BaseException:
                     if track:
                         table.access_count[arr] -= 1  # a fancy += adds once per distinct id, so does -=
@@ -737,8 +785,7 @@ class PolicyRuntime:
                     t.stored_at[arr] = now
             if undo is not None:
                 try:
-                    self._call("spfcore_blocks_stored", None, request=request,
-                               blocks=BlockBatch(t, ids, ids_array=arr), now=now)
+                    self._fire("spfcore_blocks_stored", request, BlockBatch(t, ids, ids_array=arr), now)
                 except BaseException:
                     self._unstore(ids, *undo)
                     raise
@@ -769,7 +816,7 @@ class PolicyRuntime:
         t0 = _perf()
         try:
             if self._has["spfcore_request_finished"]:
-                self._call("spfcore_request_finished", None, request=request, now=now)
+                self._fire("spfcore_request_finished", request, now)
         finally:
             self.policy_seconds += _perf() - t0
 
@@ -818,7 +865,7 @@ class PolicyRuntime:
                 if owner == held and (not nh or gather(key, ids[:nh]).count(None) == nh):
                     if self._evicted_hook:  # the hook sees only the keys; if it fails, undo the pop
                         try:
-                            self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
+                            self._fire("spfcore_blocks_evicted", gone, now)
                         except BaseException:
                             self._unpop_keys(gone, owner)
                             self.evictor.unpop(ids)
@@ -832,7 +879,7 @@ class PolicyRuntime:
                 gone = [k for i in ids if (k := key[i]) is not None]
                 if gone:
                     try:
-                        self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
+                        self._fire("spfcore_blocks_evicted", gone, now)
                     except BaseException:
                         self.evictor.unpop(ids)
                         raise
