@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
-from itertools import repeat
+from itertools import groupby, repeat
+from operator import itemgetter
 
 import attrs
 import numpy as np
@@ -18,6 +19,7 @@ from attrs import validators as v
 
 from spfcore import NEVER_ARRIVAL, Scores, hookimpl
 
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
 def _finite(inst, attr, value) -> None:
@@ -91,9 +93,9 @@ class SessionTTLPolicy:
         # PYTHONHASHSEED, so a set made runs irreproducible)
         # (an OrderedDict in activity order: at most max_sessions, the least recently active is forgotten)
         self.session_keys: OrderedDict[str, dict] = OrderedDict()
-        # block hash -> sessions that touched it: a tuple of one session (shared by the keys of one
-        # touch: no object per key) or, once a second session touches it, a set
-        self.key_sessions: dict[object, tuple | set] = {}
+        # block hash -> sessions that touched it, a tuple in first-touch order, shared by the keys
+        # of one touch (no object per key; eviction drops a run of keys that share one in a C-level pass)
+        self.key_sessions: dict[object, tuple] = {}
         self._arrival_keys: list = []
         self._max_end = -math.inf  # the largest ``until`` ever set
 
@@ -137,14 +139,12 @@ class SessionTTLPolicy:
                 old, old_keys = session_keys.popitem(last=False)
                 for k in old_keys:
                     owners = key_sessions.get(k)
-                    if owners is not None:
-                        if type(owners) is tuple:
-                            if owners == (old,):
-                                del key_sessions[k]
+                    if owners is not None and old in owners:
+                        rest = tuple(s for s in owners if s != old)
+                        if rest:
+                            key_sessions[k] = rest
                         else:
-                            owners.discard(old)
-                            if not owners:
-                                del key_sessions[k]
+                            del key_sessions[k]
         else:
             session_keys.move_to_end(sid)
         end, until, keys = self._end(request, now), self.until, blocks.keys
@@ -158,18 +158,16 @@ class SessionTTLPolicy:
                     until[k] = end
         mine.update(zip(keys, repeat(None)))  # first-touch order kept
         one = (sid,)
-        if key_sessions.keys().isdisjoint(keys):  # the usual touch: hashes no session touched yet
-            key_sessions.update(zip(keys, repeat(one)))
+        owners = list(map(key_sessions.setdefault, keys, repeat(one)))  # a new hash: this session's alone
+        if owners.count(one) == len(owners):  # the usual touch: hashes no other session touched
             return
-        for k in keys:
-            owners = key_sessions.get(k)
-            if owners is None:
-                key_sessions[k] = one
-            elif type(owners) is tuple:
-                if owners[0] != sid:
-                    key_sessions[k] = {owners[0], sid}
-            else:
-                owners.add(sid)
+        grown: dict = {}  # owners before -> owners with this session added (one tuple per distinct owners)
+        for o, run in groupby(zip(keys, owners), _SECOND):  # runs of keys with equal owners
+            if sid not in o:
+                g = grown.get(o)
+                if g is None:
+                    g = grown[o] = o + one
+                key_sessions.update(zip(map(_FIRST, run), repeat(g)))
 
     @hookimpl
     def spfcore_blocks_hit(self, request, blocks, now):
@@ -184,20 +182,19 @@ class SessionTTLPolicy:
         session_keys = self.session_keys
         deque(map(self.until.pop, keys, repeat(None)), maxlen=0)  # in C
         owners = list(map(self.key_sessions.pop, keys, repeat(())))
-        j, n = 0, len(keys)
-        while j < n:
-            ss = owners[j]
-            e = j + 1
-            if type(ss) is tuple:  # a run of keys of one touch (the same tuple): in one C-level pass
-                while e < n and owners[e] is ss:
-                    e += 1
+        if not owners:
+            return
+        if owners.count(owners[0]) == len(owners):  # the usual: keys of one owner group
+            runs = ((owners[0], keys),)
+        else:  # runs of keys with equal owners
+            runs = ((o, list(map(_FIRST, run))) for o, run in groupby(zip(keys, owners), _SECOND))
+        for ss, run in runs:
             for s in ss:
                 mine = session_keys.get(s)
                 if mine is not None:
-                    deque(map(mine.pop, keys[j:e], repeat(None)), maxlen=0)
+                    deque(map(mine.pop, run, repeat(None)), maxlen=0)  # in C
                     if not mine:  # a session with no cached block left is forgotten
                         del session_keys[s]
-            j = e
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
