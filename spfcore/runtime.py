@@ -15,7 +15,9 @@ import signal
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from itertools import repeat
+from operator import is_not
 
 import numpy as np
 import pluggy
@@ -42,6 +44,8 @@ _BULK = 16
 #: only the keys kept.
 _READS_BLOCKS = ("spfcore_blocks_hit", "spfcore_blocks_stored", "spfcore_score_blocks", "spfcore_admit_blocks",
                  "spfcore_choose_victims", "spfcore_evict_blocks")
+#: ``_HELD(x)``: ``x is not None`` (a C-level filter predicate).
+_HELD = partial(is_not, None)
 #: The type of a block id as the evictor hands it out.
 _INT = frozenset({int})
 #: Python scalar types of a :class:`~spfcore.views.Scores` field given for every block.
@@ -143,10 +147,17 @@ def _score_cols(res, n: int, policy: str, arrays: bool):
     if res is None:
         return None
     if isinstance(res, Scores):
-        vals = np.asarray(res.values)
-        if vals.ndim == 0:
-            vals = np.full(n, vals)
-        values = _values(vals, n, policy)
+        v = res.values
+        if type(v) is float:  # one value for every block (the usual Scores(0.0))
+            if v != v and n:
+                raise _bad(policy, hook, f"{v!r} at position 0: a score must be a real number (not NaN)")
+            values = np.empty(n, np.float64)
+            values.fill(v)
+        else:
+            vals = np.asarray(v)
+            if vals.ndim == 0:
+                vals = np.full(n, vals)
+            values = _values(vals, n, policy)
         exp_t = _column(res.expires_at, n, math.inf, policy, "expires_at", arrays)
         exp_a = _column(res.expires_at_arrival, n, NEVER_ARRIVAL, policy, "expires_at_arrival", arrays)
         if exp_t is not None:
@@ -164,12 +175,12 @@ def _score_cols(res, n: int, policy: str, arrays: bool):
                 exp_a = [NEVER_ARRIVAL if x >= NEVER_ARRIVAL else int(x) for x in exp_a]
         pins = _column(res.pinned, n, False, policy, "pinned", arrays)
         if isinstance(pins, np.ndarray):
-            pins = pins.astype(np.bool_)
-            bad = pins.copy()
+            pins = pins.astype(np.bool_, copy=False)
+            bad = pins
             if exp_t is not None:
-                bad &= np.asarray(exp_t, np.float64) == math.inf
+                bad = bad & (np.asarray(exp_t, np.float64) == math.inf)
             if exp_a is not None:
-                bad &= np.asarray(exp_a) >= NEVER_ARRIVAL
+                bad = bad & (np.asarray(exp_a) >= NEVER_ARRIVAL)
             if bad.any():
                 raise _bad(policy, hook, f"a pin without an expiry at position {int(bad.argmax())} "
                            "(it could hold its block forever)")
@@ -630,7 +641,7 @@ class PolicyRuntime:
                     try:
                         if isinstance(keys, (str, bytes, Mapping)):
                             raise TypeError(f"a {type(keys).__name__} is not a sequence of block keys")
-                        ids = [by_key[k] for k in keys if k in by_key]
+                        ids = [*filter(_HELD, map(by_key.get, keys))]  # cached ones, in order (in C)
                     except TypeError as exc:
                         raise PolicyError(f"policy {self.policy_name!r}: hook spfcore_rescore_keys returned "
                                           f"{keys!r:.80}: need an iterable of block keys",
@@ -693,11 +704,20 @@ class PolicyRuntime:
         try:
             table = self.table
             track = self.track and ids
+            arr = old_last = None
             if track:
-                arr = np.asarray(ids, dtype=np.int64)
-                table.access_count[arr] += 1
-                old_last = table.last_access[arr] if self._has["spfcore_blocks_hit"] else None
-                table.last_access[arr] = now
+                if len(ids) <= _SMALL:  # numpy scalar stores beat fancy indexing on a few blocks
+                    acc, last = table.access_count, table.last_access
+                    if self._has["spfcore_blocks_hit"]:
+                        old_last = [last[i] for i in ids]
+                    for i in ids:  # (a hit's blocks are distinct)
+                        acc[i] += 1
+                        last[i] = now
+                else:
+                    arr = np.asarray(ids, dtype=np.int64)
+                    table.access_count[arr] += 1
+                    old_last = table.last_access[arr] if self._has["spfcore_blocks_hit"] else None
+                    table.last_access[arr] = now
             used = []
             if self._hints:
                 key = table.key
@@ -713,9 +733,13 @@ class PolicyRuntime:
                 try:
                     self._fire("spfcore_blocks_hit", request, BlockBatch(table, ids), now)
                 except BaseException:
-                    if track:
+                    if arr is not None:
                         table.access_count[arr] -= 1  # a fancy += adds once per distinct id, so does -=
                         table.last_access[arr] = old_last
+                    elif track:
+                        for i, x in zip(ids, old_last):
+                            acc[i] -= 1
+                            last[i] = x
                     for k, rec, was in reversed(used):
                         if rec[1] and not was:
                             rec[1] = False
