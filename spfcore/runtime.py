@@ -378,16 +378,22 @@ class PolicyRuntime:
         hook_budget_s: Most wall time of one hook call, seconds, or ``None``
             (no budget). A call over it raises :class:`PolicyError`; see
             :meth:`_call` for how a hook that never returns is stopped.
+        keys_only: The policy declared capability ``keys-only``: its hooks
+            read only ``keys``, ``ids`` and ``len`` of a
+            :class:`~spfcore.views.BlockBatch`, so the table keeps keys alone
+            (no parent, request id or numeric column is written; the batch
+            refuses them).
     """
 
     def __init__(self, pm: pluggy.PluginManager, num_blocks: int, block_size: int, *,
                  policy_name: str = "?", needs_future: bool = False,
-                 pin_cap_fraction: float = 0.5, hook_budget_s: float | None = None) -> None:
+                 pin_cap_fraction: float = 0.5, hook_budget_s: float | None = None,
+                 keys_only: bool = False) -> None:
         self.pm, self.hook, self.policy_name = pm, pm.hook, policy_name
         self.hook_budget_s = hook_budget_s
         self.num_blocks, self.block_size = num_blocks, block_size
         self.needs_future, self._future_set = needs_future, False
-        self.table = BlockTable(num_blocks)
+        self.table = BlockTable(num_blocks, keys_only=keys_only)
         self.by_key: dict[object, int] = {}  # block hash -> physical id of the cached block
         self.arrival = 0
         self.hook_seconds = 0.0
@@ -404,8 +410,9 @@ class PolicyRuntime:
             return bool(getattr(pm.hook, name).get_hookimpls())
 
         self._has = {n: has(n) for n in HOOK_NAMES}
-        #: Whether the table keeps every column (else keys only: no hook of the policy reads a block).
-        self.track = any(self._has[n] for n in _READS_BLOCKS)
+        #: Whether the table keeps every column (else keys only: no hook of the policy reads a block, or
+        #: the policy declared it reads keys alone).
+        self.track = any(self._has[n] for n in _READS_BLOCKS) and not keys_only
         self._evicted_hook = self._has["spfcore_blocks_evicted"]
         self._quiet_arrival = not any(self._has[n] for n in ("spfcore_request_arrived", "spfcore_rescore_keys",
                                                               "spfcore_prefetch_hints", "spfcore_score_blocks",
@@ -516,6 +523,7 @@ class PolicyRuntime:
             raise registry.PolicyConfigError(f"policy {name!r}: pin_cap_fraction must be in [0, 1], got {cap!r}")
         return cls(pm, num_blocks, block_size, policy_name=name,
                    needs_future="needs-future" in info.capabilities, pin_cap_fraction=cap,
+                   keys_only="keys-only" in info.capabilities,
                    hook_budget_s=None if hook_budget_ms is None else hook_budget_ms / 1e3)
 
     # ------------------------------------------------------------ plumbing
@@ -773,12 +781,15 @@ class PolicyRuntime:
                 par, req = t.parent, t.request_id
                 undo = (len(t.sessions), [(i, key[i], par[i], req[i], [getattr(t, c)[i] for c in _NUMERIC])
                                           for i in held])
-            if not self.track:  # no hook reads a block's other columns (lru, no stored hook): keys only
-                for i, k in zip(ids, keys):
+            if not self.track:  # no hook reads a block's other columns: keys only
+                if undo is None:  # and no stored hook (lru): the key map in the same pass
+                    for i, k in zip(ids, keys):
+                        key[i] = k
+                        by_key[k] = i
+                    return
+                for i, k in zip(ids, keys):  # a keys-only policy
                     key[i] = k
-                    by_key[k] = i
-                return
-            if n:
+            elif n:
                 par, req = t.parent, t.request_id
                 rid = request.request_id
                 for i, k in zip(ids, keys):

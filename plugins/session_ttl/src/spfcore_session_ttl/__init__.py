@@ -76,8 +76,9 @@ class SessionTTLPolicy:
     """
 
     name = "session_ttl"
-    contract = "1.0"  # the spfcore contract version this policy is written for
-    capabilities = frozenset({"sessions", "pins", "scoring"})
+    contract = "1.3"  # the spfcore contract version this policy is written for (1.3: keys-only)
+    # keys-only: the hooks read blocks.keys alone, so the runtime writes no other column
+    capabilities = frozenset({"sessions", "pins", "scoring", "keys-only"})
     Params = SessionTTLParams
 
     def __init__(self, params: SessionTTLParams | None = None) -> None:
