@@ -89,7 +89,7 @@ class SessionTTLPolicy:
     def _reset(self) -> None:
         self.arrival = 0
         self.until: dict[object, float] = {}  # block hash -> end of protection
-        # session -> cached hashes it touched, in first-touch order (a dict, not a set: the
+        # session -> cached hashes it touched, in first-touch order (a dict's keys, not a set: the
         # re-pin order decides which pins the cap refuses, and set order follows
         # PYTHONHASHSEED, so a set made runs irreproducible)
         # (an OrderedDict in activity order: at most max_sessions, the least recently active is forgotten)
@@ -149,18 +149,22 @@ class SessionTTLPolicy:
         else:
             session_keys.move_to_end(sid)
         end, until, keys = self._end(request, now), self.until, blocks.keys
+        touched = dict.fromkeys(keys, end)  # each hash computed once: the dict updates below reuse them
         if end >= self._max_end:  # no block is protected beyond ``end``: the max is ``end`` itself
             self._max_end = end
-            until.update(zip(keys, repeat(end)))
+            until.update(touched)
         else:  # (a request served after a later arrival, under continuous batching)
             get = until.get
             for k in keys:
                 if get(k, -1) < end:
                     until[k] = end
-        mine.update(zip(keys, repeat(None)))  # first-touch order kept
+        mine.update(touched)  # first-touch order kept (the values are not read)
         one = (sid,)
+        if key_sessions.keys().isdisjoint(touched):  # the usual touch: hashes no session touched yet
+            key_sessions.update(dict.fromkeys(touched, one))
+            return
         owners = list(map(key_sessions.setdefault, keys, repeat(one)))  # a new hash: this session's alone
-        if owners.count(one) == len(owners):  # the usual touch: hashes no other session touched
+        if owners.count(one) == len(owners):  # hashes this session alone touched
             return
         grown: dict = {}  # owners before -> owners with this session added (one tuple per distinct owners)
         for o, run in groupby(zip(keys, owners), _SECOND):  # runs of keys with equal owners
