@@ -193,12 +193,13 @@ class SessionTTLPolicy:
             runs = ((owners[0], keys),)
         else:  # runs of keys with equal owners
             runs = ((o, list(map(_FIRST, run))) for o, run in groupby(zip(keys, owners), _SECOND))
-        for ss, run in runs:
+        for ss, run in runs:  # the keys of a run are distinct, and each of its owners holds every one
             for s in ss:
                 mine = session_keys.get(s)
                 if mine is not None:
-                    deque(map(mine.pop, run, repeat(None)), maxlen=0)  # in C
-                    if not mine:  # a session with no cached block left is forgotten
+                    if len(mine) > len(run):
+                        deque(map(mine.pop, run, repeat(None)), maxlen=0)  # in C
+                    else:  # the run is every key the session holds: a session with none left is forgotten
                         del session_keys[s]
 
     @hookimpl
