@@ -150,17 +150,20 @@ class SessionTTLPolicy:
             session_keys.move_to_end(sid)
         end, until, keys = self._end(request, now), self.until, blocks.keys
         touched = dict.fromkeys(keys, end)  # each hash computed once: the dict updates below reuse them
+        fresh = False  # whether no hash of the touch was known (``key_sessions`` holds hashes of ``until`` only)
         if end >= self._max_end:  # no block is protected beyond ``end``: the max is ``end`` itself
             self._max_end = end
+            known = len(until)
             until.update(touched)
+            fresh = len(until) - known == len(touched)
         else:  # (a request served after a later arrival, under continuous batching)
             get = until.get
             for k in keys:
-                if get(k, -1) < end:
+                if get(k, -math.inf) < end:
                     until[k] = end
         mine.update(touched)  # first-touch order kept (the values are not read)
         one = (sid,)
-        if key_sessions.keys().isdisjoint(touched):  # the usual touch: hashes no session touched yet
+        if fresh or key_sessions.keys().isdisjoint(touched):  # the usual touch: hashes no session touched yet
             key_sessions.update(dict.fromkeys(touched, one))
             return
         owners = list(map(key_sessions.setdefault, keys, repeat(one)))  # a new hash: this session's alone
