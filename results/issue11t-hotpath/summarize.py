@@ -41,7 +41,8 @@ for line in open(sys.argv[1]):
     x = float(f[5]) if f[3] == "cost" else REFS / float(f[6]) / 1e6
     rounds[(f[3], f[4])].setdefault(f[1], {})[f[2]] = x
 if len(trees) == 2:
-    a, b = trees  # sorted names: "main" first
+    a = next((t for t in trees if "base" in t or t == "main"), trees[0])  # the baseline tree
+    b = next(t for t in trees if t != a)
     print(f"\npaired ratio {b}/{a} per round (cost: ms/req, lower is better; sim: cpu refs/s, higher is better)")
     for (kind, arm), per in rounds.items():
         r = sorted(v[b] / v[a] for v in per.values() if a in v and b in v)
