@@ -27,8 +27,8 @@ try:  # pluggy's plain hook executor; a PluginManager still using it has no call
 except ImportError:  # pragma: no cover - another pluggy layout: every call goes through pluggy
     _PLAIN_EXEC = None
 
-from spfcore.evictor import NEVER_ARRIVAL, Evictor
 from spfcore import hookspecs
+from spfcore.evictor import NEVER_ARRIVAL, Evictor
 from spfcore.hookspecs import HOOK_NAMES
 from spfcore.views import BlockBatch, BlockTable, BlockView, RequestView, Score, Scores, gather
 

@@ -7,7 +7,6 @@ beyond the pool size and duplicates."""
 import math
 import random
 from collections import OrderedDict
-from itertools import repeat
 
 import numpy as np
 import pytest
