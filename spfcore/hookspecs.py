@@ -24,7 +24,9 @@ Two forms, one contract:
   float array of scores or a :class:`~spfcore.views.Scores` (values, expiries
   and pins as arrays or scalars), a numpy bool array for admission. A release
   of 520 blocks is scored with a few numpy operations and no per-block
-  Python object.
+  Python object. A policy reading only ``keys``, ``ids`` and ``len`` may
+  declare the capability ``keys-only`` (contract 1.3): the runtime then keeps
+  no other column, and the batch refuses to hand one out.
 * **Per-block form** (convenient, slower): iterate ``blocks`` to get frozen
   :class:`~spfcore.views.BlockView` objects (built on demand, about a
   microsecond each; nothing is built for policies that do not iterate) and

@@ -45,7 +45,8 @@ from spfcore.hookspecs import PROJECT
 BUILTIN_DIST = "spfcore"
 
 GROUP = "spfcore.policies"
-CAPABILITIES = frozenset({"needs-future", "admission", "sessions", "prefetch", "scoring", "pins", "ordered"})
+CAPABILITIES = frozenset({"needs-future", "admission", "sessions", "prefetch", "scoring", "pins", "ordered",
+                          "keys-only"})
 #: Class attributes every policy class has (``contract`` is optional).
 REQUIRED_ATTRIBUTES = ("name", "capabilities", "Params")
 

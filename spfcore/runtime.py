@@ -15,7 +15,9 @@ import signal
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from itertools import repeat
+from operator import is_not
 
 import numpy as np
 import pluggy
@@ -25,6 +27,7 @@ try:  # pluggy's plain hook executor; a PluginManager still using it has no call
 except ImportError:  # pragma: no cover - another pluggy layout: every call goes through pluggy
     _PLAIN_EXEC = None
 
+from spfcore import hookspecs
 from spfcore.evictor import NEVER_ARRIVAL, Evictor
 from spfcore.hookspecs import HOOK_NAMES
 from spfcore.views import BlockBatch, BlockTable, BlockView, RequestView, Score, Scores, gather
@@ -41,10 +44,15 @@ _BULK = 16
 #: only the keys kept.
 _READS_BLOCKS = ("spfcore_blocks_hit", "spfcore_blocks_stored", "spfcore_score_blocks", "spfcore_admit_blocks",
                  "spfcore_choose_victims", "spfcore_evict_blocks")
+#: ``_HELD(x)``: ``x is not None`` (a C-level filter predicate).
+_HELD = partial(is_not, None)
 #: The type of a block id as the evictor hands it out.
 _INT = frozenset({int})
 #: Python scalar types of a :class:`~spfcore.views.Scores` field given for every block.
 _SCALARS = frozenset({float, int, bool})
+#: Each hook's argument names, in the spec's order (:meth:`PolicyRuntime._fire` passes them positionally).
+_SPEC_ARGS = {n: tuple(getattr(hookspecs, n).__code__.co_varnames[:getattr(hookspecs, n).__code__.co_argcount])
+              for n in HOOK_NAMES}
 #: The numpy columns of :class:`~spfcore.views.BlockTable`.
 _NUMERIC = ("depth", "num_tokens", "session", "access_count", "last_access", "stored_at")
 
@@ -139,10 +147,17 @@ def _score_cols(res, n: int, policy: str, arrays: bool):
     if res is None:
         return None
     if isinstance(res, Scores):
-        vals = np.asarray(res.values)
-        if vals.ndim == 0:
-            vals = np.full(n, vals)
-        values = _values(vals, n, policy)
+        v = res.values
+        if type(v) is float:  # one value for every block (the usual Scores(0.0))
+            if v != v and n:
+                raise _bad(policy, hook, f"{v!r} at position 0: a score must be a real number (not NaN)")
+            values = np.empty(n, np.float64)
+            values.fill(v)
+        else:
+            vals = np.asarray(v)
+            if vals.ndim == 0:
+                vals = np.full(n, vals)
+            values = _values(vals, n, policy)
         exp_t = _column(res.expires_at, n, math.inf, policy, "expires_at", arrays)
         exp_a = _column(res.expires_at_arrival, n, NEVER_ARRIVAL, policy, "expires_at_arrival", arrays)
         if exp_t is not None:
@@ -160,12 +175,12 @@ def _score_cols(res, n: int, policy: str, arrays: bool):
                 exp_a = [NEVER_ARRIVAL if x >= NEVER_ARRIVAL else int(x) for x in exp_a]
         pins = _column(res.pinned, n, False, policy, "pinned", arrays)
         if isinstance(pins, np.ndarray):
-            pins = pins.astype(np.bool_)
-            bad = pins.copy()
+            pins = pins.astype(np.bool_, copy=False)
+            bad = pins
             if exp_t is not None:
-                bad &= np.asarray(exp_t, np.float64) == math.inf
+                bad = bad & (np.asarray(exp_t, np.float64) == math.inf)
             if exp_a is not None:
-                bad &= np.asarray(exp_a) >= NEVER_ARRIVAL
+                bad = bad & (np.asarray(exp_a) >= NEVER_ARRIVAL)
             if bad.any():
                 raise _bad(policy, hook, f"a pin without an expiry at position {int(bad.argmax())} "
                            "(it could hold its block forever)")
@@ -331,6 +346,24 @@ def _direct_call(pm: pluggy.PluginManager, name: str):
     return call
 
 
+def _positional_call(pm: pluggy.PluginManager, name: str):
+    """A plain function calling hook ``name``'s single implementation with
+    the spec's arguments *positionally*, in the spec's order, returning what
+    the implementation returns (for a ``firstresult`` hook: pluggy's answer;
+    for an observation hook: the raw result, which the runtime ignores);
+    ``None`` where :func:`_direct_call` is ``None``. No keyword dict is built
+    per call: the cheapest call of a hook that Python allows."""
+    if _direct_call(pm, name) is None:
+        return None
+    hc = getattr(pm.hook, name)
+    impl = hc.get_hookimpls()[0]
+    fn, names, spec_names = impl.function, tuple(impl.argnames), tuple(hc.spec.argnames)
+    if names == spec_names:
+        return fn
+    pick = [spec_names.index(a) for a in names]  # an implementation takes a subset, in any order
+    return lambda *a: fn(*[a[j] for j in pick])
+
+
 class PolicyRuntime:
     """Drives one policy (a pluggy PluginManager holding it) over one cache.
 
@@ -345,16 +378,22 @@ class PolicyRuntime:
         hook_budget_s: Most wall time of one hook call, seconds, or ``None``
             (no budget). A call over it raises :class:`PolicyError`; see
             :meth:`_call` for how a hook that never returns is stopped.
+        keys_only: The policy declared capability ``keys-only``: its hooks
+            read only ``keys``, ``ids`` and ``len`` of a
+            :class:`~spfcore.views.BlockBatch`, so the table keeps keys alone
+            (no parent, request id or numeric column is written; the batch
+            refuses them).
     """
 
     def __init__(self, pm: pluggy.PluginManager, num_blocks: int, block_size: int, *,
                  policy_name: str = "?", needs_future: bool = False,
-                 pin_cap_fraction: float = 0.5, hook_budget_s: float | None = None) -> None:
+                 pin_cap_fraction: float = 0.5, hook_budget_s: float | None = None,
+                 keys_only: bool = False) -> None:
         self.pm, self.hook, self.policy_name = pm, pm.hook, policy_name
         self.hook_budget_s = hook_budget_s
         self.num_blocks, self.block_size = num_blocks, block_size
         self.needs_future, self._future_set = needs_future, False
-        self.table = BlockTable(num_blocks)
+        self.table = BlockTable(num_blocks, keys_only=keys_only)
         self.by_key: dict[object, int] = {}  # block hash -> physical id of the cached block
         self.arrival = 0
         self.hook_seconds = 0.0
@@ -371,13 +410,15 @@ class PolicyRuntime:
             return bool(getattr(pm.hook, name).get_hookimpls())
 
         self._has = {n: has(n) for n in HOOK_NAMES}
-        #: Whether the table keeps every column (else keys only: no hook of the policy reads a block).
-        self.track = any(self._has[n] for n in _READS_BLOCKS)
+        #: Whether the table keeps every column (else keys only: no hook of the policy reads a block, or
+        #: the policy declared it reads keys alone).
+        self.track = any(self._has[n] for n in _READS_BLOCKS) and not keys_only
         self._evicted_hook = self._has["spfcore_blocks_evicted"]
         self._quiet_arrival = not any(self._has[n] for n in ("spfcore_request_arrived", "spfcore_rescore_keys",
                                                               "spfcore_prefetch_hints", "spfcore_score_blocks",
                                                               "spfcore_admit_blocks", "spfcore_choose_victims"))
         self._direct = {n: d for n in HOOK_NAMES if (d := _direct_call(pm, n)) is not None}
+        self._pos = {n: f for n in HOOK_NAMES if (f := _positional_call(pm, n)) is not None}
         table = self.table
         score = admit = choose = None
         shared = [None, None]  # (ids, batch) of the last admission call: its score call reuses the batch
@@ -389,7 +430,7 @@ class PolicyRuntime:
                     shared[0] = shared[1] = None
                 else:
                     batch = BlockBatch(table, ids)
-                res = self._call("spfcore_score_blocks", None, blocks=batch, now=now)
+                res = self._fire("spfcore_score_blocks", batch, now)
                 try:
                     return score_arrays(res, len(ids), self.policy_name)
                 except (TypeError, ValueError, OverflowError) as exc:  # e.g. a bare number: not a sequence
@@ -398,7 +439,7 @@ class PolicyRuntime:
             def admit(ids, now):
                 batch = BlockBatch(table, ids)
                 shared[0], shared[1] = ids, batch
-                res = self._call("spfcore_admit_blocks", None, blocks=batch, now=now)
+                res = self._fire("spfcore_admit_blocks", batch, now)
                 if isinstance(res, np.ndarray) and res.dtype == np.bool_ and res.shape == (len(ids),):
                     return res  # bools already, as the evictor takes them
                 return admit_column(res, len(ids), self.policy_name)
@@ -407,7 +448,7 @@ class PolicyRuntime:
                 # validated here, so a bad answer is a PolicyError naming the policy
                 # and the hook before the evictor sees it
                 hook = "spfcore_choose_victims"
-                res = self._call(hook, None, candidates=BlockBatch(table, ids), n=n, now=now)
+                res = self._fire(hook, BlockBatch(table, ids), n, now)
                 if res is None:
                     return None
                 try:
@@ -429,7 +470,7 @@ class PolicyRuntime:
 
             def evict(n, free, now):
                 hook = "spfcore_evict_blocks"
-                res = self._call(hook, None, n=n, free=free, now=now)
+                res = self._fire(hook, n, free, now)
                 try:
                     if res is None or isinstance(res, (str, bytes, Mapping)):
                         raise TypeError(type(res).__name__)
@@ -482,6 +523,7 @@ class PolicyRuntime:
             raise registry.PolicyConfigError(f"policy {name!r}: pin_cap_fraction must be in [0, 1], got {cap!r}")
         return cls(pm, num_blocks, block_size, policy_name=name,
                    needs_future="needs-future" in info.capabilities, pin_cap_fraction=cap,
+                   keys_only="keys-only" in info.capabilities,
                    hook_budget_s=None if hook_budget_ms is None else hook_budget_ms / 1e3)
 
     # ------------------------------------------------------------ plumbing
@@ -528,6 +570,31 @@ class PolicyRuntime:
             raise _bad(pol, name, f"{len(res)} results for {expect_len} blocks")
         return res
 
+    def _fire(self, name: str, *args):
+        """:meth:`_call` of hook ``name`` with the spec's arguments given
+        positionally, in the spec's order (see :mod:`spfcore.hookspecs`): the
+        events' path. With no budget and pluggy's plain executor it calls the
+        implementation itself (no keyword dict, no pluggy dispatch), timed and
+        with faults turned into :class:`PolicyError` as :meth:`_call` does;
+        else it is :meth:`_call`. Returns the hook's answer (an observation
+        hook's answer is the implementation's raw result: ignore it).
+
+        Raises:
+            PolicyError: as :meth:`_call`.
+        """
+        fn = self._pos.get(name)
+        if fn is None or self.hook_budget_s is not None or self.pm._inner_hookexec is not _PLAIN_EXEC:
+            return self._call(name, None, **dict(zip(_SPEC_ARGS[name], args)))
+        t = _perf()
+        try:
+            return fn(*args)
+        except (Exception, SystemExit) as exc:  # a plugin's sys.exit() is its fault, not the run's end
+            pol = self.policy_name
+            raise PolicyError(f"policy {pol!r} failed in hook {name}: {exc!r}", policy=pol, hook=name) from exc
+        finally:
+            self.hook_seconds += _perf() - t
+            self.hook_calls += 1
+
     def stats(self) -> dict:
         """Counters of this run: hook time (s) and calls, policy time (s: every
         runtime event, hooks, evictor bookkeeping and re-scoring included),
@@ -569,20 +636,20 @@ class PolicyRuntime:
                 self.arrival = arrival
                 return ()
             if self._has["spfcore_request_arrived"]:
-                self._call("spfcore_request_arrived", None, request=request, now=now)
+                self._fire("spfcore_request_arrived", request, now)
             # Re-score expired scores now (the policy has seen this arrival), not
             # only at the next eviction, so expired pins free their share of the
             # pin cap before new releases.
             ev = self.evictor
             plans = [ev.plan_expired(now, arrival)]
             if self._has["spfcore_rescore_keys"]:
-                keys = self._call("spfcore_rescore_keys", None, request=request, now=now)
+                keys = self._fire("spfcore_rescore_keys", request, now)
                 if keys:
                     by_key = self.by_key
                     try:
                         if isinstance(keys, (str, bytes, Mapping)):
                             raise TypeError(f"a {type(keys).__name__} is not a sequence of block keys")
-                        ids = [by_key[k] for k in keys if k in by_key]
+                        ids = [*filter(_HELD, map(by_key.get, keys))]  # cached ones, in order (in C)
                     except TypeError as exc:
                         raise PolicyError(f"policy {self.policy_name!r}: hook spfcore_rescore_keys returned "
                                           f"{keys!r:.80}: need an iterable of block keys",
@@ -590,7 +657,7 @@ class PolicyRuntime:
                     plans.append(ev.plan_rescore(ids, now))
             hints = ()
             if self._has["spfcore_prefetch_hints"]:
-                hints = self._call("spfcore_prefetch_hints", None, request=request, now=now) or ()
+                hints = self._fire("spfcore_prefetch_hints", request, now) or ()
                 hints = self._check_hints(hints)
             self.arrival = arrival  # nothing fails from here on
             for plan in plans:
@@ -645,11 +712,20 @@ class PolicyRuntime:
         try:
             table = self.table
             track = self.track and ids
+            arr = old_last = None
             if track:
-                arr = np.asarray(ids, dtype=np.int64)
-                table.access_count[arr] += 1
-                old_last = table.last_access[arr] if self._has["spfcore_blocks_hit"] else None
-                table.last_access[arr] = now
+                if len(ids) <= _SMALL:  # numpy scalar stores beat fancy indexing on a few blocks
+                    acc, last = table.access_count, table.last_access
+                    if self._has["spfcore_blocks_hit"]:
+                        old_last = [last[i] for i in ids]
+                    for i in ids:  # (a hit's blocks are distinct)
+                        acc[i] += 1
+                        last[i] = now
+                else:
+                    arr = np.asarray(ids, dtype=np.int64)
+                    table.access_count[arr] += 1
+                    old_last = table.last_access[arr] if self._has["spfcore_blocks_hit"] else None
+                    table.last_access[arr] = now
             used = []
             if self._hints:
                 key = table.key
@@ -663,11 +739,15 @@ class PolicyRuntime:
                             self.hints_used += 1
             if self._has["spfcore_blocks_hit"]:
                 try:
-                    self._call("spfcore_blocks_hit", None, request=request, blocks=BlockBatch(table, ids), now=now)
+                    self._fire("spfcore_blocks_hit", request, BlockBatch(table, ids), now)
                 except BaseException:
-                    if track:
+                    if arr is not None:
                         table.access_count[arr] -= 1  # a fancy += adds once per distinct id, so does -=
                         table.last_access[arr] = old_last
+                    elif track:
+                        for i, x in zip(ids, old_last):
+                            acc[i] -= 1
+                            last[i] = x
                     for k, rec, was in reversed(used):
                         if rec[1] and not was:
                             rec[1] = False
@@ -701,12 +781,15 @@ class PolicyRuntime:
                 par, req = t.parent, t.request_id
                 undo = (len(t.sessions), [(i, key[i], par[i], req[i], [getattr(t, c)[i] for c in _NUMERIC])
                                           for i in held])
-            if not self.track:  # no hook reads a block's other columns (lru, no stored hook): keys only
-                for i, k in zip(ids, keys):
+            if not self.track:  # no hook reads a block's other columns: keys only
+                if undo is None:  # and no stored hook (lru): the key map in the same pass
+                    for i, k in zip(ids, keys):
+                        key[i] = k
+                        by_key[k] = i
+                    return
+                for i, k in zip(ids, keys):  # a keys-only policy
                     key[i] = k
-                    by_key[k] = i
-                return
-            if n:
+            elif n:
                 par, req = t.parent, t.request_id
                 rid = request.request_id
                 for i, k in zip(ids, keys):
@@ -737,8 +820,7 @@ class PolicyRuntime:
                     t.stored_at[arr] = now
             if undo is not None:
                 try:
-                    self._call("spfcore_blocks_stored", None, request=request,
-                               blocks=BlockBatch(t, ids, ids_array=arr), now=now)
+                    self._fire("spfcore_blocks_stored", request, BlockBatch(t, ids, ids_array=arr), now)
                 except BaseException:
                     self._unstore(ids, *undo)
                     raise
@@ -769,7 +851,7 @@ class PolicyRuntime:
         t0 = _perf()
         try:
             if self._has["spfcore_request_finished"]:
-                self._call("spfcore_request_finished", None, request=request, now=now)
+                self._fire("spfcore_request_finished", request, now)
         finally:
             self.policy_seconds += _perf() - t0
 
@@ -818,7 +900,7 @@ class PolicyRuntime:
                 if owner == held and (not nh or gather(key, ids[:nh]).count(None) == nh):
                     if self._evicted_hook:  # the hook sees only the keys; if it fails, undo the pop
                         try:
-                            self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
+                            self._fire("spfcore_blocks_evicted", gone, now)
                         except BaseException:
                             self._unpop_keys(gone, owner)
                             self.evictor.unpop(ids)
@@ -832,7 +914,7 @@ class PolicyRuntime:
                 gone = [k for i in ids if (k := key[i]) is not None]
                 if gone:
                     try:
-                        self._call("spfcore_blocks_evicted", None, keys=gone, now=now)
+                        self._fire("spfcore_blocks_evicted", gone, now)
                     except BaseException:
                         self.evictor.unpop(ids)
                         raise

@@ -150,12 +150,17 @@ class BlockTable:
         last_access: float64 array, ``now`` (seconds) of the last store or hit.
         stored_at: float64 array, ``now`` (seconds) of the store.
         sessions: list of session strings, indexed by interned id.
+        keys_only: the runtime keeps only ``key`` current (the policy declared
+            the ``keys-only`` capability): a :class:`BlockBatch` then refuses
+            every column but ``keys`` and ``ids``, rather than hand out stale
+            values.
     """
 
     __slots__ = ("key", "parent", "request_id", "depth", "num_tokens", "session", "access_count",
-                 "last_access", "stored_at", "sessions", "_session_ids")
+                 "last_access", "stored_at", "sessions", "_session_ids", "keys_only")
 
-    def __init__(self, num_blocks: int) -> None:
+    def __init__(self, num_blocks: int, keys_only: bool = False) -> None:
+        self.keys_only = keys_only
         self.key: list = [None] * num_blocks
         self.parent: list = [None] * num_blocks
         self.request_id: list = [None] * num_blocks
@@ -210,6 +215,12 @@ class BlockBatch:
         table: the :class:`BlockTable` (e.g. ``table.sessions[sid]``).
 
     Do not keep a batch beyond the hook call: the runtime reuses block ids.
+
+    A policy that declares the ``keys-only`` capability (its hooks read
+    ``keys``, ``ids`` and ``len`` only) spares the runtime every other
+    column's bookkeeping; reading another column, or a :class:`BlockView`,
+    then raises ``AttributeError`` (a :class:`~spfcore.runtime.PolicyError`
+    naming the policy and the hook, once the runtime has wrapped it).
     """
 
     __slots__ = ("table", "_ids", "_arr", "_cols")
@@ -238,6 +249,11 @@ class BlockBatch:
             t.access_count[i], t.last_access[i], t.stored_at[i] = b.access_count, b.last_access, b.stored_at
         return cls(t, list(range(len(views))))
 
+    def _refuse(self, what: str):
+        """Raise for a column the runtime does not keep (:attr:`BlockTable.keys_only`)."""
+        raise AttributeError(f"BlockBatch.{what}: the policy declared capability 'keys-only', so the runtime keeps "
+                             "only keys and ids (drop the capability to read other columns)")
+
     def _list(self):
         ids = self._ids
         if ids is None:
@@ -248,10 +264,14 @@ class BlockBatch:
         return len(self._arr) if self._ids is None else len(self._ids)
 
     def __iter__(self):
+        if self.table.keys_only:
+            self._refuse("__iter__ (per-block views)")
         view = self.table.view
         return (view(i) for i in self._list())
 
     def __getitem__(self, j):
+        if self.table.keys_only:
+            self._refuse("__getitem__ (per-block views)")
         if isinstance(j, slice):
             return [self.table.view(i) for i in list(self._list())[j]]
         return self.table.view(self._list()[j])
@@ -269,6 +289,8 @@ class BlockBatch:
     def _col(self, name: str):
         c = self._cols.get(name)
         if c is None:
+            if self.table.keys_only:
+                self._refuse(name)
             c = self._cols[name] = getattr(self.table, name)[self.ids]
         return c
 
@@ -281,14 +303,20 @@ class BlockBatch:
 
     @property
     def parents(self) -> list:
+        if self.table.keys_only:
+            self._refuse("parents")
         return gather(self.table.parent, self._list())
 
     @property
     def request_ids(self) -> list:
+        if self.table.keys_only:
+            self._refuse("request_ids")
         return gather(self.table.request_id, self._list())
 
     @property
     def parent_index(self):
+        if self.table.keys_only:
+            self._refuse("parent_index")
         pos = {k: j for j, k in enumerate(self.keys)}
         return np.fromiter((pos.get(p, -1) for p in self.parents), np.int64, len(self))
 

@@ -66,7 +66,8 @@ def test_every_shipped_policy_declares_the_current_contract():
     infos = registry.by_name({})
     for name in SHIPPED:
         assert infos[name].status == "ok", infos[name].status
-        assert infos[name].contract == ("1.2" if name == "frequency" else "1.0")  # frequency: tier hooks (1.2)
+        # frequency: tier hooks (1.2); session_ttl: capability keys-only (1.3)
+        assert infos[name].contract == {"frequency": "1.2", "session_ttl": "1.3"}.get(name, "1.0")
         assert contract.incompatibility(infos[name].contract) is None
 
 

@@ -7,6 +7,7 @@ from spfcore import Hint, Score, hookimpl
 from spfcore.registry import new_plugin_manager
 from spfcore.runtime import PolicyError, PolicyRuntime
 from spfcore.testing import MiniCache
+from spfcore.views import BlockBatch, BlockTable
 
 
 def runtime_for(policy, num_blocks=8, block_size=4, **kw):
@@ -322,3 +323,61 @@ def test_a_large_allocation_drops_keys_as_one_by_one(dup, hashless):
     assert rt.by_key == expected and pol.evicted[-1] == gone and rt.evictions == len(gone) == 24
     assert all(rt.key_of(i) is None for i in victims)
     assert rt.by_key == {"k5" if dup else "k99": b[0], "k30": b[1]}  # the copy of k5 still owns it
+
+
+class KeysOnly:
+    """Reads keys and ids only (as a ``keys-only`` policy must); scores by key name."""
+
+    def __init__(self):
+        self.seen = []
+
+    @hookimpl
+    def spfcore_blocks_stored(self, request, blocks, now):
+        self.seen.append((list(blocks.keys), blocks.ids.tolist(), len(blocks)))
+
+    @hookimpl
+    def spfcore_score_blocks(self, blocks, now):
+        return [float(len(k) + ord(k[0]) % 3) for k in blocks.keys]  # a spread of values from the keys alone
+
+
+def test_keys_only_runtime_decides_as_the_full_table_and_refuses_other_columns():
+    """capability keys-only (contract 1.3): the table keeps keys alone (no
+    parent, request id or numeric column written), decisions are those of
+    the full table, and a column read fails naming the policy and the hook."""
+    runs = []
+    for keys_only in (False, True):
+        pol = KeysOnly()
+        rt = runtime_for(pol, num_blocks=8, keys_only=keys_only)
+        c = MiniCache(rt, 0)
+        runs.append(([c.serve(k, s) for k, s in SCRIPT], c.hits, pol.seen, sorted(rt.by_key.items(), key=str)))
+        assert rt.track is not keys_only and rt.table.keys_only is keys_only
+        written = [i for i in range(8) if rt.table.parent[i] is not None or rt.table.depth[i] != 0]
+        assert bool(written) is not keys_only  # keys-only: no parent, no depth ever written
+    assert runs[0] == runs[1]
+    assert sum(len(e) for e in runs[0][0]) > 5  # the script does evict
+
+    class ReadsDepth(KeysOnly):
+        @hookimpl
+        def spfcore_blocks_stored(self, request, blocks, now):
+            blocks.depth
+
+    c = MiniCache(runtime_for(ReadsDepth(), num_blocks=8, keys_only=True), 0)
+    before = c.rt.snapshot()
+    with pytest.raises(PolicyError, match=r"policy 't' failed in hook spfcore_blocks_stored: "
+                                          r"AttributeError\(\"BlockBatch.depth: the policy declared capability "
+                                          r"'keys-only'") as e:
+        c.serve(["a0", "a1"], "s1")
+    assert e.value.hook == "spfcore_blocks_stored" and c.rt.snapshot() == before  # nothing half-written
+    batch = BlockBatch(BlockTable(4, keys_only=True), [0, 1])
+    for col in ("depth", "parents", "request_ids", "parent_index", "access_count"):
+        with pytest.raises(AttributeError, match=f"BlockBatch.{col}: "):
+            getattr(batch, col)
+    with pytest.raises(AttributeError, match="per-block views"):
+        list(batch)
+    assert batch.keys == [None, None] and batch.ids.tolist() == [0, 1]
+
+
+def test_session_ttl_declares_keys_only_and_the_runtime_honours_it():
+    rt = PolicyRuntime.for_policy("session_ttl", 16, 4)
+    assert not rt.track and rt.table.keys_only
+    assert PolicyRuntime.for_policy("frequency", 16, 4).track  # reads access counts: the full table

@@ -83,4 +83,4 @@ def test_sessions_beyond_the_pool_size_are_forgotten_least_recently_active_first
         c.serve(["sys0"], f"sess{s}")  # the same cached block, hit by each new session
     pol = next(iter(c.rt.pm.get_plugins()))
     assert list(pol.session_keys) == [f"sess{s}" for s in range(14, 20)]  # 6 = num_blocks, most recent last
-    assert pol.key_sessions["sys0"] == {f"sess{s}" for s in range(14, 20)}
+    assert pol.key_sessions["sys0"] == tuple(f"sess{s}" for s in range(14, 20))  # first-touch order

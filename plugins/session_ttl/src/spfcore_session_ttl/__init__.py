@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
-from itertools import repeat
+from itertools import groupby, repeat
+from operator import itemgetter
 
 import attrs
 import numpy as np
@@ -18,6 +19,7 @@ from attrs import validators as v
 
 from spfcore import NEVER_ARRIVAL, Scores, hookimpl
 
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
 def _finite(inst, attr, value) -> None:
@@ -74,8 +76,9 @@ class SessionTTLPolicy:
     """
 
     name = "session_ttl"
-    contract = "1.0"  # the spfcore contract version this policy is written for
-    capabilities = frozenset({"sessions", "pins", "scoring"})
+    contract = "1.3"  # the spfcore contract version this policy is written for (1.3: keys-only)
+    # keys-only: the hooks read blocks.keys alone, so the runtime writes no other column
+    capabilities = frozenset({"sessions", "pins", "scoring", "keys-only"})
     Params = SessionTTLParams
 
     def __init__(self, params: SessionTTLParams | None = None) -> None:
@@ -86,14 +89,14 @@ class SessionTTLPolicy:
     def _reset(self) -> None:
         self.arrival = 0
         self.until: dict[object, float] = {}  # block hash -> end of protection
-        # session -> cached hashes it touched, in first-touch order (a dict, not a set: the
+        # session -> cached hashes it touched, in first-touch order (a dict's keys, not a set: the
         # re-pin order decides which pins the cap refuses, and set order follows
         # PYTHONHASHSEED, so a set made runs irreproducible)
         # (an OrderedDict in activity order: at most max_sessions, the least recently active is forgotten)
         self.session_keys: OrderedDict[str, dict] = OrderedDict()
-        # block hash -> sessions that touched it: a tuple of one session (shared by the keys of one
-        # touch: no object per key) or, once a second session touches it, a set
-        self.key_sessions: dict[object, tuple | set] = {}
+        # block hash -> sessions that touched it, a tuple in first-touch order, shared by the keys
+        # of one touch (no object per key; eviction drops a run of keys that share one in a C-level pass)
+        self.key_sessions: dict[object, tuple] = {}
         self._arrival_keys: list = []
         self._max_end = -math.inf  # the largest ``until`` ever set
 
@@ -137,39 +140,42 @@ class SessionTTLPolicy:
                 old, old_keys = session_keys.popitem(last=False)
                 for k in old_keys:
                     owners = key_sessions.get(k)
-                    if owners is not None:
-                        if type(owners) is tuple:
-                            if owners == (old,):
-                                del key_sessions[k]
+                    if owners is not None and old in owners:
+                        rest = tuple(s for s in owners if s != old)
+                        if rest:
+                            key_sessions[k] = rest
                         else:
-                            owners.discard(old)
-                            if not owners:
-                                del key_sessions[k]
+                            del key_sessions[k]
         else:
             session_keys.move_to_end(sid)
         end, until, keys = self._end(request, now), self.until, blocks.keys
+        touched = dict.fromkeys(keys, end)  # each hash computed once: the dict updates below reuse them
+        fresh = False  # whether no hash of the touch was known (``key_sessions`` holds hashes of ``until`` only)
         if end >= self._max_end:  # no block is protected beyond ``end``: the max is ``end`` itself
             self._max_end = end
-            until.update(zip(keys, repeat(end)))
+            known = len(until)
+            until.update(touched)
+            fresh = len(until) - known == len(touched)
         else:  # (a request served after a later arrival, under continuous batching)
             get = until.get
             for k in keys:
-                if get(k, -1) < end:
+                if get(k, -math.inf) < end:
                     until[k] = end
-        mine.update(zip(keys, repeat(None)))  # first-touch order kept
+        mine.update(touched)  # first-touch order kept (the values are not read)
         one = (sid,)
-        if key_sessions.keys().isdisjoint(keys):  # the usual touch: hashes no session touched yet
-            key_sessions.update(zip(keys, repeat(one)))
+        if fresh or key_sessions.keys().isdisjoint(touched):  # the usual touch: hashes no session touched yet
+            key_sessions.update(dict.fromkeys(touched, one))
             return
-        for k in keys:
-            owners = key_sessions.get(k)
-            if owners is None:
-                key_sessions[k] = one
-            elif type(owners) is tuple:
-                if owners[0] != sid:
-                    key_sessions[k] = {owners[0], sid}
-            else:
-                owners.add(sid)
+        owners = list(map(key_sessions.setdefault, keys, repeat(one)))  # a new hash: this session's alone
+        if owners.count(one) == len(owners):  # hashes this session alone touched
+            return
+        grown: dict = {}  # owners before -> owners with this session added (one tuple per distinct owners)
+        for o, run in groupby(zip(keys, owners), _SECOND):  # runs of keys with equal owners
+            if sid not in o:
+                g = grown.get(o)
+                if g is None:
+                    g = grown[o] = o + one
+                key_sessions.update(zip(map(_FIRST, run), repeat(g)))
 
     @hookimpl
     def spfcore_blocks_hit(self, request, blocks, now):
@@ -184,20 +190,20 @@ class SessionTTLPolicy:
         session_keys = self.session_keys
         deque(map(self.until.pop, keys, repeat(None)), maxlen=0)  # in C
         owners = list(map(self.key_sessions.pop, keys, repeat(())))
-        j, n = 0, len(keys)
-        while j < n:
-            ss = owners[j]
-            e = j + 1
-            if type(ss) is tuple:  # a run of keys of one touch (the same tuple): in one C-level pass
-                while e < n and owners[e] is ss:
-                    e += 1
+        if not owners:
+            return
+        if owners.count(owners[0]) == len(owners):  # the usual: keys of one owner group
+            runs = ((owners[0], keys),)
+        else:  # runs of keys with equal owners
+            runs = ((o, list(map(_FIRST, run))) for o, run in groupby(zip(keys, owners), _SECOND))
+        for ss, run in runs:  # the keys of a run are distinct, and each of its owners holds every one
             for s in ss:
                 mine = session_keys.get(s)
                 if mine is not None:
-                    deque(map(mine.pop, keys[j:e], repeat(None)), maxlen=0)
-                    if not mine:  # a session with no cached block left is forgotten
+                    if len(mine) > len(run):
+                        deque(map(mine.pop, run, repeat(None)), maxlen=0)  # in C
+                    else:  # the run is every key the session holds: a session with none left is forgotten
                         del session_keys[s]
-            j = e
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
