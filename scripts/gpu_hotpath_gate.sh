@@ -16,6 +16,10 @@
 # With 1-2 H200s set GPUS (seeds 42.., SEEDS_PER_GPU of them per GPU, default 2: GPUS=2 runs 42..45;
 # one seed of all five arms takes ~7 min on one H200), e.g.
 #   GPUS=2 bash scripts/gpu_hotpath_gate.sh seeds ; GPUS=2 bash scripts/gpu_hotpath_gate.sh merge
+# ARMS (default all five) narrows the arms, TIME_LIMIT (default 480 s) the cells started per call; on one
+# H200 the gate's four roles over 3 seeds (session 10):
+#   export GPUS=1 SEEDS_PER_GPU=3 ARMS=lru,session_ttl,spf_expected_utility,belady_oracle TIME_LIMIT=430
+#   bash scripts/gpu_hotpath_gate.sh seeds   # twice or three times, then: bash scripts/gpu_hotpath_gate.sh merge
 # The hot path alone, no engine and no GPU (~1-2 min, the numba wheels must be installed:
 # numba 0.68.1 + llvmlite 0.50.0 cp312 on the device's Python 3.12):
 #   bash scripts/gpu_hotpath_gate.sh cost    # -> $OUT/policy_cost.txt (spfcore ms/request per arm)
@@ -28,7 +32,7 @@ cd "$(dirname "$0")/.."
 export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_LOGGING_LEVEL=ERROR
 W=${WORK:-/tmp/gpu-hotpath}   # survives between calls while the machine is warm
 O=${OUT:-/tmp/out}
-ARGS=(--model llama-3.2-3b --no-progress --num-blocks 3561)  # stated so every per-seed job shares one fingerprint
+ARGS=(--model llama-3.2-3b --no-progress --num-blocks 3561 --arms "${ARMS:-lru,session_ttl,frequency,spf_expected_utility,belady_oracle}")  # stated so every per-seed job shares one fingerprint
 GATE="python3 -m spfcore.cli gate"
 G=${GPUS:-4}
 K=${SEEDS_PER_GPU:-2}
@@ -39,7 +43,7 @@ case "${1:?seeds|merge|cost}" in
 seeds)
   for g in $(seq 0 $((G - 1))); do
     s=$(seq -s, $((42 + K * g)) $((41 + K * (g + 1))))
-    CUDA_VISIBLE_DEVICES=$g $GATE "${ARGS[@]}" --seeds "$s" --min-seeds 1 --time-limit 480 \
+    CUDA_VISIBLE_DEVICES=$g $GATE "${ARGS[@]}" --seeds "$s" --min-seeds 1 --time-limit "${TIME_LIMIT:-480}" \
       --output "$W/job-$g/results.json" >> "$W/job-$g.log" 2>&1 &
   done
   wait || true
