@@ -184,8 +184,8 @@ class ClassicPolicy:
         ids = blocks.ids.tolist()
         ids.reverse()  # deepest first: the head ends up the most recent
         self.on_hits(ids)
-        for memo in self._stuck.values():  # blocks that may have entered a remembered order (walk)
-            memo[2].update(ids)
+        if self._stuck:
+            self._entered(ids)
         self.on_miss(request.block_keys[len(ids):])
 
     @hookimpl
@@ -206,8 +206,18 @@ class ClassicPolicy:
         ids.reverse()  # deepest first
         depths = blocks.depth.tolist()[::-1] if self.uses_depth else None
         self.on_inserts(ids, keys[::-1], depths)
-        for memo in self._stuck.values():
-            memo[2].update(ids)
+        if self._stuck:
+            self._entered(ids)
+
+    def _entered(self, ids) -> None:
+        """Blocks that may have entered a remembered order (:meth:`walk`) join its ``busy`` set; a
+        memory whose ``busy`` outgrows its order is dropped (a walk then costs no more than its recheck)."""
+        stuck = self._stuck
+        for o, memo in list(stuck.items()):
+            busy = memo[2]
+            busy.update(ids)
+            if len(busy) > len(memo[0]):
+                del stuck[o]
 
     @hookimpl
     def spfcore_evict_blocks(self, n, free, now):
@@ -232,7 +242,9 @@ class ClassicPolicy:
                     if stuck:  # blocks with hash p became leaves: orders waiting on them may be walked again
                         for o in [o for o, m in stuck.items() if p in m[3]]:
                             del stuck[o]
-        if stuck:  # an order that gained blocks in this call (its length changed) is walked again
+        if not self.memo_across_calls:
+            stuck.clear()
+        elif stuck:  # an order that gained blocks in this call (its length changed) is walked again
             for o in [o for o, m in stuck.items() if m[1] != len(m[0])]:
                 del stuck[o]
         return out
