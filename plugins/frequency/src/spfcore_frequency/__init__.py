@@ -8,8 +8,9 @@ hash has been seen often enough, and the history of evicted hashes is kept
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
-from itertools import repeat
+from collections import Counter, deque
+from itertools import islice, repeat
+from math import isqrt
 
 import attrs
 import numpy as np
@@ -71,19 +72,22 @@ class FrequencyPolicy:
     def __init__(self, params: FrequencyParams | None = None) -> None:
         self.params = params or FrequencyParams()
         self.count: Counter = Counter()
-        # evicted hash -> its count, least recently evicted first (an entry moves to the end by pop
-        # and set). An OrderedDict, not a plain dict: the oldest leave from its linked list in O(1),
-        # where a plain dict's first entries lie past every slot freed since its last resize (a scan
-        # of up to the dict's size per eviction call once the list is full: issue 19's cells at
-        # 300,000 blocks, a 1.2M-entry list, spent most of their time there)
-        self.ghost: OrderedDict[object, int] = OrderedDict()
+        # evicted hash -> its count, least recently evicted first (a plain dict keeps insertion
+        # order: an entry moves to the end by pop and set; the oldest leave in bulk). Its first live
+        # entry lies past every slot freed at its front since the dict was last compacted, which a
+        # trim scans: the dict is copied (compacted) once ``_trimmed`` passes ``_compact_at``
+        # (~16 sqrt(cap)), so a trim scans at most that many freed slots (without it, issue 19's
+        # cells at 300,000 blocks, a 1.2M-entry list, spent most of their time in those scans)
+        self.ghost: dict[object, int] = {}
+        self._trimmed, self._compact_at = 0, 0
         self.ghost_cap = 0
         self._counted = (None, None)  # (batch, counts) of the last admission call, for its score call
 
     @hookimpl
     def spfcore_cache_configured(self, num_blocks, block_size):
-        self.count, self.ghost = Counter(), OrderedDict()
+        self.count, self.ghost = Counter(), {}
         self.ghost_cap = self.params.ghost_factor * num_blocks
+        self._trimmed, self._compact_at = 0, 16 * isqrt(self.ghost_cap) + 1024
 
     @hookimpl
     def spfcore_blocks_stored(self, request, blocks, now):
@@ -123,10 +127,11 @@ class FrequencyPolicy:
                         ghost.pop(k, None)
                         ghost[k] = c
         over = len(ghost) - cap
-        if over > 0:  # the least recently evicted leave
-            pop = ghost.popitem
-            for _ in range(over):
-                pop(False)
+        if over > 0:  # the least recently evicted leave (a scan past the slots freed at the front)
+            deque(map(ghost.__delitem__, list(islice(ghost, over))), maxlen=0)
+            self._trimmed += over
+            if self._trimmed > self._compact_at:  # the same entries, in order, without freed slots
+                self.ghost, self._trimmed = dict(ghost), 0
 
     def counts(self, blocks) -> np.ndarray:
         """Access count per block of a batch (float64 array, 1 for an unknown hash)."""
