@@ -28,6 +28,13 @@
 # at 1M; benchmarks/bench_prepared_stream.py). So per cell ~5 s lru, ~15 Belady, ~185 session_ttl and
 # arc, ~255 sieve, ~305 frequency, ~335 s3fifo: ~10,300 CPU-s. On 30 workers ~350-400 s of cells + ~100 s
 # driver (scan + prepared stream) = ~450-500 s per executor: about one call each on nvidia-h200-x2.
+# Since results/sweep-scale-h200x2-68fd51f (7 cells over 490 s; issue 19c, benchmarks/bench_scale_cells.py, this
+# 2-core machine, interleaved A/B on the trace's first 50k requests): ARC's walk keeps its memory of a list without an
+# evictable block across eviction calls (ARC at 11,500 blocks 23.5 -> 9.0 s, at 26,000 63.7 -> 22.4 s; best of 3),
+# frequency's ghost trim no longer scans the dict's freed slots (at 133,000 blocks on 150k requests 23.6 -> 19.2 s;
+# the 1.2M-entry list at 300,000 blocks gained most), and the sweep starts the longest cells first. ARC's cells still
+# grow faster than the trace (branch, 26,000 blocks: 22-36 s at 50k requests, 172 s at 150k): at 1M requests ARC
+# from 11,500 to 59,000 blocks may still pass one call (not measured); a cut cell is rerun by the next call.
 # EXECUTORS="local ray" (default) or one of them. WORKERS (default CPUs - 2). POLICIES, REQUESTS,
 # SESSIONS, BLOCKS override the grid. One worker is not run (hours): its time is the sum of the cells'
 # own seconds, printed as such (an estimate from measured cells, not a 1-worker run).

@@ -548,3 +548,32 @@ def test_one_prepared_stream_serves_every_seed_of_a_hash_id_trace(tmp_path, trac
         sweep._open_known.cache_clear()
         again = sweep.run_sweep(grid, out)
         assert (again.reused, again.ran) == (4, 0)
+
+
+def test_cells_run_longest_expected_first_with_the_same_results(tmp_path, trace, monkeypatch):
+    seen: list[list[dict]] = []
+    real = sweep.execute
+
+    def spy(configs, **kw):
+        seen.append(list(configs))
+        return real(configs, **kw)
+
+    monkeypatch.setattr(sweep, "execute", spy)
+    grid = sweep.Grid(sources=(sweep.Source(trace=str(trace)),), seeds=(0,),
+                      variants=(sweep.Variant("lru"), sweep.Variant("frequency"), sweep.Variant("sieve")),
+                      sizes=({"blocks": 40}, {"fraction": 0.5}, {"blocks": 120}))
+    sweep.run_sweep(grid, tmp_path / "a")
+    (facts,) = [json.loads(p.read_text()) for p in (tmp_path / "a" / "inputs").glob("*.json")]
+    half = 0.5 * facts["unique_blocks"]
+    assert 120 < half  # the fraction is the largest size here
+    big, mid, small = {"fraction": 0.5}, {"blocks": 120}, {"blocks": 40}
+    # hook-driven policies first, larger caches first, grid order on ties; then the compiled arms
+    assert [(c["policy"], c["size"]) for c in seen[0]] == [
+        ("frequency", big), ("sieve", big), ("frequency", mid), ("sieve", mid), ("frequency", small),
+        ("sieve", small), ("infinite", {"infinite": True}), ("lru", big), ("belady_oracle", big), ("lru", mid),
+        ("belady_oracle", mid), ("lru", small), ("belady_oracle", small)]
+    # the order changes no result: the grid's own order gives the same records
+    monkeypatch.setattr(sweep, "expected_cost_rank", lambda config, facts=None: 0)
+    sweep.run_sweep(grid, tmp_path / "b")
+    assert [c["policy"] for c in seen[1]][:4] == ["infinite", "lru", "lru", "lru"]
+    assert _records(tmp_path / "a") == _records(tmp_path / "b") and len(_records(tmp_path / "a")) == 13

@@ -1,8 +1,9 @@
-"""The classic policies' shortcuts decide exactly as the long way (issue 11):
-:meth:`ClassicPolicy.walk` remembers, within one eviction call, the orders it
-found without an evictable block; with that memory switched off (every walk
-scans the whole order, as :meth:`ClassicPolicy.first_evictable` does) every
-policy names the same victims and hits the same blocks."""
+"""The classic policies' shortcuts decide exactly as the long way (issues 11
+and 19): :meth:`ClassicPolicy.walk` remembers the orders it found without an
+evictable block (within one eviction call, and across calls for the classes
+with ``memo_across_calls``); with that memory switched off (every walk scans
+the whole order, as :meth:`ClassicPolicy.first_evictable` does) every policy
+names the same victims and hits the same blocks."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def test_walk_wakes_an_order_when_its_blocks_lose_their_last_child():
     assert list(p.a) == [3]
 
 
-def test_walk_remembers_only_within_one_call():
+def test_walk_remembers_only_within_one_call_by_default():
     p = TwoLists()
     p.key, p.parent, p.kids = {1: "p", 2: "q"}, {1: None, 2: None}, {}
     p.a.update(dict.fromkeys([1]))
@@ -68,6 +69,62 @@ def test_walk_remembers_only_within_one_call():
     p.b[2] = None
     p.key[2], p.parent[2] = "q", None
     assert p.spfcore_evict_blocks(1, {1: None, 2: None}, 0.0) == [1]  # 1 released: a is walked again
+
+
+class TwoListsAcross(TwoLists):
+    """:class:`TwoLists` whose blocks enter ``a`` only as ids of ``on_hits`` (MRU end):
+    the memory may outlive a call."""
+
+    memo_across_calls = True
+
+    def on_hits(self, ids):
+        for i in ids:
+            self.a.pop(i, None)
+            self.a[i] = None
+
+
+def _fresh(p, key, parent, kids):
+    p.key, p.parent, p.kids = key, parent, kids
+
+
+def test_walk_memory_across_calls_wakes_on_release_entry_and_lost_child():
+    p = TwoListsAcross()
+    _fresh(p, {1: "p", 2: "q", 3: "r", 4: "c"}, {1: None, 2: None, 3: None, 4: "r"}, {"r": 1})
+    p.a.update(dict.fromkeys([1, 3]))  # 1 in use, 3 waits on its child 4
+    p.b.update(dict.fromkeys([2, 4]))
+    assert p.spfcore_evict_blocks(1, {2: None, 3: None}, 0.0) == [2]  # a remembered: 1 busy, "r" waited on
+    memo = p._stuck[id(p.a)]
+    assert memo[2] == {1} and memo[3] == {"r"}
+    # next call, nothing released: a is not walked again (b's 4 is in use, a answers from memory: no victim)
+    with pytest.raises(AssertionError, match="no evictable"):
+        p.spfcore_evict_blocks(1, {3: None}, 0.0)
+    assert p._stuck[id(p.a)] is memo
+    # 1 released: the recheck finds a free leaf in a, which is walked again and gives it
+    assert p.spfcore_evict_blocks(1, {1: None, 3: None}, 0.0) == [1]
+    # a block that enters a through a hit (in use) joins busy; once released and a leaf, a wakes
+    _fresh(p, {3: "r", 4: "c", 5: "s"}, {3: None, 4: "r", 5: None}, {"r": 1})
+    p.a.clear(), p.b.clear(), p._stuck.clear()
+    p.a.update(dict.fromkeys([3]))
+    p.b.update(dict.fromkeys([4]))
+    p.spfcore_request_arrived(None, 0.0)
+    with pytest.raises(AssertionError):
+        p.spfcore_evict_blocks(1, {3: None}, 0.0)  # a: 3 waits on 4 (in use); b: 4 in use
+    assert id(p.a) in p._stuck
+
+    class Blocks:
+        ids = __import__("numpy").array([5])
+
+    p.spfcore_blocks_hit(type("R", (), {"block_keys": ["s"]})(), Blocks, 0.0)  # 5 enters a, in use
+    assert 5 in p._stuck[id(p.a)][2]
+    assert p.spfcore_evict_blocks(1, {3: None, 5: None}, 0.0) == [5]
+    # a waited-on hash losing its last child wakes the order across calls too
+    p.a.clear(), p.b.clear(), p._stuck.clear()
+    _fresh(p, {3: "r", 4: "c"}, {3: None, 4: "r"}, {"r": 1})
+    p.a.update(dict.fromkeys([3]))
+    p.b.update(dict.fromkeys([4]))
+    with pytest.raises(AssertionError):
+        p.spfcore_evict_blocks(1, {3: None}, 0.0)
+    assert p.spfcore_evict_blocks(2, {3: None, 4: None}, 0.0) == [4, 3]
 
 
 def _replay(arm, prep, num_blocks, monkeypatch, memo: bool):
@@ -84,8 +141,10 @@ def _replay(arm, prep, num_blocks, monkeypatch, memo: bool):
 
     def counting(self, order):  # count the walks answered from the memory
         m = self._stuck.get(id(order))
-        stuck[0] += m is not None and m[0] == len(order)
-        return walk(self, order)
+        before = m is not None and m[4] == self._calls and m[1] == len(order)  # answered without a recheck
+        i = walk(self, order)
+        stuck[0] += i is None and (before or (m is not None and self._stuck.get(id(order)) is m))
+        return i
 
     with monkeypatch.context() as m:
         m.setattr(runtime.PolicyRuntime, "evict", recording)

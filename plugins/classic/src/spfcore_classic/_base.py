@@ -59,6 +59,9 @@ class ClassicPolicy:
     contract = "1.1"  # the spfcore contract version this policy is written for (spfcore_evict_blocks)
     Params = NoParams
     uses_depth = False  # on_inserts gets the blocks' depths (else None)
+    # walk()'s memory of orders without an evictable block outlives an eviction call (see walk: only
+    # for a class whose walked orders gain blocks, outside victim(), only as ids of on_hits/on_inserts)
+    memo_across_calls = False
 
     def __init__(self, params=None) -> None:
         self.params = params if params is not None else self.Params()
@@ -71,10 +74,10 @@ class ClassicPolicy:
         self.kids: dict[object, int] = {}     # block hash -> cached blocks whose parent it is
         self.n_req = 0
         self._free = {}
-        # during one spfcore_evict_blocks call: id(order) -> (its length, hashes of its free blocks
-        # that wait for their cached children to go), for each order that :meth:`walk` found
-        # without an evictable block
-        self._stuck: dict[int, tuple] = {}
+        # id(order) -> [order, its length, busy ids, wait hashes, call number] for each order that
+        # :meth:`walk` found without an evictable block (see there)
+        self._stuck: dict[int, list] = {}
+        self._calls = 0  # spfcore_evict_blocks calls so far
         self.configure(capacity)
 
     def configure(self, capacity: int) -> None:  # pragma: no cover - abstract
@@ -88,19 +91,35 @@ class ClassicPolicy:
         """The first evictable id of ``order`` (its eviction end), or ``None``
         if it has none; :meth:`first_evictable` with :meth:`evictable`.
 
-        Within one ``spfcore_evict_blocks`` call the free set is fixed and a
-        block only becomes evictable when its last cached child is evicted,
-        so an order found without an evictable block is remembered (with the
-        hashes its free blocks wait on) and not walked again until a block
-        enters it or one of those hashes loses its last child: without this a
-        request that fills a list with blocks in use made every victim walk
-        the whole list (quadratic; ARC on the Mooncake trace).
+        An order found without an evictable block is remembered, with what
+        could wake it, and not walked again until then (without this, a list
+        full of blocks in use or with cached children made every victim walk
+        the whole list: quadratic; ARC's T2 on long traces, where most of T2
+        are parents of T1 blocks). A block of such an order is evictable only
+        once it is free and has no cached child, so the memory keeps
+        ``busy``, its blocks not free when walked (and every block that has
+        entered an order since), and ``wait``, the hashes of its free blocks
+        with children. Within one ``spfcore_evict_blocks`` call the free set
+        is fixed: the order wakes when a ``wait`` hash loses its last cached
+        child, or when a block enters it (its length changes; nothing leaves
+        an order without an evictable block during a call). With
+        ``memo_across_calls`` the memory also outlives the call: at the next
+        call the ``busy`` blocks now free are looked at (a leaf wakes the
+        order, a parent joins ``wait``), and the blocks of every later hit or
+        store join ``busy``; that is exact only for a class that puts blocks
+        into its walked orders, outside :meth:`victim`, solely in
+        ``on_hits`` / ``on_inserts`` and solely blocks of their ``ids``.
         """
         stuck = self._stuck
         if stuck:
             memo = stuck.get(id(order))
-            if memo is not None and memo[0] == len(order):
-                return None
+            if memo is not None:
+                if memo[4] != self._calls:  # a later call: blocks were released since
+                    memo[4] = self._calls
+                    memo[1] = len(order) if self._recheck(order, memo) else -1
+                if memo[1] == len(order):
+                    return None
+                del stuck[id(order)]
         free, kids, key = self._free, self.kids, self.key
         skipped = []
         for i in order:
@@ -108,12 +127,28 @@ class ClassicPolicy:
                 break
             skipped.append(i)
         else:
-            stuck[id(order)] = (len(order), {key[j] for j in skipped if j in free})
+            busy = {j for j in skipped if j not in free}
+            # [order, its length, busy ids, wait hashes, the call it was last checked in]
+            stuck[id(order)] = [order, len(order), busy, {key[j] for j in skipped if j in free}, self._calls]
             return None
         move = order.move_to_end
         for j in skipped:
             move(j)
         return i
+
+    def _recheck(self, order, memo) -> bool:
+        """At a new call, whether a remembered order still has no evictable
+        block: its ``busy`` blocks now free are parents (they join ``wait``)."""
+        free, kids, key, busy, wait = self._free, self.kids, self.key, memo[2], memo[3]
+        gone = [j for j in busy if j in free or j not in order]
+        for j in gone:
+            busy.discard(j)
+            if j in order:  # free now
+                k = key[j]
+                if not kids.get(k):
+                    return False
+                wait.add(k)
+        return True
 
     @staticmethod
     def first_evictable(order: OrderedDict, ok) -> int | None:
@@ -149,6 +184,8 @@ class ClassicPolicy:
         ids = blocks.ids.tolist()
         ids.reverse()  # deepest first: the head ends up the most recent
         self.on_hits(ids)
+        if self._stuck:
+            self._entered(ids)
         self.on_miss(request.block_keys[len(ids):])
 
     @hookimpl
@@ -169,12 +206,26 @@ class ClassicPolicy:
         ids.reverse()  # deepest first
         depths = blocks.depth.tolist()[::-1] if self.uses_depth else None
         self.on_inserts(ids, keys[::-1], depths)
+        if self._stuck:
+            self._entered(ids)
+
+    def _entered(self, ids) -> None:
+        """Blocks that may have entered a remembered order (:meth:`walk`) join its ``busy`` set; a
+        memory whose ``busy`` outgrows its order is dropped (a walk then costs no more than its recheck)."""
+        stuck = self._stuck
+        for o, memo in list(stuck.items()):
+            busy = memo[2]
+            busy.update(ids)
+            if len(busy) > len(memo[0]):
+                del stuck[o]
 
     @hookimpl
     def spfcore_evict_blocks(self, n, free, now):
         self._free = free
+        self._calls += 1
         stuck = self._stuck
-        stuck.clear()  # the free set changed since the last call
+        if not self.memo_across_calls:
+            stuck.clear()  # the free set changed since the last call
         out = []
         kids, key, parent, victim = self.kids, self.key, self.parent, self.victim
         for _ in range(n):
@@ -189,8 +240,13 @@ class ClassicPolicy:
                 else:
                     del kids[p]
                     if stuck:  # blocks with hash p became leaves: orders waiting on them may be walked again
-                        for o in [o for o, (_, wait) in stuck.items() if p in wait]:
+                        for o in [o for o, m in stuck.items() if p in m[3]]:
                             del stuck[o]
+        if not self.memo_across_calls:
+            stuck.clear()
+        elif stuck:  # an order that gained blocks in this call (its length changed) is walked again
+            for o in [o for o, m in stuck.items() if m[1] != len(m[0])]:
+                del stuck[o]
         return out
 
 

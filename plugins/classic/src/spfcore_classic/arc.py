@@ -30,6 +30,7 @@ class ARC(ClassicPolicy):
     """ARC: adaptive balance of recency (T1) and frequency (T2) with ghost lists (no parameters)."""
 
     name = "arc"
+    memo_across_calls = True  # blocks enter the lists only in on_hits / on_inserts (or victim)
 
     def configure(self, capacity):
         self.t1: OrderedDict[int, None] = OrderedDict()  # first = LRU end

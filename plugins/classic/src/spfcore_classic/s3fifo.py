@@ -51,6 +51,7 @@ class S3FIFO(ClassicPolicy):
     """S3-FIFO: small, main and ghost FIFO queues with lazy promotion."""
 
     name = "s3fifo"
+    memo_across_calls = True  # blocks enter the lists only in on_hits / on_inserts (or victim)
     Params = S3FIFOParams
 
     def configure(self, capacity):

@@ -40,6 +40,7 @@ class TwoQ(ClassicPolicy):
     """2Q: FIFO A1in, ghost A1out, LRU Am."""
 
     name = "twoq"
+    memo_across_calls = True  # blocks enter the lists only in on_hits / on_inserts (or victim)
     Params = TwoQParams
 
     def configure(self, capacity):
