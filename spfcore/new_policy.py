@@ -43,7 +43,8 @@ def render(name: str, dest: str | Path, *, description: str | None = None, autho
         ``dest`` as a Path.
 
     Raises:
-        ValueError: a bad name, or ``dest`` exists and is not an empty folder.
+        ValueError: a bad name, ``dest`` exists and is not an empty folder, or
+            it cannot be created (a parent is a file or not writable).
     """
     import copier
 
@@ -58,8 +59,11 @@ def render(name: str, dest: str | Path, *, description: str | None = None, autho
             "spfcore_requirement": contract.compatible_spfcore_range()}
     if description:
         data["description"] = description
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    except OSError as exc:  # a parent that is a file, or a folder we may not write: a usage error
+        raise ValueError(f"{dest}: cannot create it ({exc.strerror or exc}: {exc.filename})") from None
     try:
         copier.run_copy(str(TEMPLATE), tmp, data=data, defaults=True, quiet=True, overwrite=True,
                         unsafe=False, skip_tasks=True)

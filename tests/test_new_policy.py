@@ -58,6 +58,17 @@ def test_an_existing_folder_is_never_overwritten(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["pkg"]  # no temporary folder left behind
 
 
+def test_a_folder_that_cannot_be_created_is_a_usage_error(tmp_path):
+    """--dir under a file (or an unwritable folder): exit 2 naming the folder, not a
+    FileExistsError / PermissionError traceback from mkdir or mkdtemp."""
+    (tmp_path / "afile").write_text("mine")
+    res = CliRunner().invoke(main, ["new-policy", "tail_first", "--dir", str(tmp_path / "afile" / "pkg")])
+    assert res.exit_code == 2, res.output
+    assert "cannot create it" in res.output and "afile" in res.output, res.output
+    assert "Traceback" not in res.output
+    assert [p.name for p in tmp_path.iterdir()] == ["afile"]
+
+
 def _run(cmd, cwd, env, timeout=600):
     res = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert res.returncode == 0, f"{' '.join(map(str, cmd))} exited {res.returncode}:\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}"
