@@ -212,7 +212,9 @@ class BlockBatch:
             :class:`BlockTable`; ``session`` is an interned id, ``-1`` none).
         last_access, stored_at: float64 arrays, seconds.
         request_ids: list of request ids.
-        table: the :class:`BlockTable` (e.g. ``table.sessions[sid]``).
+        table: the :class:`BlockTable` (e.g. ``table.sessions[sid]``). With
+            ``keys-only`` its columns other than ``key`` are not kept (they
+            read 0, not an error): read ``keys`` and ``ids`` only.
 
     Do not keep a batch beyond the hook call: the runtime reuses block ids.
 

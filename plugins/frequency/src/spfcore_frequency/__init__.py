@@ -45,7 +45,8 @@ class FrequencyPolicy:
     Per cached block hash the policy counts accesses: a store counts 1 plus
     the ghost count the hash left when it was last evicted, each hit adds 1
     (one per request). Evicted hashes keep their count in an LRU-bounded
-    ``OrderedDict`` of ``ghost_factor * num_blocks`` entries.
+    ``dict`` (insertion-ordered, compacted by a copy now and then) of
+    ``ghost_factor * num_blocks`` entries.
 
     A block whose count is below ``min_count`` is not admitted: it is evicted
     before every admitted block. Within a tier the score is the count (lowest
