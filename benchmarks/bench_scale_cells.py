@@ -29,6 +29,7 @@ import pstats
 from pathlib import Path
 
 from spfcore import sweep
+from spfcore.workloads.traces import TraceError
 
 
 def main() -> None:
@@ -40,11 +41,19 @@ def main() -> None:
                     help="where the prepared stream is kept (made on the first run)")
     ap.add_argument("--profile", action="store_true", help="cProfile each cell (slower)")
     a = ap.parse_args()
-    grid = sweep.Grid(sources=(sweep.Source(str(a.trace)),), seeds=(42,),
-                      variants=tuple(sweep.Variant(p) for p in a.policies.split(",")),
-                      sizes=tuple({"blocks": int(n)} for n in a.num_blocks.split(",")), ceilings=False)
-    configs = [c.config() for c in grid.cells()]
-    facts = sweep.cell_facts(a.folder, configs)
+    try:
+        sizes = tuple({"blocks": int(n)} for n in a.num_blocks.split(","))
+    except ValueError:
+        ap.error(f"--num-blocks {a.num_blocks!r}: expected comma-separated ints, e.g. 11500,133000")
+    try:  # a bad trace, size or folder: one usage error naming it (exit 2), not a traceback
+        grid = sweep.Grid(sources=(sweep.Source(str(a.trace)),), seeds=(42,),
+                          variants=tuple(sweep.Variant(p) for p in a.policies.split(",")),
+                          sizes=sizes, ceilings=False)
+        configs = [c.config() for c in grid.cells()]
+        facts = sweep.cell_facts(a.folder, configs)
+    except (sweep.SweepError, TraceError) as exc:
+        ap.error(str(exc))
+    failed = 0
     for c, f in zip(configs, facts):
         prof = cProfile.Profile() if a.profile else None
         if prof:
@@ -55,6 +64,7 @@ def main() -> None:
         cell = rec["cell"]
         if rec["status"] != "ok":
             print(c["policy"], c["size"], "ERROR", cell, flush=True)
+            failed += 1
             continue
         same = {k: v for k, v in cell.items() if "second" not in k}
         digest = hashlib.sha256(json.dumps(same, sort_keys=True, default=str).encode()).hexdigest()[:12]
@@ -65,6 +75,8 @@ def main() -> None:
             s = io.StringIO()
             pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(18)
             print(s.getvalue(), flush=True)
+    if failed:
+        raise SystemExit(f"{failed} of {len(configs)} cell(s) failed (ERROR lines above)")
 
 
 if __name__ == "__main__":

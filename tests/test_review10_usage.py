@@ -1,0 +1,54 @@
+"""Review 10: benchmarks/bench_scale_cells.py's bad arguments are usage errors
+(exit 2, naming the file, line and field), not tracebacks; a failed cell makes
+the run exit non-zero."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(rel: str):
+    spec = importlib.util.spec_from_file_location(Path(rel).stem, ROOT / rel)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+GOOD = '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
+
+
+@pytest.mark.parametrize("trace, args, msg", [
+    (None, ["--num-blocks", "100"], "No such file or directory"),
+    (GOOD + '{"timestamp": 1, "input_length": 600\n', ["--num-blocks", "100"], "t.jsonl:2: not valid JSON"),
+    (GOOD, ["--num-blocks", "0"], "field 'size'"),
+    (GOOD, ["--num-blocks", "x"], "--num-blocks 'x': expected comma-separated ints"),
+])
+def test_bench_scale_cells_bad_arguments(tmp_path, monkeypatch, capsys, trace, args, msg):
+    path = tmp_path / "t.jsonl"
+    if trace is not None:
+        path.write_text(trace)
+    bsc = _load("benchmarks/bench_scale_cells.py")
+    monkeypatch.setattr(sys, "argv", ["bench_scale_cells.py", str(path), "--policies", "lru",
+                                      "--folder", str(tmp_path / "f"), *args])
+    with pytest.raises(SystemExit) as exc:
+        bsc.main()
+    assert exc.value.code == 2
+    assert msg in capsys.readouterr().err
+
+
+def test_bench_scale_cells_failed_cell_exits_non_zero(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "t.jsonl"
+    path.write_text(GOOD)
+    bsc = _load("benchmarks/bench_scale_cells.py")
+    monkeypatch.setattr(sys, "argv", ["bench_scale_cells.py", str(path), "--policies", "nosuch",
+                                      "--num-blocks", "100", "--folder", str(tmp_path / "f")])
+    with pytest.raises(SystemExit) as exc:
+        bsc.main()
+    assert exc.value.code and "1 of 1 cell(s) failed" in str(exc.value.code)
+    assert "ERROR" in capsys.readouterr().out
