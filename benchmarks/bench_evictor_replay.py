@@ -140,6 +140,15 @@ def main() -> None:
     ap.add_argument("--num-blocks", type=int, default=3561)
     ap.add_argument("--repeat", type=int, default=7)
     a = ap.parse_args()
+    if a.repeat < 1:
+        ap.error(f"argument --repeat: must be >= 1, got {a.repeat}")
+    if a.num_blocks < 2:
+        ap.error(f"argument --num-blocks: must be >= 2 (the null block + 1), got {a.num_blocks}")
+    from spfcore import registry
+    try:
+        registry.get(a.arm)
+    except registry.PolicyConfigError as exc:
+        ap.error(f"argument --arm: {exc}")
     os.environ[REPLAY_ENV] = "python"  # the event-by-event path the engine runs
     wl = make("personas", seed=42, personas=16, prefix_tokens=8192, sessions=32, turns=4,
               query_tokens=128, output_tokens=32, order="round_robin")

@@ -52,3 +52,17 @@ def test_bench_scale_cells_failed_cell_exits_non_zero(tmp_path, monkeypatch, cap
         bsc.main()
     assert exc.value.code and "1 of 1 cell(s) failed" in str(exc.value.code)
     assert "ERROR" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--repeat", "0"], "argument --repeat: must be >= 1, got 0"),
+    (["--num-blocks", "1"], "argument --num-blocks: must be >= 2"),
+    (["--arm", "nosuch"], "argument --arm: policy 'nosuch' is not installed"),
+])
+def test_bench_evictor_replay_bad_arguments(monkeypatch, capsys, argv, msg):
+    ber = _load("benchmarks/bench_evictor_replay.py")
+    monkeypatch.setattr(sys, "argv", ["bench_evictor_replay.py", *argv])
+    with pytest.raises(SystemExit) as exc:
+        ber.main()
+    assert exc.value.code == 2
+    assert msg in capsys.readouterr().err
