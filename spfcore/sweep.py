@@ -825,6 +825,11 @@ def read_cell(folder: str | os.PathLike, key: str) -> dict | None:
     if not isinstance(rec.get("config"), dict) or not isinstance(cell, dict) or any(k not in cell for k in need):
         raise SweepError(f"{p}: field 'cell': not a finished cell's record (needs 'config' and cell "
                          f"{', '.join(map(repr, need))})")
+    if rec["status"] == "ok":  # the figures the report averages: numbers (an edited file: not a TypeError later)
+        for field, v in [*((f"cell.{k}", cell[k]) for k in need),
+                         ("num_blocks", rec.get("num_blocks")), ("seconds", rec.get("seconds"))]:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise SweepError(f"{p}: field {field!r}: {v!r} is not a number")
     return rec
 
 

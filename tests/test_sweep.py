@@ -214,6 +214,15 @@ def test_failed_cells_and_bad_folder(tmp_path, monkeypatch):
     bad.write_text(json.dumps({**good, "key": bad.stem, "status": "ok", "cell": {"x": 1}}))  # whole JSON, no figures
     rep = CliRunner().invoke(main, ["sweep-report", str(out)])
     assert rep.exit_code == 1 and str(bad) in rep.output and "field 'cell'" in rep.output, rep.output
+    ok = good if good["status"] == "ok" else json.loads(next(
+        p for p in (out / "cells").glob("*.json") if p != bad and json.loads(p.read_text()).get("status") == "ok"
+    ).read_text())
+    for field, edit in (("cell.token_hit_rate", {"cell": {**ok["cell"], "token_hit_rate": "x"}}),
+                        ("cell.evictions", {"cell": {**ok["cell"], "evictions": None}}),
+                        ("seconds", {"seconds": "1"})):  # a figure of the wrong type: named, not a TypeError
+        bad.write_text(json.dumps({**ok, "key": bad.stem, **edit}))
+        rep = CliRunner().invoke(main, ["sweep-report", str(out)])
+        assert rep.exit_code == 1 and str(bad) in rep.output and f"field '{field}'" in rep.output, rep.output
     nothing = CliRunner().invoke(main, ["sweep-report", str(tmp_path)])
     assert nothing.exit_code == 1 and "sweep.json: no sweep here" in nothing.output
     pytest.importorskip("ray")
