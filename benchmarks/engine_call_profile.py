@@ -23,6 +23,7 @@ request (best, median, range). Prints figures; asserts nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import pickle
 import statistics
@@ -38,6 +39,45 @@ def _workload(personas: int, sessions: int, turns: int, prefix: int, seed: int):
 
     return make("personas", seed=seed, personas=personas, prefix_tokens=prefix, sessions=sessions, turns=turns,
                 query_tokens=128, output_tokens=32, order="round_robin")
+
+
+@contextlib.contextmanager
+def gc_probe():
+    """Time Python's cyclic garbage collections while the block runs: all of
+    them, and those that started inside a policy runtime call (a frame of
+    spfcore/runtime.py, spfcore/evictor.py or a plugin's module on the stack),
+    whose time the runtime's ``policy_seconds`` counts."""
+    import gc
+    import sys
+
+    out = {"all_s": 0.0, "inside_s": 0.0, "inside": 0, "gens": Counter()}
+    state = [0.0, False]
+    marks = (f"spfcore{os.sep}runtime.py", f"spfcore{os.sep}evictor.py", f"plugins{os.sep}")
+
+    def cb(phase, info):
+        if phase == "start":
+            f = sys._getframe(1)
+            inside = False
+            while f is not None:
+                if any(m in f.f_code.co_filename for m in marks):
+                    inside = True
+                    break
+                f = f.f_back
+            state[0], state[1] = time.perf_counter(), inside
+        else:
+            dt = time.perf_counter() - state[0]
+            out["all_s"] += dt
+            if state[1]:
+                out["inside_s"] += dt
+                out["inside"] += 1
+                out["gens"][info["generation"]] += 1
+
+    gc.callbacks.append(cb)
+    try:
+        yield out
+    finally:
+        gc.callbacks.remove(cb)
+        out["gens"] = dict(out["gens"])
 
 
 def record(a) -> None:
@@ -57,11 +97,14 @@ def record(a) -> None:
     try:
         for arm in arms:
             sess.use_policy(arm)
-            with record_runtime_calls() as log:
+            with record_runtime_calls() as log, gc_probe() as gcs:
                 mark(sched, log, sess)
                 t = time.monotonic()
                 cell = sess.run(wl, a.seed, "sequential")
                 wall = time.monotonic() - t
+            n = len(wl.requests)
+            print(f"{arm}: Python GC inside runtime calls {gcs['inside_s'] / n * 1e3:.3f} ms/req "
+                  f"({gcs['inside']} collections, by generation {gcs['gens']}); all GC {gcs['all_s'] / n * 1e3:.3f} ms/req")
             rt = sess.runtime
             out["streams"][(arm, "engine")] = log.of(rt)
             out.setdefault("cells", {})[arm] = {k: cell.get(k) for k in ("policy_seconds", "hook_seconds",
@@ -127,11 +170,14 @@ def timed_replay(events, arm: str, nb: int, bs: int, thrash=None) -> tuple:
     rt = PolicyRuntime.for_policy(arm, nb, bs, None, env={})
     per = defaultdict(float)
     clock = time.perf_counter
+    cold = False
     for name, args, result in events:
         if name == STEP:  # the engine's model step ran here: the runtime's data and code leave the caches
-            if thrash is not None:
-                thrash()
+            cold = thrash is not None
             continue
+        if cold:  # once before the step's first runtime call (steps without any call cost nothing here)
+            thrash()
+            cold = False
         fn = getattr(rt, name)
         t = clock()
         out = fn(*args)
