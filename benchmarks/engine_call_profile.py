@@ -17,7 +17,12 @@ interleaved: the runtime's ``policy_seconds`` and ``hook_seconds`` per
 request (best, median, range). Prints figures; asserts nothing.
 
     python benchmarks/engine_call_profile.py record OUT.pkl [--arms ...] [--personas 4] [--num-blocks 800]
-    python benchmarks/engine_call_profile.py compare OUT.pkl [--repeat 5]
+    python benchmarks/engine_call_profile.py compare OUT.pkl [--repeat 5] [--thrash-mb 32]
+
+On an H200 (the seed's model and block size; 16 requests, 4 arms):
+
+    python benchmarks/engine_call_profile.py record OUT.pkl --model llama-3.2-3b --block-size 16 \
+        --num-blocks 1601 && python benchmarks/bench_policy_cost.py --engine-events OUT.pkl --repeat 5
 """
 
 from __future__ import annotations
@@ -89,7 +94,7 @@ def record(a) -> None:
     arms = a.arms.split(",")
     wl = _workload(a.personas, a.sessions, a.turns, a.prefix_tokens, a.seed)
     spec = EngineSpec(model=a.model, block_size=a.block_size, num_blocks=a.num_blocks, max_model_len=12288,
-                      max_num_seqs=8, dtype="float32")
+                      max_num_seqs=8, dtype="float32" if a.model == "tiny" else "auto")
     out = {"arms": arms, "block_size": a.block_size, "num_blocks": a.num_blocks, "requests": len(wl.requests),
            "streams": {}}
     sess = open_engine(spec, arms[0])
