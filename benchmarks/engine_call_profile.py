@@ -18,6 +18,7 @@ request (best, median, range). Prints figures; asserts nothing.
 
     python benchmarks/engine_call_profile.py record OUT.pkl [--arms ...] [--personas 4] [--num-blocks 800]
     python benchmarks/engine_call_profile.py compare OUT.pkl [--repeat 5] [--thrash-mb 32]
+    python benchmarks/engine_call_profile.py touch - [--chain 128]   # the adapter's per-hit touch cost
 
 On an H200 (the seed's model and block size; 16 requests, 4 arms):
 
@@ -246,9 +247,65 @@ def compare(a) -> None:
                   + " ".join(f"{k} {v / n * 1e6:.0f}" for k, v in sorted(m.items())))
 
 
+def touch_cost(a) -> None:
+    """The adapter's cost of a hit chain leaving the free queue: vLLM's
+    ``BlockPool.touch`` loop calling :meth:`PolicyFreeQueue.remove` per block
+    with one ``runtime.touch`` each, against :meth:`PolicyFreeQueue.touch_many`
+    (one ``runtime.touch`` per chain); chains of ``--chain`` cached free
+    blocks, arms interleaved, ``--repeat`` rounds; us per chain."""
+    from vllm.v1.core.kv_cache_utils import KVCacheBlock
+
+    from spfcore.engine.vllm_adapter import PolicyFreeQueue
+    from spfcore.runtime import PolicyRuntime
+    from spfcore.views import RequestView
+
+    arms = (a.arms or ARMS).split(",")
+    nb, k, reps = a.num_blocks, a.chain, 200
+    res = defaultdict(list)
+    for _ in range(a.repeat):
+        for arm in arms:
+            for batched in (False, True):
+                blocks = [KVCacheBlock(i) for i in range(nb)]
+                rt = PolicyRuntime.for_policy(arm, nb, a.block_size, None, env={})
+                if rt.needs_future:
+                    rt.set_future(())
+                q = PolicyFreeQueue(blocks, rt)
+                q.install_free(blocks[1:])
+                spent = 0.0
+                for r in range(reps):
+                    chain = q.popleft_n(k)
+                    keys = [("c", r, j) for j in range(k)]
+                    ids = [b.block_id for b in chain]
+                    rt.stored(RequestView(f"r{r}", None, r, float(r), k * a.block_size, tuple(keys)), ids, keys, 0,
+                              None, a.block_size, float(r))
+                    for b, key in zip(chain, keys):
+                        b.reset_hash()
+                        b.set_block_hash(key)
+                    q.append_n(chain[::-1])
+
+                    def pool_touch(bs):
+                        for b in bs:
+                            q.remove(b)
+
+                    t = time.perf_counter()
+                    if batched:
+                        q.touch_many(pool_touch, chain)
+                    else:
+                        pool_touch(chain)
+                    spent += time.perf_counter() - t
+                    q.append_n(chain[::-1])
+                res[(arm, batched)].append(spent / reps * 1e6)
+    print(f"hit chains of {k} free cached blocks, {nb} blocks; us per chain (best, median, range over {a.repeat} rounds)")
+    for arm in arms:
+        for batched in (False, True):
+            xs = res[(arm, batched)]
+            print(f"  {arm:<24}{'touch_many' if batched else 'per block':<12}{min(xs):>9.1f}{statistics.median(xs):>9.1f}"
+                  f"   {min(xs):.1f}-{max(xs):.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("step", choices=("record", "compare"))
+    ap.add_argument("step", choices=("record", "compare", "touch"))
     ap.add_argument("out")
     ap.add_argument("--arms", default=None)
     ap.add_argument("--personas", type=int, default=4)
@@ -261,12 +318,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--wall-clock", action="store_true")
+    ap.add_argument("--chain", type=int, default=128, help="touch: blocks per hit chain")
     ap.add_argument("--thrash-mb", type=int, default=0,
                     help="also replay with MiB of memory written (and Python churn) before every event, untimed")
     a = ap.parse_args()
     if a.step == "record":
         a.arms = a.arms or ARMS
         record(a)
+    elif a.step == "touch":
+        touch_cost(a)
     else:
         compare(a)
 
