@@ -2,8 +2,9 @@
 engine: the simulator drives the same :class:`~spfcore.runtime.PolicyRuntime`
 events (arrival, hit, store, allocation, finish, release) as the vLLM adapter
 does, so ``policy_seconds / num_requests`` of a sequential replay is the
-runtime's part of the gate's ``policy ms/req`` column (hooks, evictor and
-bookkeeping; the adapter's own block mapping is not in it).
+runtime's part of the gate's ``policy ms/req`` column (hooks, evictor,
+bookkeeping and ``touch``; the adapter's own block mapping is not in it), with
+warm CPU caches and the simulator's event pattern (see ``--engine-events``).
 
 Default workload: the seed's, at full scale (16 personas x 8192 tokens, 32
 sessions x 4 turns, 128-token queries, 32 output tokens, round robin, block
