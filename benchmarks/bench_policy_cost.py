@@ -2,8 +2,9 @@
 engine: the simulator drives the same :class:`~spfcore.runtime.PolicyRuntime`
 events (arrival, hit, store, allocation, finish, release) as the vLLM adapter
 does, so ``policy_seconds / num_requests`` of a sequential replay is the
-runtime's part of the gate's ``policy ms/req`` column (hooks, evictor and
-bookkeeping; the adapter's own block mapping is not in it).
+runtime's part of the gate's ``policy ms/req`` column (hooks, evictor,
+bookkeeping and ``touch``; the adapter's own block mapping is not in it), with
+warm CPU caches and the simulator's event pattern (see ``--engine-events``).
 
 Default workload: the seed's, at full scale (16 personas x 8192 tokens, 32
 sessions x 4 turns, 128-token queries, 32 output tokens, round robin, block
@@ -14,6 +15,16 @@ wall time, as the gate), so other processes' load does not inflate it. Arms inte
 counts and the median is printed beside it. Prints figures; asserts nothing.
 
     .venv/bin/python benchmarks/bench_policy_cost.py [--arms lru,session_ttl] [--repeat 5]
+
+The simulator's event pattern is not the engine's: vLLM prefills in chunks
+(``max_num_batched_tokens``: one ``evict`` + ``stored`` per chunk), frees a
+request's hashless and cached blocks in two calls, and touches hit blocks one
+by one; and between two scheduler steps the model runs, so the runtime starts
+every step with cold CPU caches. ``--engine-events FILE`` replays instead the
+runtime calls recorded in a real engine (``benchmarks/engine_call_profile.py
+record FILE``, step boundaries marked) into a fresh runtime per arm, hot and,
+with ``--thrash-mb M``, with M MiB of memory written at every engine step
+(untimed): the CPU stand-in for the engine's cold caches.
 """
 
 from __future__ import annotations
@@ -40,7 +51,20 @@ def main() -> None:
     ap.add_argument("--wall-clock", action="store_true",
                     help="time with perf_counter (as the gate does) instead of this process's CPU time; "
                          "CPU time ignores other processes' load but adds ~0.3 us per timed call")
+    ap.add_argument("--engine-events", default=None, metavar="FILE",
+                    help="replay the engine streams recorded by benchmarks/engine_call_profile.py record FILE")
+    ap.add_argument("--thrash-mb", type=int, default=32,
+                    help="with --engine-events: MiB written at every engine step (0: hot only) [32]")
     a = ap.parse_args()
+    if a.engine_events:
+        import sys
+
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import engine_call_profile
+
+        engine_call_profile.compare(argparse.Namespace(out=a.engine_events, arms=a.arms, repeat=a.repeat,
+                                                       wall_clock=a.wall_clock, thrash_mb=a.thrash_mb))
+        return
     # the engine drives the runtime event by event: measure that path, not the simulator's compiled
     # replay of hook-less arms and belady_oracle (spfcore/sim/_replay_nb.py), which the engine never runs
     os.environ[REPLAY_ENV] = "python"

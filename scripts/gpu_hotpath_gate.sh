@@ -23,6 +23,10 @@
 # The hot path alone, no engine and no GPU (~1-2 min, the numba wheels must be installed:
 # numba 0.68.1 + llvmlite 0.50.0 cp312 on the device's Python 3.12):
 #   bash scripts/gpu_hotpath_gate.sh cost    # -> $OUT/policy_cost.txt (spfcore ms/request per arm)
+# Why the engine's policy ms/req exceeds `cost`'s (issue 11, 11g): record the runtime calls the adapter makes on the
+# seed's model and block size (16 requests of the seed's shape, 4 arms, ~3 min), then replay them on this host's CPU,
+# hot and with the caches thrashed at every engine step:
+#   bash scripts/gpu_hotpath_gate.sh calls   # -> $OUT/engine_calls.txt, $OUT/engine_calls.pkl
 # What comes back: $OUT/hotpath.tgz (results.json, cells, logs, plots). Then here:
 #   spfcore results-page <results.json> --title "..." -o results/gpu-h200-<commit>/README.md
 # The table's "policy ms/req" column is spfcore's time per request on the engine path
@@ -39,7 +43,7 @@ K=${SEEDS_PER_GPU:-2}
 SEEDS=$(seq -s, 42 $((41 + K * G)))
 mkdir -p "$W" "$O"
 pack() { tar czf "$O/hotpath.tgz" -C "$(dirname "$W")" "$(basename "$W")" 2>/dev/null || true; }
-case "${1:?seeds|merge|cost}" in
+case "${1:?seeds|merge|cost|calls}" in
 seeds)
   for g in $(seq 0 $((G - 1))); do
     s=$(seq -s, $((42 + K * g)) $((41 + K * (g + 1))))
@@ -63,6 +67,12 @@ out.write_text("\n".join(lines) + "\n")
 PY
   $GATE "${ARGS[@]}" --seeds "$SEEDS" --output "$W/all/results.json" | tee "$W/verdict.txt" || true
   pack; tail -n 60 "$W/verdict.txt"
+  ;;
+calls)
+  python3 benchmarks/engine_call_profile.py record "$O/engine_calls.pkl" --model llama-3.2-3b --block-size 16 \
+    --num-blocks 1601 2>&1 | grep -v -e WARNING -e INFO | tee "$O/engine_calls.txt"
+  python3 benchmarks/bench_policy_cost.py --engine-events "$O/engine_calls.pkl" --repeat 5 --wall-clock \
+    --thrash-mb 64 | tee -a "$O/engine_calls.txt"
   ;;
 cost)
   python3 -c "import spfcore._evictor_nb as nb; nb.warm(); from spfcore_spf_expected_utility import _nb; _nb.warm()"  # numba compiles once, untimed

@@ -398,7 +398,7 @@ class PolicyRuntime:
         self.arrival = 0
         self.hook_seconds = 0.0
         self.hook_calls = 0
-        self.policy_seconds = 0.0  # wall time in the events (arrived .. evict), hooks included
+        self.policy_seconds = 0.0  # wall time in the events (arrived .. evict, touch), hooks included
         self.evictions = 0
         self.evict_seconds = 0.0  # wall time in evict(), hooks included (per-allocation cost)
         self.evict_calls = 0
@@ -960,16 +960,22 @@ class PolicyRuntime:
         request's hits (a block another request holds is not free); the
         order of this call and :meth:`hit` does not matter to the policy.
 
+        Timed into ``policy_seconds`` (the engine's free-queue work is spfcore's time too).
+
         Raises:
             KeyError: a block is not free (a driver bug; the blocks before it
                 have left the free queue).
         """
-        if not isinstance(ids, (list, tuple)):
-            ids = list(ids)
-        if len(ids) == 1:
-            self.evictor.remove(ids[0])
-        else:
-            self.evictor.remove_many(ids)
+        t0 = _perf()
+        try:
+            if not isinstance(ids, (list, tuple)):
+                ids = list(ids)
+            if len(ids) == 1:
+                self.evictor.remove(ids[0])
+            else:
+                self.evictor.remove_many(ids)
+        finally:
+            self.policy_seconds += _perf() - t0
 
     @property
     def num_free(self) -> int:

@@ -87,6 +87,31 @@ def test_queue_remove_touch_and_errors():
     assert sorted(b.block_id for b in q.get_all_free_blocks()) == [2, 3, 4, 5]
 
 
+def test_touch_many_tells_the_runtime_once_per_hit():
+    from spfcore.sim.replay import record_runtime_calls
+
+    blocks, rt, q = _queue()
+    q.popleft_n(3)
+    _store(rt, blocks, [1, 2, 3], ["k0", "k1", "k2"])
+    q.append_n([blocks[3], blocks[2], blocks[1]])
+
+    def pool_touch(chain):  # vLLM's BlockPool.touch: remove() per free block of the chain
+        for b in chain:
+            q.remove(b)
+        return "done"
+
+    with record_runtime_calls() as log:
+        assert q.touch_many(pool_touch, [blocks[1], blocks[2]]) == "done"
+    assert [(name, args) for name, args, _ in log.of(rt)] == [("touch", ((1, 2),))]
+    assert q.num_free_blocks == 3 and 1 not in rt.evictor and 2 not in rt.evictor and 3 in rt.evictor
+    # vLLM's error on a block that is not free: the blocks taken out before it still leave the runtime
+    with pytest.raises(RuntimeError, match="block 1"):
+        q.touch_many(pool_touch, [blocks[3], blocks[1]])
+    assert 3 not in rt.evictor and q.num_free_blocks == 2 and q.fallback is None
+    assert [b.block_id for b in q.popleft_n(2)] == [4, 5]  # hashless first; the policy's order unchanged
+    assert sorted(b.block_id for b in q.get_all_free_blocks()) == []
+
+
 def test_arg_reader_binds_allocate_slots_by_name():
     # vLLM's own signature (bound to a placeholder instance; only the signature is read)
     read = arg_reader(MethodType(KVCacheManager.allocate_slots, object()), "new_computed_blocks")

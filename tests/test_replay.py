@@ -31,6 +31,10 @@ def test_replaying_the_simulators_concurrent_stream_gives_the_same_victims(arm):
     assert out["mismatches"] == []
     assert out["evict_calls"] > 0 and out["victims"] >= rec["evictions"] > 0
     assert {e[0] for e in events} >= {"arrived", "hit", "stored", "finished", "release", "evict"}
+    # the fresh runtime's timers over the replay (what the stream costs here): hooks are part of the events
+    assert 0 < out["policy_seconds"] and 0 <= out["hook_seconds"]
+    if arm == "spf_expected_utility":
+        assert 0 < out["hook_seconds"] < out["policy_seconds"]
 
 
 @pytest.mark.skipif("spf_expected_utility" not in OK, reason="spf_expected_utility not installed")

@@ -135,7 +135,7 @@ def test_forget_drops_metadata_and_keys():
 
 
 def test_policy_time_covers_every_event_and_contains_the_hook_time():
-    """``policy_seconds`` times arrived/hit/stored/finished/release/evict;
+    """``policy_seconds`` times arrived/hit/stored/finished/release/evict/touch;
     hooks run inside those events, so the hook time is part of it."""
     import time
 
@@ -154,6 +154,12 @@ def test_policy_time_covers_every_event_and_contains_the_hook_time():
     lru = MiniCache("lru", 8)
     lru.serve(["a0", "a1"])
     assert lru.rt.stats()["policy_seconds"] > lru.rt.stats()["hook_seconds"]  # FIFO evictor work, no scoring
+    # a driver's touch (a hit chain leaving the free queue) is spfcore's time too
+    rt, i = lru.rt, lru.rt.block_of("a0")
+    before = rt.policy_seconds
+    assert rt.is_free(i)
+    rt.touch([i])
+    assert not rt.is_free(i) and rt.policy_seconds > before
 
 
 @pytest.mark.parametrize("bad", ["x", float("nan"), Score(float("nan")), True, Score("1")])

@@ -142,6 +142,7 @@ class PolicyFreeQueue:
         self.fallback: FreeKVCacheBlockQueue | None = None
         self.fail_open_allocations = 0
         self.fail_open_blocks = 0
+        self._touched: list[int] | None = None  # ids taken out while a pool touch runs (see touch_many)
 
     def install_free(self, free_blocks: Iterable) -> None:
         """Step 0 of the event protocol: hand every free block, all hashless,
@@ -249,10 +250,35 @@ class PolicyFreeQueue:
             raise RuntimeError(f"remove() called on a block that is not free: block {i}")
         del self._order[i]
         self.num_free_blocks -= 1
+        if self._touched is not None:  # inside touch_many: the runtime hears of it once, at the end
+            self._touched.append(i)
+            return
         try:
             self.runtime.touch((i,))
         except Exception as exc:  # noqa: BLE001 - the runtime lost track: fail open
             self.fail_open("remove", exc)
+
+    def touch_many(self, touch: Callable, *args, **kwargs):
+        """Run ``touch(*args, **kwargs)`` (vLLM's ``BlockPool.touch``, which
+        calls :meth:`remove` once per free block of a request's hit chain)
+        and tell the runtime about the blocks it took out in one
+        ``runtime.touch(ids)`` when it returns or raises, instead of one call
+        per block: the same evictor state (the order of removals within a hit
+        does not matter to it), one call per hit. A runtime error fails open
+        (``"remove"``), as a single block's would. Returns what ``touch``
+        returns."""
+        if self._touched is not None or self.fallback is not None:
+            return touch(*args, **kwargs)
+        self._touched = ids = []
+        try:
+            return touch(*args, **kwargs)
+        finally:
+            self._touched = None
+            if ids and self.fallback is None:
+                try:
+                    self.runtime.touch(ids)
+                except Exception as exc:  # noqa: BLE001 - the runtime lost track: fail open
+                    self.fail_open("remove", exc)
 
     # ------------------------------------------------------------- releases
     def append(self, block) -> None:
@@ -696,8 +722,17 @@ class PolicySchedulerMixin:
             finally:  # the blocks go back whatever the policy did
                 orig_free(request, *args, **kwargs)
 
+        orig_touch = pool.touch
+
+        def touch(*args, **kwargs):  # a hit chain leaves the free queue: one runtime call, not one per block
+            q = pool.free_block_queue
+            if isinstance(q, PolicyFreeQueue):
+                return q.touch_many(orig_touch, *args, **kwargs)
+            return orig_touch(*args, **kwargs)
+
         mgr.allocate_slots = allocate_slots
         pool.cache_full_blocks = cache_full_blocks
+        pool.touch = touch
         mgr.free = free
 
 

@@ -130,7 +130,9 @@ def replay(events: Sequence[tuple], arm: str, *, num_blocks: int, block_size: in
 
     Returns:
         ``{"events": n, "evict_calls": e, "victims": v (blocks), "mismatches":
-        [(event index, recorded ids, replayed ids)]}``: the replay stops at
+        [(event index, recorded ids, replayed ids)], "policy_seconds": s,
+        "hook_seconds": s}`` (the fresh runtime's timers over the replay: what
+        the stream costs on this machine); the replay stops at
         the first differing decision (the recorded events after it assume
         the recorded victims); an empty ``mismatches`` means every decision
         was identical.
@@ -151,7 +153,8 @@ def replay(events: Sequence[tuple], arm: str, *, num_blocks: int, block_size: in
             if tuple(out) != tuple(result or ()):
                 bad.append((k, tuple(result or ()), tuple(out)))
                 break  # the recorded stream continues from the recorded victims: the rest would not apply
-    return {"events": len(events), "evict_calls": calls, "victims": victims, "mismatches": bad}
+    return {"events": len(events), "evict_calls": calls, "victims": victims, "mismatches": bad,
+            "policy_seconds": rt.policy_seconds, "hook_seconds": rt.hook_seconds}
 
 
 __all__ = ["EventLog", "RECORDED", "record_runtime_calls", "replay"]
