@@ -169,8 +169,10 @@ def _score_cols(res, n: int, policy: str, arrays: bool):
                     if np.isneginf(exp_a).any():
                         raise OverflowError("cannot convert float infinity to integer")
                     exp_a = np.where(exp_a >= NEVER_ARRIVAL, float(NEVER_ARRIVAL), np.trunc(exp_a))
-                else:
-                    exp_a = np.minimum(exp_a, NEVER_ARRIVAL)
+                elif exp_a.dtype.kind == "u":  # clipped before the cast (a uint64 above 2**63 would wrap)
+                    exp_a = np.minimum(exp_a, np.uint64(NEVER_ARRIVAL)).astype(np.int64)
+                else:  # int8..int64: widened first (2**62 does not fit a narrower int)
+                    exp_a = np.minimum(exp_a.astype(np.int64, copy=False), NEVER_ARRIVAL)
             else:
                 exp_a = [NEVER_ARRIVAL if x >= NEVER_ARRIVAL else int(x) for x in exp_a]
         pins = _column(res.pinned, n, False, policy, "pinned", arrays)

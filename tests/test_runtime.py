@@ -387,3 +387,33 @@ def test_session_ttl_declares_keys_only_and_the_runtime_honours_it():
     rt = PolicyRuntime.for_policy("session_ttl", 16, 4)
     assert not rt.track and rt.table.keys_only
     assert PolicyRuntime.for_policy("frequency", 16, 4).track  # reads access counts: the full table
+
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "uint8", "uint32", "uint64"])
+def test_expiry_arrays_of_any_integer_width(dtype):
+    """A score hook may answer ``expires_at_arrival`` as any integer array (review 10: int32 was a
+    PolicyError, numpy refusing 2**62 in an int32); the blocks expire at that arrival and are
+    re-scored, exactly as with int64."""
+    import numpy as np
+
+    from spfcore import Scores
+
+    def run(dt):
+        scored = []
+
+        class Expiring:
+            @hookimpl
+            def spfcore_score_blocks(self, blocks, now):
+                scored.append(len(blocks))
+                return Scores(0.0, expires_at_arrival=np.full(len(blocks), 2, dt))
+
+        pm = new_plugin_manager()
+        pm.register(Expiring(), name="expiring")
+        c = MiniCache(PolicyRuntime(pm, 8, 4, policy_name="expiring"), 0)
+        hits = [c.serve(r) for r in (["a0", "a1", "a2"], ["b0", "b1"], ["c0", "c1", "c2"], ["d0"])]
+        return hits, scored
+
+    got, want = run(np.dtype(dtype)), run(np.int64)
+    assert got == want
+    assert sum(want[1]) > 9  # 9 blocks stored: more scores means the expiry at arrival 2 fired
