@@ -25,9 +25,10 @@ skipped, and each policy makes libCacheSim's decisions exactly (the test
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from functools import partial
 from itertools import islice
-from operator import indexOf
+from operator import indexOf, or_
 
 import attrs
 
@@ -176,24 +177,20 @@ class ClassicPolicy:
         # Where the first ready block stands: looked for from both ends at once (in C: the blocks
         # are not listed), as the rotation below costs the shorter of the two stretches.
         is_ready = ready.__contains__
-        t = indexOf(map(any, zip(map(is_ready, order), map(is_ready, reversed(order)))), True)
+        t = indexOf(map(or_, map(is_ready, order), map(is_ready, reversed(order))), True)
         i = next(islice(order, t, None))
-        if i in ready:  # t blocks before it: they go to the other end, as a walk moves them
-            move = order.move_to_end
-            for j in list(islice(order, t)):
-                move(j)
-        elif len(ready) == 1:  # t blocks after it: the same rotation made from the other end
-            i, = ready
-            move = order.move_to_end
-            for j in list(islice(reversed(order), t)):
-                move(j, last=False)
-            move(i, last=False)
-        else:  # several ready, one t blocks from the end: the first of them from the front
+        if i not in ready:
+            if len(ready) == 1:  # t blocks after it: the same rotation made from the other end
+                i, = ready
+                _consume(map(partial(order.move_to_end, last=False), list(islice(reversed(order), t))))
+                order.move_to_end(i, last=False)
+                memo[5].clear()
+                memo[1] = len(order) - 1  # the caller takes i out
+                return i
+            # several ready, one t blocks from the end: the first of them from the front
             t = indexOf(map(is_ready, order), True)
             i = next(islice(order, t, None))
-            move = order.move_to_end
-            for j in list(islice(order, t)):
-                move(j)
+        _consume(map(order.move_to_end, list(islice(order, t))))  # the t blocks before i, as a walk moves them
         memo[5].discard(i)
         memo[1] = len(order) - 1  # the caller takes i out
         return i
@@ -311,6 +308,11 @@ class ClassicPolicy:
             for o in [o for o, m in stuck.items() if m[1] != len(m[0])]:
                 del stuck[o]
         return out
+
+
+def _consume(calls) -> None:
+    """Run an iterator of calls to the end, in C (``itertools`` recipe ``consume``)."""
+    deque(calls, maxlen=0)
 
 
 def fifo_add(ghost: OrderedDict, k, cap: int) -> None:
