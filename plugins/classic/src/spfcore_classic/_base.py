@@ -114,7 +114,7 @@ class ClassicPolicy:
         ``on_inserts`` and solely blocks of their ``ids``.
 
         The woken blocks are the only ones of the order that may be evictable,
-        so a woken order is not walked again: the first of them in the order
+        so an order in which a few woke is not walked again: the first of them in the order
         that is evictable is the victim, and the blocks before it are moved to
         the other end, as the walk would have moved them (a rotation, made
         from whichever end is nearer). The memory stays, less that block,
@@ -132,8 +132,9 @@ class ClassicPolicy:
                 if memo[1] == len(order):
                     if not memo[5]:
                         return None
-                    return self._woken(order, memo)
-                del stuck[id(order)]
+                    if len(memo[5]) <= 8:  # a few woken blocks: found without a walk
+                        return self._woken(order, memo)
+                del stuck[id(order)]  # a block entered it, or many woke: walked from its end
         free, kids, key = self._free, self.kids, self.key
         skipped = []
         for i in order:
