@@ -94,7 +94,7 @@ def test_walk_memory_across_calls_wakes_on_release_entry_and_lost_child():
     p.b.update(dict.fromkeys([2, 4]))
     assert p.spfcore_evict_blocks(1, {2: None, 3: None}, 0.0) == [2]  # a remembered: 1 busy, "r" waited on
     memo = p._stuck[id(p.a)]
-    assert memo[2] == {1} and memo[3] == {"r"}
+    assert memo[2] == {1} and memo[3] == {"r": [3]}
     # next call, nothing released: a is not walked again (b's 4 is in use, a answers from memory: no victim)
     with pytest.raises(AssertionError, match="no evictable"):
         p.spfcore_evict_blocks(1, {3: None}, 0.0)
@@ -164,3 +164,52 @@ def test_walk_memory_changes_no_decision(policy, monkeypatch):
     assert fast[:2] == slow[:2]
     if policy in ("arc", "lirs", "s3fifo", "twoq"):  # the policies that walk queues: the memory was used
         assert fast[2] > 0
+
+
+def _woken_setup():
+    """``a`` holds blocks 1..8, each free with a child (c1..c8) in ``b``; only c7 and c2 are
+    free, so ``a`` is remembered without an evictable block until c7, then c2, leave."""
+    p = TwoLists()
+    a = list(range(1, 9))
+    kids_ = [f"c{j}" for j in a]
+    _fresh(p, {**{j: f"h{j}" for j in a}, **{c: c for c in kids_}},
+           {**{j: None for j in a}, **{c: f"h{c[1:]}" for c in kids_}}, {f"h{j}": 1 for j in a})
+    p.a.update(dict.fromkeys(a))
+    p.b.update(dict.fromkeys(["c7", "c2"] + [c for c in kids_ if c not in ("c7", "c2")]))
+    return p, {**dict.fromkeys(a), "c7": None, "c2": None}
+
+
+def test_woken_blocks_give_the_walks_victim_and_rotation(monkeypatch):
+    p, free = _woken_setup()
+    # c7 leaves b: 7 wakes (6 blocks before it, 1 after: the rotation is made from the back);
+    # then c2: 2 wakes (2 blocks before it in the rotated order: made from the front)
+    assert p.spfcore_evict_blocks(4, free, 0.0) == ["c7", 7, "c2", 2]
+    assert list(p.a) == [3, 4, 5, 6, 8, 1]
+    full, free = _woken_setup()
+    with monkeypatch.context() as m:  # the same run walking every order from its eviction end
+        m.setattr(ClassicPolicy, "walk", lambda self, o: self.first_evictable(o, self.evictable))
+        assert full.spfcore_evict_blocks(4, free, 0.0) == ["c7", 7, "c2", 2]
+    assert list(full.a) == list(p.a)
+
+
+@pytest.mark.parametrize("policy", ["arc", "lirs", "s3fifo", "twoq"])
+@pytest.mark.parametrize("seed,num_blocks", [(5, 400), (6, 550), (7, 800)])
+def test_woken_walk_same_victims_as_full_scan_on_random_mixes(policy, seed, num_blocks, monkeypatch):
+    # randomized mixes and pool sizes: the memory, with its woken blocks, names the victims and
+    # hits the blocks a walk of the whole order does
+    prep = prepare(make("mix", seed=seed, chat_sessions=5, agent_sessions=3, rag_requests=16, oneoff_requests=10), 16)
+    woken = [0]
+    found = ClassicPolicy._woken
+
+    def counting(self, order, memo):  # count the victims given by woken blocks
+        i = found(self, order, memo)
+        woken[0] += i is not None
+        return i
+
+    monkeypatch.setattr(ClassicPolicy, "_woken", counting)
+    fast = _replay(policy, prep, num_blocks, monkeypatch, memo=True)
+    slow = _replay(policy, prep, num_blocks, monkeypatch, memo=False)
+    assert fast[1], "no eviction: the pool was not under pressure"
+    assert fast[:2] == slow[:2]
+    if policy == "arc":  # ARC's T2 (parents of T1 blocks) wakes block by block
+        assert woken[0] > 0

@@ -25,7 +25,10 @@ skipped, and each policy makes libCacheSim's decisions exactly (the test
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from functools import partial
+from itertools import islice
+from operator import indexOf, or_
 
 import attrs
 
@@ -99,16 +102,24 @@ class ClassicPolicy:
         once it is free and has no cached child, so the memory keeps
         ``busy``, its blocks not free when walked (and every block that has
         entered an order since), and ``wait``, the hashes of its free blocks
-        with children. Within one ``spfcore_evict_blocks`` call the free set
-        is fixed: the order wakes when a ``wait`` hash loses its last cached
-        child, or when a block enters it (its length changes; nothing leaves
-        an order without an evictable block during a call). With
+        with children (each with those blocks). Within one
+        ``spfcore_evict_blocks`` call the free set is fixed: a ``wait`` hash
+        that loses its last cached child wakes its blocks, and a block that
+        enters the order (its length grows) drops the memory. With
         ``memo_across_calls`` the memory also outlives the call: at the next
-        call the ``busy`` blocks now free are looked at (a leaf wakes the
-        order, a parent joins ``wait``), and the blocks of every later hit or
-        store join ``busy``; that is exact only for a class that puts blocks
-        into its walked orders, outside :meth:`victim`, solely in
-        ``on_hits`` / ``on_inserts`` and solely blocks of their ``ids``.
+        call the ``busy`` blocks now free are looked at (a leaf wakes, a
+        parent joins ``wait``), and the blocks of every later hit or store
+        join ``busy``; that is exact only for a class that puts blocks into
+        its walked orders, outside :meth:`victim`, solely in ``on_hits`` /
+        ``on_inserts`` and solely blocks of their ``ids``.
+
+        The woken blocks are the only ones of the order that may be evictable,
+        so an order in which a few woke is not walked again: the first of them in the order
+        that is evictable is the victim, and the blocks before it are moved to
+        the other end, as the walk would have moved them (a rotation, made
+        from whichever end is nearer). The memory stays, less that block,
+        which the caller must take out of the order (else, the order's length
+        being off, the memory is dropped at the next walk).
         """
         stuck = self._stuck
         if stuck:
@@ -116,10 +127,14 @@ class ClassicPolicy:
             if memo is not None:
                 if memo[4] != self._calls:  # a later call: blocks were released since
                     memo[4] = self._calls
-                    memo[1] = len(order) if self._recheck(order, memo) else -1
+                    memo[1] = len(order)
+                    self._recheck(order, memo)
                 if memo[1] == len(order):
-                    return None
-                del stuck[id(order)]
+                    if not memo[5]:
+                        return None
+                    if len(memo[5]) <= 8:  # a few woken blocks: found without a walk
+                        return self._woken(order, memo)
+                del stuck[id(order)]  # a block entered it, or many woke: walked from its end
         free, kids, key = self._free, self.kids, self.key
         skipped = []
         for i in order:
@@ -127,28 +142,73 @@ class ClassicPolicy:
                 break
             skipped.append(i)
         else:
-            busy = {j for j in skipped if j not in free}
-            # [order, its length, busy ids, wait hashes, the call it was last checked in]
-            stuck[id(order)] = [order, len(order), busy, {key[j] for j in skipped if j in free}, self._calls]
+            busy, wait = set(), {}
+            for j in skipped:
+                if j in free:
+                    wait.setdefault(key[j], []).append(j)
+                else:
+                    busy.add(j)
+            # [order, its length, busy ids, wait hash -> its ids, the call it was last checked in, woken ids]
+            stuck[id(order)] = [order, len(order), busy, wait, self._calls, set()]
             return None
         move = order.move_to_end
         for j in skipped:
             move(j)
         return i
 
-    def _recheck(self, order, memo) -> bool:
-        """At a new call, whether a remembered order still has no evictable
-        block: its ``busy`` blocks now free are parents (they join ``wait``)."""
+    def _woken(self, order: OrderedDict, memo: list) -> int | None:
+        """:meth:`walk` of a remembered order with woken blocks (``memo[5]``):
+        the first of them in ``order`` that is evictable (the others are not,
+        nor is any other block of the order), or ``None``; the same victim,
+        and the same order after it, as a walk from the eviction end."""
         free, kids, key, busy, wait = self._free, self.kids, self.key, memo[2], memo[3]
+        ready = []
+        for j in memo[5]:
+            if j not in order:
+                continue
+            if j not in free:  # taken by a hit since it woke
+                busy.add(j)
+            elif kids.get(key[j]):  # a child stored below it since it woke
+                wait.setdefault(key[j], []).append(j)
+            else:
+                ready.append(j)
+        memo[5] = ready = set(ready)
+        if not ready:
+            return None
+        # Where the first ready block stands: looked for from both ends at once (in C: the blocks
+        # are not listed), as the rotation below costs the shorter of the two stretches.
+        is_ready = ready.__contains__
+        t = indexOf(map(or_, map(is_ready, order), map(is_ready, reversed(order))), True)
+        i = next(islice(order, t, None))
+        if i not in ready:
+            if len(ready) == 1:  # t blocks after it: the same rotation made from the other end
+                i, = ready
+                _consume(map(partial(order.move_to_end, last=False), list(islice(reversed(order), t))))
+                order.move_to_end(i, last=False)
+                memo[5].clear()
+                memo[1] = len(order) - 1  # the caller takes i out
+                return i
+            # several ready, one t blocks from the end: the first of them from the front
+            t = indexOf(map(is_ready, order), True)
+            i = next(islice(order, t, None))
+        _consume(map(order.move_to_end, list(islice(order, t))))  # the t blocks before i, as a walk moves them
+        memo[5].discard(i)
+        memo[1] = len(order) - 1  # the caller takes i out
+        return i
+
+    def _recheck(self, order, memo) -> None:
+        """At a new call, the ``busy`` blocks of a remembered order that are
+        now free: a leaf wakes, a parent joins ``wait``."""
+        free, kids, key, busy, wait, woken = self._free, self.kids, self.key, memo[2], memo[3], memo[5]
         gone = [j for j in busy if j in free or j not in order]
         for j in gone:
             busy.discard(j)
             if j in order:  # free now
                 k = key[j]
-                if not kids.get(k):
-                    return False
-                wait.add(k)
-        return True
+                if kids.get(k):
+                    wait.setdefault(k, []).append(j)
+                else:
+                    woken.add(j)
 
     @staticmethod
     def first_evictable(order: OrderedDict, ok) -> int | None:
@@ -239,15 +299,21 @@ class ClassicPolicy:
                     kids[p] = c
                 else:
                     del kids[p]
-                    if stuck:  # blocks with hash p became leaves: orders waiting on them may be walked again
-                        for o in [o for o, m in stuck.items() if p in m[3]]:
-                            del stuck[o]
+                    if stuck:  # blocks with hash p became leaves: they wake in the orders waiting on them
+                        for m in stuck.values():
+                            if p in m[3]:
+                                m[5].update(m[3].pop(p))
         if not self.memo_across_calls:
             stuck.clear()
         elif stuck:  # an order that gained blocks in this call (its length changed) is walked again
             for o in [o for o, m in stuck.items() if m[1] != len(m[0])]:
                 del stuck[o]
         return out
+
+
+def _consume(calls) -> None:
+    """Run an iterator of calls to the end, in C (``itertools`` recipe ``consume``)."""
+    deque(calls, maxlen=0)
 
 
 def fifo_add(ghost: OrderedDict, k, cap: int) -> None:
