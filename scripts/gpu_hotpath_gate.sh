@@ -65,7 +65,7 @@ for g in range(int(sys.argv[2])):
     lines += src[1:] if lines else src   # the header (fingerprint) once
 out.write_text("\n".join(lines) + "\n")
 PY
-  $GATE "${ARGS[@]}" --seeds "$SEEDS" --output "$W/all/results.json" | tee "$W/verdict.txt" || true
+  $GATE "${ARGS[@]}" --seeds "$SEEDS" --time-limit "${TIME_LIMIT:-480}" --output "$W/all/results.json" | tee "$W/verdict.txt" || true
   pack; tail -n 60 "$W/verdict.txt"
   ;;
 calls)
