@@ -4,6 +4,7 @@ and the one-writer lock of a results file."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import socket
 import sys
@@ -22,11 +23,21 @@ def open_atomic(path: str | os.PathLike, mode: str = "w") -> Iterator:
     never a part; an error in the body leaves no file behind. The file gets
     the usual permissions (0666 minus the umask), not ``mkstemp``'s 0600.
     A symlink at ``path`` is followed: its target is replaced, the link stays.
+    An existing ``path`` that is not a regular file (``/dev/null``, a FIFO,
+    ``/dev/stdout``) is written in place: replacing it would swap a device
+    node for a plain file.
 
     Raises:
-        OSError: the folder cannot be written.
+        OSError: the folder cannot be written; ``IsADirectoryError``: ``path``
+            is a folder.
     """
     path = Path(os.path.realpath(path))
+    if path.exists() and not path.is_file():
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+        with open(path, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            yield f
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

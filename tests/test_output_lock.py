@@ -162,3 +162,26 @@ def test_atomic_writes_get_the_usual_permissions(tmp_path):
     assert oct(os.stat(tmp_path / "b.png").st_mode & 0o777) == oct(0o644)
     assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.png"]
+
+
+def test_write_atomic_writes_a_fifo_in_place_and_refuses_a_folder(tmp_path):
+    """An output that exists and is not a regular file is written in place, not replaced (session 10:
+    ``make-trace ... /dev/null`` as root swapped the device node for a plain file); a folder is refused."""
+    import os
+    import stat
+    import threading
+
+    from spfcore.fileio import write_atomic
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    reader.start()
+    write_atomic(fifo, ["a", "b"])
+    reader.join(timeout=10)
+    assert got == ["a\nb\n"]
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)  # still a pipe
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe"]  # no temporary file left beside it
+    with pytest.raises(IsADirectoryError):
+        write_atomic(tmp_path, "x")

@@ -97,6 +97,22 @@ def test_synthetic_rows_hold_the_mooncake_invariants():
         TraceShape(sessions=0)
 
 
+def test_synthetic_memory_follows_opened_conversations_not_sessions():
+    """--sessions larger than the requests (review 10: 10**11 was a bare MemoryError) writes the trace:
+    free slots take no memory. Every request then opens its own conversation (none is continued), so
+    each prompt is a system prompt plus a first query, as with sessions == requests."""
+    rows = list(iter_synthetic(50, seed=3, shape=TraceShape(sessions=10**11)))
+    assert len(rows) == 50
+    stored = set()
+    for r in rows:
+        fresh = [h for h in r["hash_ids"] if h not in stored]
+        stored.update(r["hash_ids"])
+        # a continued conversation would re-use a previous prompt's non-system blocks: here only
+        # system-prompt ids (shared, small) repeat, every conversation's tail is new
+        assert fresh == r["hash_ids"][len(r["hash_ids"]) - len(fresh):]
+
+
+
 ARGS = ["simulate", "--num-blocks", "40", "--arms", "lru,frequency", "--json"]
 
 

@@ -122,8 +122,9 @@ def iter_synthetic(requests: int, seed: int, shape: TraceShape | None = None) ->
         next_id += n
     w = np.arange(1, shape.system_prompts + 1, dtype=float) ** -shape.zipf_alpha
     cdf = np.cumsum(w / w.sum())
-    # open conversations: slot -> (hash ids, prompt tokens, answer tokens), None when free
-    slots: list[tuple[list, int, int] | None] = [None] * shape.sessions
+    # open conversations: slot -> (hash ids, prompt tokens, answer tokens); a free slot is absent (a dict, not
+    # a list of shape.sessions: memory follows the conversations opened, at most one per request)
+    slots: dict[int, tuple[list, int, int]] = {}
     p_end = 1.0 / shape.mean_turns
     mu_first, mu_q, mu_o = math.log(shape.first_query_tokens), math.log(shape.query_tokens), \
         math.log(shape.output_tokens)
@@ -141,7 +142,7 @@ def iter_synthetic(requests: int, seed: int, shape: TraceShape | None = None) ->
         for j in range(n):
             t_ms += gaps[j]
             s = slot_of[j]
-            conv = slots[s]
+            conv = slots.get(s)
             if conv is not None:
                 ids, p_prev, o_prev = conv
                 p = p_prev + o_prev + q_next[j]
@@ -159,7 +160,10 @@ def iter_synthetic(requests: int, seed: int, shape: TraceShape | None = None) ->
             hids = keep + list(range(next_id, next_id + fresh))
             next_id += fresh
             yield {"timestamp": round(t_ms), "input_length": p, "output_length": outs[j], "hash_ids": hids}
-            slots[s] = None if ends[j] else (hids, p, outs[j])
+            if ends[j]:
+                slots.pop(s, None)
+            else:
+                slots[s] = (hids, p, outs[j])
         done += n
 
 
