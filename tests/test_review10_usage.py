@@ -4,20 +4,13 @@ the run exit non-zero."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import load_script
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(rel: str):
-    spec = importlib.util.spec_from_file_location(Path(rel).stem, ROOT / rel)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 GOOD = '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
@@ -33,7 +26,7 @@ def test_bench_scale_cells_bad_arguments(tmp_path, monkeypatch, capsys, trace, a
     path = tmp_path / "t.jsonl"
     if trace is not None:
         path.write_text(trace)
-    bsc = _load("benchmarks/bench_scale_cells.py")
+    bsc = load_script("benchmarks/bench_scale_cells.py")
     monkeypatch.setattr(sys, "argv", ["bench_scale_cells.py", str(path), "--policies", "lru",
                                       "--folder", str(tmp_path / "f"), *args])
     with pytest.raises(SystemExit) as exc:
@@ -45,7 +38,7 @@ def test_bench_scale_cells_bad_arguments(tmp_path, monkeypatch, capsys, trace, a
 def test_bench_scale_cells_failed_cell_exits_non_zero(tmp_path, monkeypatch, capsys):
     path = tmp_path / "t.jsonl"
     path.write_text(GOOD)
-    bsc = _load("benchmarks/bench_scale_cells.py")
+    bsc = load_script("benchmarks/bench_scale_cells.py")
     monkeypatch.setattr(sys, "argv", ["bench_scale_cells.py", str(path), "--policies", "nosuch",
                                       "--num-blocks", "100", "--folder", str(tmp_path / "f")])
     with pytest.raises(SystemExit) as exc:
@@ -60,7 +53,7 @@ def test_bench_scale_cells_failed_cell_exits_non_zero(tmp_path, monkeypatch, cap
     (["--arm", "nosuch"], "argument --arm: policy 'nosuch' is not installed"),
 ])
 def test_bench_evictor_replay_bad_arguments(monkeypatch, capsys, argv, msg):
-    ber = _load("benchmarks/bench_evictor_replay.py")
+    ber = load_script("benchmarks/bench_evictor_replay.py")
     monkeypatch.setattr(sys, "argv", ["bench_evictor_replay.py", *argv])
     with pytest.raises(SystemExit) as exc:
         ber.main()

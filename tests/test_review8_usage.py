@@ -5,25 +5,18 @@ compiled replay's wall_seconds without numba's load."""
 
 from __future__ import annotations
 
-import importlib.util
 import time
-from pathlib import Path
 
 import pytest
+from conftest import load_script
 from click.testing import CliRunner
 
 from spfcore.cli import main
 from spfcore.sim import simulate, simulate_stream, simulator
 from spfcore.workloads.generators import make
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(rel: str):
-    spec = importlib.util.spec_from_file_location(Path(rel).stem, ROOT / rel)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.parametrize("args", [
@@ -70,7 +63,7 @@ def test_compiled_wall_seconds_leave_out_numbas_load(monkeypatch):
     (["--model", "/nonexistent"], "argument --model: model '/nonexistent': not a preset"),
 ])
 def test_tier_check_bad_arguments(capsys, argv, msg):
-    tc = _load("scripts/tier_check.py")
+    tc = load_script("scripts/tier_check.py")
     with pytest.raises(SystemExit) as exc:
         tc.main(argv)
     assert exc.value.code == 2
@@ -83,7 +76,7 @@ def test_tier_check_bad_arguments(capsys, argv, msg):
     (["--arms", "lru,nosuch"], "argument --arms: policy 'nosuch' is not installed"),
 ])
 def test_sim_engine_events_bad_arguments(tmp_path, capsys, argv, msg):
-    se = _load("benchmarks/sim_engine_events.py")
+    se = load_script("benchmarks/sim_engine_events.py")
     with pytest.raises(SystemExit) as exc:
         se.main([str(tmp_path / "out"), *argv])
     assert exc.value.code == 2
