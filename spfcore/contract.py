@@ -19,7 +19,9 @@ class attributes the registry reads (``name``, ``capabilities``, ``Params``,
 A plugin declares the contract it was written for as a class attribute,
 ``contract = "1.0"`` (``MAJOR.MINOR``, or a full ``MAJOR.MINOR.PATCH``). The
 registry refuses (lists with ``status: error: ...``) a plugin whose major
-differs from this core's, or that needs a newer minor than this core has. A
+differs from this core's, that needs a newer minor than this core has, or
+that uses a capability or hook of a later contract than it declares
+(:data:`INTRODUCED`; e.g. ``keys-only`` under ``contract = "1.0"``). A
 plugin without ``contract`` is still loaded (it predates the versioned
 contract) and is listed with ``contract: null``; the conformance kit
 (:mod:`spfcore.conformance`) asks for the declaration.
@@ -82,6 +84,49 @@ def incompatibility(declared, core: str = CONTRACT_VERSION) -> str | None:
     if minor > cmin:
         return (f"written for contract {declared}, newer than this spfcore's contract {core} "
                 "(upgrade spfcore)")
+    return None
+
+
+#: The contract version that introduced each capability and hook added after 1.0
+#: (``"capability <name>"`` / ``"hook <name>"`` -> ``(major, minor)``). A plugin that declares an
+#: older contract cannot rely on them (an older core refuses the capability by name, or never
+#: calls the hook), so :func:`newer_than_declared` names the mismatch.
+INTRODUCED = {
+    "hook spfcore_evict_blocks": (1, 1), "capability ordered": (1, 1),
+    "hook spfcore_tier_admit": (1, 2), "hook spfcore_tier_score": (1, 2),
+    "capability keys-only": (1, 3),
+}
+
+
+def newer_than_declared(declared, capabilities, hooks) -> str | None:
+    """Why a plugin declaring contract ``declared`` uses a capability or
+    implements a hook introduced by a later contract, or ``None``.
+
+    Args:
+        declared: The plugin's ``contract`` attribute (``None``: undeclared,
+            nothing to compare; an unparsable one is :func:`incompatibility`'s
+            to report).
+        capabilities: The class's capability names.
+        hooks: The hook names it implements.
+
+    Returns:
+        One line naming the first such capability or hook (sorted) and the
+        contract it needs, e.g. ``"capability 'keys-only' is part of contract
+        1.3, the policy declares 1.0 (declare contract = \"1.3\")"``.
+    """
+    if declared is None:
+        return None
+    try:
+        mine = parse(declared)[:2]
+    except ValueError:
+        return None
+    used = [f"capability {c}" for c in capabilities] + [f"hook {h}" for h in hooks]
+    for what in sorted(used):
+        need = INTRODUCED.get(what)
+        if need is not None and need > mine:
+            kind, name = what.split(" ", 1)
+            return (f"{kind} {name!r} is part of contract {need[0]}.{need[1]}, the policy declares "
+                    f"{declared} (declare contract = \"{need[0]}.{need[1]}\")")
     return None
 
 

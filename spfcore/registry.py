@@ -167,6 +167,9 @@ def _validate(cls) -> tuple[tuple, tuple]:
     mixed = {"spfcore_score_blocks", "spfcore_admit_blocks", "spfcore_choose_victims"}.intersection(hooks)
     if "spfcore_evict_blocks" in hooks and mixed:
         raise TypeError(f"spfcore_evict_blocks (policy-ordered mode) excludes {sorted(mixed)}: implement one mode")
+    why = _contract.newer_than_declared(getattr(cls, "contract", None), cls.capabilities, hooks)
+    if why is not None:
+        raise TypeError(f"incompatible contract: {why}")
     return hooks, tuple(sorted(cls.capabilities))
 
 

@@ -77,6 +77,7 @@ def contract_dist(tmp_path, monkeypatch):
     one for a future minor, and one with a home page and no declaration."""
     (tmp_path / "contractpol.py").write_text(textwrap.dedent('''
         import attrs
+        from spfcore import hookimpl
 
         @attrs.frozen
         class P:
@@ -100,13 +101,29 @@ def contract_dist(tmp_path, monkeypatch):
             """Declares nothing."""
             name = "plain_contract"
             contract = None
+
+        class KeysOnlyAt10(Old):
+            """Uses capability keys-only (1.3) but declares 1.0."""
+            name = "keys_only_at_10"
+            contract = "1.0"
+            capabilities = frozenset({"keys-only"})
+
+        class OrderedAt10(Old):
+            """Implements spfcore_evict_blocks (1.1) but declares 1.0."""
+            name = "ordered_at_10"
+            contract = "1.0"
+            @hookimpl
+            def spfcore_evict_blocks(self, n, free, now):
+                return list(free)[:n]
     '''))
     info = tmp_path / "contractpol-0.2.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: contractpol\nVersion: 0.2\n"
                                    "Project-URL: Homepage, https://example.org/contractpol\n")
     (info / "entry_points.txt").write_text("[spfcore.policies]\nold_contract = contractpol:Old\n"
-                                           "future_contract = contractpol:Future\nplain_contract = contractpol:Plain\n")
+                                           "future_contract = contractpol:Future\nplain_contract = contractpol:Plain\n"
+                                           "keys_only_at_10 = contractpol:KeysOnlyAt10\n"
+                                           "ordered_at_10 = contractpol:OrderedAt10\n")
     monkeypatch.syspath_prepend(str(tmp_path))
 
 
@@ -118,8 +135,27 @@ def test_registry_refuses_an_incompatible_contract_with_the_reason(contract_dist
     assert infos["future_contract"].status.startswith(
         "error: TypeError: incompatible contract: written for contract 1.9, newer than this spfcore's contract")
     assert infos["plain_contract"].status == "ok" and infos["plain_contract"].contract is None
+    # a capability or hook of a later contract than the one declared (an older core would refuse or skip it)
+    assert infos["keys_only_at_10"].status == (
+        "error: TypeError: incompatible contract: capability 'keys-only' is part of contract 1.3, "
+        'the policy declares 1.0 (declare contract = "1.3")')
+    assert infos["ordered_at_10"].status == (
+        "error: TypeError: incompatible contract: hook 'spfcore_evict_blocks' is part of contract 1.1, "
+        'the policy declares 1.0 (declare contract = "1.1")')
     with pytest.raises(registry.PolicyConfigError, match="incompatible contract"):
         registry.get("old_contract", {})
+
+
+def test_newer_than_declared_names_the_first_later_feature():
+    assert contract.newer_than_declared(None, {"keys-only"}, ()) is None  # undeclared: nothing to compare
+    assert contract.newer_than_declared("1.3", {"keys-only", "ordered"}, ("spfcore_evict_blocks",)) is None
+    assert contract.newer_than_declared("1.1", {"ordered"}, ("spfcore_tier_score",)).startswith(
+        "hook 'spfcore_tier_score' is part of contract 1.2, the policy declares 1.1")
+    assert contract.newer_than_declared("1.2.7", {"keys-only"}, ()).startswith(
+        "capability 'keys-only' is part of contract 1.3, the policy declares 1.2.7")
+    # everything 1.0 had needs no newer declaration
+    assert contract.newer_than_declared("1.0", {"scoring", "pins", "sessions", "prefetch", "admission",
+                                                "needs-future"}, ("spfcore_score_blocks",)) is None
 
 
 def test_list_policies_json_gives_publishing_metadata(contract_dist):
