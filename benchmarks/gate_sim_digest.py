@@ -3,10 +3,14 @@
 
     PYTHONPATH=<tree>:<its plugins> python benchmarks/gate_sim_digest.py out-<tree>.json; cmp out-a.json out-b.json
 """
+import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
+
+ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+ap.add_argument("out", type=Path, help="the JSON file to write")
+a = ap.parse_args()
 
 try:
     from spfcore.run.pipeline import run_gate
@@ -23,4 +27,4 @@ for mode in ("sequential", "timed"):
     sim = res["sim"]
     cells = sorted(({k: v for k, v in c.items() if "second" not in k and k not in ("wall_s",)} for c in sim["cells"]), key=lambda c: (c["arm"], c["seed"]))
     out[mode] = {"cells": cells, "ceilings": sorted(sim["ceilings"], key=lambda c: c["seed"]), "verdict": res["verdict"]["criteria"]}
-json.dump(out, open(sys.argv[1], "w"), sort_keys=True, default=str)
+a.out.write_text(json.dumps(out, sort_keys=True, default=str))
