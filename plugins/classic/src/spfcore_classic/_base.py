@@ -48,7 +48,7 @@ class ClassicPolicy:
     batch methods get one request's blocks deepest first (``ids`` physical
     block ids, ``keys`` their hashes, ``depths`` their chain positions, or
     ``None`` unless the class sets ``uses_depth``). A victim is found with
-    :meth:`walk` (a queue or LRU list) or :meth:`evictable` (one block); the
+    :meth:`walk` (a queue or LRU list, a :class:`~spfcore_classic._ring.Ring`) or :meth:`evictable` (one block); the
     subclass may read ``self.key[i]`` and ``self.n_req``.
 
     Costs: one loop over a request's blocks per event, with O(1)
