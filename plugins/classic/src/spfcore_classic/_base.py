@@ -48,8 +48,9 @@ class ClassicPolicy:
     batch methods get one request's blocks deepest first (``ids`` physical
     block ids, ``keys`` their hashes, ``depths`` their chain positions, or
     ``None`` unless the class sets ``uses_depth``). A victim is found with
-    :meth:`walk` (a queue or LRU list, a :class:`~spfcore_classic._ring.Ring`) or :meth:`evictable` (one block); the
-    subclass may read ``self.key[i]`` and ``self.n_req``.
+    :meth:`walk` (a queue or LRU list: a :class:`~spfcore_classic._ring.Ring`)
+    or :meth:`evictable` (one block); the subclass may read ``self.key[i]``
+    and ``self.n_req``.
 
     Costs: one loop over a request's blocks per event, with O(1)
     dictionary work per block, plus the walk past unevictable blocks at
