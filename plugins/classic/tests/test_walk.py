@@ -7,14 +7,13 @@ names the same victims and hits the same blocks."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import pytest
 
 from spfcore import runtime
 from spfcore.sim import prepare, simulate
 from spfcore.workloads.generators import make
 from spfcore_classic._base import ClassicPolicy
+from spfcore_classic._ring import Ring
 
 POLICIES = ["arc", "gdsf", "lirs", "s3fifo", "sieve", "twoq"]
 
@@ -25,7 +24,7 @@ class TwoLists(ClassicPolicy):
     name = "two-lists"
 
     def configure(self, capacity):
-        self.a, self.b = OrderedDict(), OrderedDict()
+        self.a, self.b = Ring(), Ring()
 
     def on_hits(self, ids):
         pass
@@ -40,7 +39,7 @@ class TwoLists(ClassicPolicy):
         for order in (self.a, self.b):
             i = self.walk(order)
             if i is not None:
-                del order[i]
+                order.remove(i)
                 return i
         raise AssertionError("no evictable block")
 
@@ -50,8 +49,8 @@ def test_walk_wakes_an_order_when_its_blocks_lose_their_last_child():
     p.key = {1: "p", 2: "c", 3: "x", 4: "y"}
     p.parent = {1: None, 2: "p", 3: None, 4: "x"}
     p.kids = {"p": 1, "x": 1}
-    p.a.update(dict.fromkeys([1, 3]))  # both wait on a child: p on 2, x on 4 (in use)
-    p.b.update(dict.fromkeys([2]))
+    p.a.extend([1, 3])  # both wait on a child: p on 2, x on 4 (in use)
+    p.b.extend([2])
     free = {1: None, 2: None, 3: None}
     # 1st victim: a has none (remembered), b gives 2; p loses its last child, so a is walked
     # again and gives 1 (a memory that missed the wake-up would answer "none" and fail)
@@ -63,10 +62,10 @@ def test_walk_wakes_an_order_when_its_blocks_lose_their_last_child():
 def test_walk_remembers_only_within_one_call_by_default():
     p = TwoLists()
     p.key, p.parent, p.kids = {1: "p", 2: "q"}, {1: None, 2: None}, {}
-    p.a.update(dict.fromkeys([1]))
-    p.b.update(dict.fromkeys([2]))
+    p.a.extend([1])
+    p.b.extend([2])
     assert p.spfcore_evict_blocks(1, {2: None}, 0.0) == [2]  # 1 in use: a remembered as stuck
-    p.b[2] = None
+    p.b.append(2)
     p.key[2], p.parent[2] = "q", None
     assert p.spfcore_evict_blocks(1, {1: None, 2: None}, 0.0) == [1]  # 1 released: a is walked again
 
@@ -79,8 +78,9 @@ class TwoListsAcross(TwoLists):
 
     def on_hits(self, ids):
         for i in ids:
-            self.a.pop(i, None)
-            self.a[i] = None
+            if i in self.a:
+                self.a.remove(i)
+            self.a.append(i)
 
 
 def _fresh(p, key, parent, kids):
@@ -90,8 +90,8 @@ def _fresh(p, key, parent, kids):
 def test_walk_memory_across_calls_wakes_on_release_entry_and_lost_child():
     p = TwoListsAcross()
     _fresh(p, {1: "p", 2: "q", 3: "r", 4: "c"}, {1: None, 2: None, 3: None, 4: "r"}, {"r": 1})
-    p.a.update(dict.fromkeys([1, 3]))  # 1 in use, 3 waits on its child 4
-    p.b.update(dict.fromkeys([2, 4]))
+    p.a.extend([1, 3])  # 1 in use, 3 waits on its child 4
+    p.b.extend([2, 4])
     assert p.spfcore_evict_blocks(1, {2: None, 3: None}, 0.0) == [2]  # a remembered: 1 busy, "r" waited on
     memo = p._stuck[id(p.a)]
     assert memo[2] == {1} and memo[3] == {"r": [3]}
@@ -104,8 +104,8 @@ def test_walk_memory_across_calls_wakes_on_release_entry_and_lost_child():
     # a block that enters a through a hit (in use) joins busy; once released and a leaf, a wakes
     _fresh(p, {3: "r", 4: "c", 5: "s"}, {3: None, 4: "r", 5: None}, {"r": 1})
     p.a.clear(), p.b.clear(), p._stuck.clear()
-    p.a.update(dict.fromkeys([3]))
-    p.b.update(dict.fromkeys([4]))
+    p.a.extend([3])
+    p.b.extend([4])
     p.spfcore_request_arrived(None, 0.0)
     with pytest.raises(AssertionError):
         p.spfcore_evict_blocks(1, {3: None}, 0.0)  # a: 3 waits on 4 (in use); b: 4 in use
@@ -120,8 +120,8 @@ def test_walk_memory_across_calls_wakes_on_release_entry_and_lost_child():
     # a waited-on hash losing its last child wakes the order across calls too
     p.a.clear(), p.b.clear(), p._stuck.clear()
     _fresh(p, {3: "r", 4: "c"}, {3: None, 4: "r"}, {"r": 1})
-    p.a.update(dict.fromkeys([3]))
-    p.b.update(dict.fromkeys([4]))
+    p.a.extend([3])
+    p.b.extend([4])
     with pytest.raises(AssertionError):
         p.spfcore_evict_blocks(1, {3: None}, 0.0)
     assert p.spfcore_evict_blocks(2, {3: None, 4: None}, 0.0) == [4, 3]
@@ -174,15 +174,15 @@ def _woken_setup():
     kids_ = [f"c{j}" for j in a]
     _fresh(p, {**{j: f"h{j}" for j in a}, **{c: c for c in kids_}},
            {**{j: None for j in a}, **{c: f"h{c[1:]}" for c in kids_}}, {f"h{j}": 1 for j in a})
-    p.a.update(dict.fromkeys(a))
-    p.b.update(dict.fromkeys(["c7", "c2"] + [c for c in kids_ if c not in ("c7", "c2")]))
+    p.a.extend(a)
+    p.b.extend(["c7", "c2"] + [c for c in kids_ if c not in ("c7", "c2")])
     return p, {**dict.fromkeys(a), "c7": None, "c2": None}
 
 
 def test_woken_blocks_give_the_walks_victim_and_rotation(monkeypatch):
     p, free = _woken_setup()
-    # c7 leaves b: 7 wakes (6 blocks before it, 1 after: the rotation is made from the back);
-    # then c2: 2 wakes (2 blocks before it in the rotated order: made from the front)
+    # c7 leaves b: 7 wakes (6 blocks before it, 1 after: the ring is rotated to it);
+    # then c2: 2 wakes (2 blocks before it in the rotated order)
     assert p.spfcore_evict_blocks(4, free, 0.0) == ["c7", 7, "c2", 2]
     assert list(p.a) == [3, 4, 5, 6, 8, 1]
     full, free = _woken_setup()

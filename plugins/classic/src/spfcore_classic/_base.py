@@ -25,14 +25,12 @@ skipped, and each policy makes libCacheSim's decisions exactly (the test
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
-from functools import partial
-from itertools import islice
-from operator import indexOf, or_
+from collections import OrderedDict
 
 import attrs
 
 from spfcore import hookimpl
+from spfcore_classic._ring import Ring
 
 
 @attrs.frozen
@@ -50,8 +48,9 @@ class ClassicPolicy:
     batch methods get one request's blocks deepest first (``ids`` physical
     block ids, ``keys`` their hashes, ``depths`` their chain positions, or
     ``None`` unless the class sets ``uses_depth``). A victim is found with
-    :meth:`walk` (a queue or LRU list) or :meth:`evictable` (one block); the
-    subclass may read ``self.key[i]`` and ``self.n_req``.
+    :meth:`walk` (a queue or LRU list: a :class:`~spfcore_classic._ring.Ring`)
+    or :meth:`evictable` (one block); the subclass may read ``self.key[i]``
+    and ``self.n_req``.
 
     Costs: one loop over a request's blocks per event, with O(1)
     dictionary work per block, plus the walk past unevictable blocks at
@@ -90,9 +89,10 @@ class ClassicPolicy:
         """Block ``i`` is free and no cached block hangs below it."""
         return i in self._free and not self.kids.get(self.key[i])
 
-    def walk(self, order: OrderedDict) -> int | None:
+    def walk(self, order: Ring) -> int | None:
         """The first evictable id of ``order`` (its eviction end), or ``None``
-        if it has none; :meth:`first_evictable` with :meth:`evictable`.
+        if it has none; :meth:`first_evictable` with :meth:`evictable`, the
+        blocks passed over moved to the newest end by one rotation (O(1)).
 
         An order found without an evictable block is remembered, with what
         could wake it, and not walked again until then (without this, a list
@@ -114,12 +114,12 @@ class ClassicPolicy:
         ``on_inserts`` and solely blocks of their ``ids``.
 
         The woken blocks are the only ones of the order that may be evictable,
-        so an order in which a few woke is not walked again: the first of them in the order
-        that is evictable is the victim, and the blocks before it are moved to
-        the other end, as the walk would have moved them (a rotation, made
-        from whichever end is nearer). The memory stays, less that block,
-        which the caller must take out of the order (else, the order's length
-        being off, the memory is dropped at the next walk).
+        so an order in which a few woke is not walked again: the first of them
+        in the order that is evictable is the victim (:meth:`Ring.first_of`),
+        and the order is rotated to it, as the walk would have moved the
+        blocks before it. The memory stays, less that block, which the caller
+        must take out of the order (else, the order's length being off, the
+        memory is dropped at the next walk).
         """
         stuck = self._stuck
         if stuck:
@@ -136,33 +136,27 @@ class ClassicPolicy:
                         return self._woken(order, memo)
                 del stuck[id(order)]  # a block entered it, or many woke: walked from its end
         free, kids, key = self._free, self.kids, self.key
-        skipped = []
         for i in order:
             if i in free and not kids.get(key[i]):
-                break
-            skipped.append(i)
-        else:
-            busy, wait = set(), {}
-            for j in skipped:
-                if j in free:
-                    wait.setdefault(key[j], []).append(j)
-                else:
-                    busy.add(j)
-            # [order, its length, busy ids, wait hash -> its ids, the call it was last checked in, woken ids]
-            stuck[id(order)] = [order, len(order), busy, wait, self._calls, set()]
-            return None
-        move = order.move_to_end
-        for j in skipped:
-            move(j)
-        return i
+                order.rotate_to(i)  # the blocks passed over go to the newest end
+                return i
+        busy, wait = set(), {}
+        for j in order:
+            if j in free:
+                wait.setdefault(key[j], []).append(j)
+            else:
+                busy.add(j)
+        # [order, its length, busy ids, wait hash -> its ids, the call it was last checked in, woken ids]
+        stuck[id(order)] = [order, len(order), busy, wait, self._calls, set()]
+        return None
 
-    def _woken(self, order: OrderedDict, memo: list) -> int | None:
+    def _woken(self, order: Ring, memo: list) -> int | None:
         """:meth:`walk` of a remembered order with woken blocks (``memo[5]``):
         the first of them in ``order`` that is evictable (the others are not,
         nor is any other block of the order), or ``None``; the same victim,
         and the same order after it, as a walk from the eviction end."""
         free, kids, key, busy, wait = self._free, self.kids, self.key, memo[2], memo[3]
-        ready = []
+        ready = set()
         for j in memo[5]:
             if j not in order:
                 continue
@@ -171,28 +165,13 @@ class ClassicPolicy:
             elif kids.get(key[j]):  # a child stored below it since it woke
                 wait.setdefault(key[j], []).append(j)
             else:
-                ready.append(j)
-        memo[5] = ready = set(ready)
+                ready.add(j)
+        memo[5] = ready
         if not ready:
             return None
-        # Where the first ready block stands: looked for from both ends at once (in C: the blocks
-        # are not listed), as the rotation below costs the shorter of the two stretches.
-        is_ready = ready.__contains__
-        t = indexOf(map(or_, map(is_ready, order), map(is_ready, reversed(order))), True)
-        i = next(islice(order, t, None))
-        if i not in ready:
-            if len(ready) == 1:  # t blocks after it: the same rotation made from the other end
-                i, = ready
-                _consume(map(partial(order.move_to_end, last=False), list(islice(reversed(order), t))))
-                order.move_to_end(i, last=False)
-                memo[5].clear()
-                memo[1] = len(order) - 1  # the caller takes i out
-                return i
-            # several ready, one t blocks from the end: the first of them from the front
-            t = indexOf(map(is_ready, order), True)
-            i = next(islice(order, t, None))
-        _consume(map(order.move_to_end, list(islice(order, t))))  # the t blocks before i, as a walk moves them
-        memo[5].discard(i)
+        i = order.first_of(ready)
+        order.rotate_to(i)  # the blocks before it go to the newest end, as a walk moves them
+        ready.discard(i)
         memo[1] = len(order) - 1  # the caller takes i out
         return i
 
@@ -211,13 +190,16 @@ class ClassicPolicy:
                     woken.add(j)
 
     @staticmethod
-    def first_evictable(order: OrderedDict, ok) -> int | None:
+    def first_evictable(order, ok) -> int | None:
         """The first id of ``order`` (its eviction end) that ``ok`` accepts, or
         ``None`` if none does. Blocks passed over are moved to the other end
         (treated as just used: a block in use or with a cached child is one),
         so a walk never meets them again before the rest: O(1) amortized.
         When none is accepted, every block would move once, in order: the
-        order is left as it is (the same order), without moving any."""
+        order is left as it is (the same order), without moving any.
+
+        The long way (one move per block passed over), for an ``OrderedDict``
+        or a :class:`Ring`: the reference the tests hold :meth:`walk` to."""
         skipped = []
         for i in order:
             if ok(i):
@@ -309,11 +291,6 @@ class ClassicPolicy:
             for o in [o for o, m in stuck.items() if m[1] != len(m[0])]:
                 del stuck[o]
         return out
-
-
-def _consume(calls) -> None:
-    """Run an iterator of calls to the end, in C (``itertools`` recipe ``consume``)."""
-    deque(calls, maxlen=0)
 
 
 def fifo_add(ghost: OrderedDict, k, cap: int) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from spfcore_classic._base import ClassicPolicy
+from spfcore_classic._ring import Ring
 
 
 class ARC(ClassicPolicy):
@@ -33,8 +34,8 @@ class ARC(ClassicPolicy):
     memo_across_calls = True  # blocks enter the lists only in on_hits / on_inserts (or victim)
 
     def configure(self, capacity):
-        self.t1: OrderedDict[int, None] = OrderedDict()  # first = LRU end
-        self.t2: OrderedDict[int, None] = OrderedDict()
+        self.t1 = Ring()  # first = LRU end
+        self.t2 = Ring()
         self.b1: OrderedDict[object, None] = OrderedDict()
         self.b2: OrderedDict[object, None] = OrderedDict()
         self.p = 0.0
@@ -45,8 +46,8 @@ class ARC(ClassicPolicy):
         t1, t2 = self.t1, self.t2
         for i in ids:
             if i in t1:
-                del t1[i]
-                t2[i] = None
+                t1.remove(i)
+                t2.append(i)
             else:
                 t2.move_to_end(i)
 
@@ -71,14 +72,14 @@ class ARC(ClassicPolicy):
     def on_inserts(self, ids, keys, depths):
         from_ghost = self.from_ghost
         if from_ghost.isdisjoint(keys):
-            self.t1.update(dict.fromkeys(ids))
+            self.t1.extend(ids)
             return
         for i, k in zip(ids, keys):
             if k in from_ghost:
                 from_ghost.discard(k)
-                self.t2[i] = None
+                self.t2.append(i)
             else:
-                self.t1[i] = None
+                self.t1.append(i)
 
     def victim(self):
         t1, t2, b1, b2, c, gh = self.t1, self.t2, self.b1, self.b2, self.capacity, self.ghost_hit
@@ -101,7 +102,7 @@ class ARC(ClassicPolicy):
             i = self.walk(other)
             first = other
             ghost = None if ghost is None else (b1 if other is t1 else b2)
-        del first[i]
+        first.remove(i)
         if ghost is not None:
             ghost[self.key[i]] = None
         # Directory bound |T1| + |T2| + |B1| + |B2| <= 2c. An object cache never

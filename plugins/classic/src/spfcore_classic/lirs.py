@@ -34,6 +34,7 @@ from collections import OrderedDict
 from itertools import count
 
 from spfcore_classic._base import ClassicPolicy
+from spfcore_classic._ring import Ring
 
 
 class LIRS(ClassicPolicy):
@@ -45,7 +46,7 @@ class LIRS(ClassicPolicy):
         self.hir_cap = max(1, int(0.01 * capacity))
         self.lir_cap = capacity - self.hir_cap
         self.S: OrderedDict[int, None] = OrderedDict()  # tokens, first = bottom
-        self.Q: OrderedDict[int, None] = OrderedDict()  # resident HIR ids, first = front
+        self.Q = Ring()  # resident HIR ids, first = front
         self.lir: set[int] = set()
         self.tok: dict[int, int] = {}          # resident id -> token
         self.info: dict[int, list] = {}        # token -> [key, resident id or None]
@@ -75,7 +76,7 @@ class LIRS(ClassicPolicy):
             i = info[t][1]
             lir.discard(i)
             del S[t]
-            self.Q[i] = None
+            self.Q.append(i)
             self._prune()
 
     def on_hits(self, ids):
@@ -89,7 +90,7 @@ class LIRS(ClassicPolicy):
             self._prune()
         elif t in self.S:
             self.S.move_to_end(t)
-            del self.Q[i]
+            self.Q.remove(i)
             self.lir.add(i)
             self._demote_excess()
         else:
@@ -123,7 +124,7 @@ class LIRS(ClassicPolicy):
                 lir.add(i)
                 room -= 1
             else:
-                Q[i] = None
+                Q.append(i)
         if len(S) > 2 * self.capacity:  # once for the batch: the same ghosts go as block by block
             self._limit()
 
@@ -145,7 +146,7 @@ class LIRS(ClassicPolicy):
             if len(self.lir) < self.lir_cap - self.borrowed:
                 self.lir.add(i)
             else:
-                self.Q[i] = None
+                self.Q.append(i)
         self._limit()
 
     def _limit(self):
@@ -159,7 +160,7 @@ class LIRS(ClassicPolicy):
         ok = self.evictable
         i = self.walk(self.Q)
         if i is not None:
-            del self.Q[i]
+            self.Q.remove(i)
         else:  # no evictable resident HIR block: the lowest evictable LIR block
             i = next(self.info[t][1] for t in self.S if (j := self.info[t][1]) is not None and ok(j))
             self.lir.discard(i)

@@ -30,6 +30,7 @@ import attrs
 from attrs import validators as v
 
 from spfcore_classic._base import ClassicPolicy, fifo_add
+from spfcore_classic._ring import Ring
 
 
 @attrs.frozen
@@ -59,8 +60,8 @@ class S3FIFO(ClassicPolicy):
         self.small_cap = int(capacity * p.small_size_ratio)
         self.main_cap = capacity - self.small_cap
         self.ghost_cap = int(capacity * p.ghost_size_ratio)
-        self.small: OrderedDict[int, None] = OrderedDict()  # first = oldest
-        self.main: OrderedDict[int, None] = OrderedDict()
+        self.small = Ring()  # first = oldest
+        self.main = Ring()
         self.ghost: OrderedDict[object, None] = OrderedDict()
         self.freq: dict[int, int] = {}
         self.from_ghost: set = set()
@@ -85,16 +86,16 @@ class S3FIFO(ClassicPolicy):
         small, main, from_ghost = self.small, self.main, self.from_ghost
         self.freq.update(dict.fromkeys(ids, 0))
         if self.has_evicted and from_ghost.isdisjoint(keys):  # the usual case: all to the small queue
-            small.update(dict.fromkeys(ids))
+            small.extend(ids)
             return
         for i, k in zip(ids, keys):
             if k in from_ghost:
                 from_ghost.discard(k)
-                main[i] = None
+                main.append(i)
             elif not self.has_evicted and len(small) >= self.small_cap:
-                main[i] = None  # warm-up: the small queue is full before the first eviction
+                main.append(i)  # warm-up: the small queue is full before the first eviction
             else:
-                small[i] = None
+                small.append(i)
 
     def victim(self):
         self.has_evicted = True
@@ -116,9 +117,9 @@ class S3FIFO(ClassicPolicy):
             i = walk(small)
             if i is None:
                 return None
-            del small[i]
+            small.remove(i)
             if freq[i] >= thr:
-                main[i] = None
+                main.append(i)
                 freq[i] = 0
             else:
                 del freq[i]
@@ -135,9 +136,10 @@ class S3FIFO(ClassicPolicy):
                 return None
             f = freq[i]
             if f >= 1:
-                main.move_to_end(i)
+                main.move_to_end(i)  # the first: a rotation by one
                 freq[i] = min(f, 3) - 1
             else:
-                del main[i], freq[i]
+                main.remove(i)
+                del freq[i]
                 return i
         return None

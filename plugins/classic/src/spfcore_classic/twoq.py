@@ -21,6 +21,7 @@ import attrs
 from attrs import validators as v
 
 from spfcore_classic._base import ClassicPolicy, fifo_add
+from spfcore_classic._ring import Ring
 
 
 @attrs.frozen
@@ -46,9 +47,9 @@ class TwoQ(ClassicPolicy):
     def configure(self, capacity):
         self.ain_cap = int(capacity * self.params.a_in_size_ratio)
         self.aout_cap = int(capacity * self.params.a_out_size_ratio)
-        self.ain: OrderedDict[int, None] = OrderedDict()   # first = oldest
+        self.ain = Ring()   # first = oldest
         self.aout: OrderedDict[object, None] = OrderedDict()
-        self.am: OrderedDict[int, None] = OrderedDict()    # first = LRU end
+        self.am = Ring()    # first = LRU end
         self.from_ghost: set = set()
 
     def on_hits(self, ids):
@@ -70,14 +71,14 @@ class TwoQ(ClassicPolicy):
     def on_inserts(self, ids, keys, depths):
         from_ghost = self.from_ghost
         if from_ghost.isdisjoint(keys):
-            self.ain.update(dict.fromkeys(ids))
+            self.ain.extend(ids)
             return
         for i, k in zip(ids, keys):
             if k in from_ghost:
                 from_ghost.discard(k)
-                self.am[i] = None
+                self.am.append(i)
             else:
-                self.ain[i] = None
+                self.ain.append(i)
 
     def victim(self):
         walk = self.walk
@@ -87,12 +88,12 @@ class TwoQ(ClassicPolicy):
                 return self._from_ain(i)
         i = walk(self.am)
         if i is not None:
-            del self.am[i]
+            self.am.remove(i)
             return i
         return self._from_ain(walk(self.ain))
 
     def _from_ain(self, i):
-        del self.ain[i]
+        self.ain.remove(i)
         if self.aout_cap:
             fifo_add(self.aout, self.key[i], self.aout_cap)
         return i

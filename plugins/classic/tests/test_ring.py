@@ -1,0 +1,126 @@
+""":class:`Ring` is an ``OrderedDict`` of keys whose rotation is O(1): the
+same orders under random operations (a differential test against the
+``OrderedDict`` moves it replaces), with labels that keep rising from the
+head, also when they run out between the last item and the first."""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+
+import pytest
+
+from spfcore_classic import _ring
+from spfcore_classic._ring import Ring
+
+
+def _rising(r: Ring) -> bool:
+    """Labels read from the head rise (modulo the label span): the invariant :meth:`Ring.first_of` needs."""
+    h = r[r.head][2] if len(r) else 0
+    keys = [(r[i][2] - h) & _ring.MASK for i in r]
+    return keys == sorted(keys) and len(set(keys)) == len(keys)
+
+
+def _rotate(od: OrderedDict, i) -> None:
+    """The old way: the keys before ``i`` move to the end, one by one."""
+    for j in list(od):
+        if j == i:
+            return
+        od.move_to_end(j)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("step_bits", [32, 3, 0])  # 3, 0: the labels between last and first run out at once
+def test_ring_orders_as_an_ordereddict_under_random_operations(seed, step_bits, monkeypatch):
+    monkeypatch.setattr(_ring, "STEP", 1 << step_bits)
+    if step_bits < 32:  # a small label span: relabels of every size, up to all labels
+        monkeypatch.setattr(_ring, "BITS", 16)
+        monkeypatch.setattr(_ring, "SPAN", 1 << 16)
+        monkeypatch.setattr(_ring, "MASK", (1 << 16) - 1)
+        monkeypatch.setattr(_ring, "CAP", [(4 / 3) ** k for k in range(17)])
+    rng = random.Random(seed)
+    r, od = Ring(), OrderedDict()
+    relabels = 0
+    make_room = Ring._make_room
+
+    def counting(self, t, n):
+        nonlocal relabels
+        relabels += 1
+        return make_room(self, t, n)
+
+    monkeypatch.setattr(Ring, "_make_room", counting)
+    fresh = iter(range(10**9))
+    for step in range(4000):
+        op = rng.random()
+        if op < 0.35 or not od:  # append (a batch of new items, as a request's blocks)
+            new = [next(fresh) for _ in range(rng.randint(1, 6))]
+            r.extend(new)
+            od.update(dict.fromkeys(new))
+        elif op < 0.55:  # a hit: to the newest end
+            i = rng.choice(list(od))
+            r.move_to_end(i)
+            od.move_to_end(i)
+        elif op < 0.75:  # a rotation to one of a few items: the first of them in the order
+            few = rng.sample(list(od), min(len(od), rng.randint(1, 8)))
+            i = r.first_of(few)
+            assert i == next(j for j in od if j in few)
+            r.rotate_to(i)
+            _rotate(od, i)
+        else:  # an eviction: mostly near the first item, sometimes anywhere
+            i = next(iter(od)) if rng.random() < 0.5 else rng.choice(list(od))
+            r.remove(i)
+            del od[i]
+        assert len(r) == len(od)
+        if step % 97 == 0 or len(od) < 3:
+            assert list(r) == list(od)
+            assert [i in r for i in range(-1, 40)] == [i in od for i in range(-1, 40)]
+            assert _rising(r), step
+    assert list(r) == list(od) and _rising(r)
+    if step_bits < 32:
+        assert relabels > 10  # the relabel path ran, many times
+
+
+def test_ring_basics():
+    r = Ring([1, 2, 3, 4])
+    assert list(r) == [1, 2, 3, 4] and len(r) == 4 and 3 in r and 9 not in r
+    r.rotate_to(3)
+    assert list(r) == [3, 4, 1, 2]  # the items before 3 moved to the end, in their order
+    assert r.first_of([2, 4, 1]) == 4
+    r.move_to_end(3)  # the first: a rotation by one
+    assert list(r) == [4, 1, 2, 3]
+    r.move_to_end(1)
+    assert list(r) == [4, 2, 3, 1]
+    r.move_to_end(1)  # already last
+    assert list(r) == [4, 2, 3, 1]
+    r.remove(4)
+    r.append(7)
+    assert list(r) == [2, 3, 1, 7] and _rising(r)
+    with pytest.raises(KeyError):
+        r.append(7)
+    with pytest.raises(KeyError):
+        r.rotate_to(4)
+    for i in [2, 3, 1, 7]:
+        r.remove(i)
+    assert list(r) == [] and r.head is None and not r
+    r.append("a")
+    assert list(r) == ["a"]
+    r.clear()
+    assert len(r) == 0 and r.head is None
+
+
+def test_ring_relabels_a_small_stretch_when_labels_run_out():
+    # appended at a point whose labels are used up: a few labels around it are rewritten, not all
+    r = Ring(range(1000))
+    r.rotate_to(500)  # the cut is now between 499 and 500: 2**32 labels apart
+    rewritten, relabels = [], 0
+    for i in range(1000, 1300):  # 32 halvings use the gap up; then relabels
+        before = {i: r[i][2] for i in r}
+        r.append(i)
+        changed = [j for j in before if r[j][2] != before[j]]
+        relabels += bool(changed)
+        rewritten += changed
+    assert list(r) == list(range(500, 1000)) + list(range(500)) + list(range(1000, 1300))
+    assert _rising(r)
+    assert relabels >= 5
+    assert len(rewritten) < 20 * 300  # amortized: tens of labels per append, not the ring's 1,300
+    assert {j for j in rewritten if j < 1000} <= set(range(490, 510))  # old items: only next to the cut
