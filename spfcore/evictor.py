@@ -527,9 +527,9 @@ class Evictor:
             ValueError: if fewer than ``n`` blocks are free, or the victim
                 hook answered something else than ``n`` distinct indices.
         """
-        if n > len(self):
-            raise ValueError(f"cannot take {n} blocks: only {len(self)} free")
         hl = self._hashless
+        if n > len(hl) + (len(self._lru) if self._flat else self._c[LIVE]):  # (len(self), inlined)
+            raise ValueError(f"cannot take {n} blocks: only {len(self)} free")
         if not self._flat and n > len(hl) and self._expiry_due(now, arrival):
             self.rescore_expired(now, arrival)  # before taking anything: a failing score hook takes nothing
         out: list[int] = []

@@ -405,9 +405,10 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
         arrived(view, now)
         blocks = list(takewhile(cached, map(first_get, lookup)))  # the longest cached chain, <= (P - 1) // bs
         hit(view, blocks, now)  # first: if it fails, the blocks stay where they are
-        touch(blocks)  # sequential: no other request holds a block, so each is free (ref 0) and leaves the free queue
-        for b in blocks:
-            ref[b] = 1
+        if blocks:  # sequential: no other request holds a block, so each is free (ref 0) and leaves the free queue
+            touch(blocks)
+            for b in blocks:
+                ref[b] = 1
         h = len(blocks)
         n_req += 1
         prompt_total += view.num_prompt_tokens
