@@ -788,7 +788,7 @@ class PolicyRuntime:
                     [i for i in ids if key[i] is not None]
                 par, req = t.parent, t.request_id
                 undo = (len(t.sessions), [(i, key[i], par[i], req[i], [getattr(t, c)[i] for c in _NUMERIC])
-                                          for i in held])
+                                          for i in held] if held else held)
             if not self.track:  # no hook reads a block's other columns: keys only
                 if undo is None:  # and no stored hook (lru): the key map in the same pass
                     for i, k in zip(ids, keys):

@@ -457,8 +457,13 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
                 if j < n_total:
                     got = evict(1, now)
                     b = got[0]
-                    if key_of[b] is not None:
-                        slow_drop(got)
+                    k = key_of[b]
+                    if k is not None:
+                        if not dups or k not in dups:  # the hash's only block
+                            del first[k]
+                            key_of[b] = None
+                        else:
+                            slow_drop(got)
                     ref[b] = 1
                     blocks.append(b)
         finished(view, now)
