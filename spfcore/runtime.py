@@ -416,9 +416,12 @@ class PolicyRuntime:
         #: the policy declared it reads keys alone).
         self.track = any(self._has[n] for n in _READS_BLOCKS) and not keys_only
         self._evicted_hook = self._has["spfcore_blocks_evicted"]
-        self._quiet_arrival = not any(self._has[n] for n in ("spfcore_request_arrived", "spfcore_rescore_keys",
-                                                              "spfcore_prefetch_hints", "spfcore_score_blocks",
-                                                              "spfcore_admit_blocks", "spfcore_choose_victims"))
+        #: An arrival has nothing to do but its ``spfcore_request_arrived`` call: no score to expire
+        #: (no decision hook, or policy-ordered mode), no re-score or hint hook.
+        self._arrival_only = not any(self._has[n] for n in ("spfcore_rescore_keys", "spfcore_prefetch_hints",
+                                                            "spfcore_score_blocks", "spfcore_admit_blocks",
+                                                            "spfcore_choose_victims"))
+        self._quiet_arrival = self._arrival_only and not self._has["spfcore_request_arrived"]
         self._direct = {n: d for n in HOOK_NAMES if (d := _direct_call(pm, n)) is not None}
         self._pos = {n: f for n in HOOK_NAMES if (f := _positional_call(pm, n)) is not None}
         table = self.table
@@ -639,6 +642,9 @@ class PolicyRuntime:
                 return ()
             if self._has["spfcore_request_arrived"]:
                 self._fire("spfcore_request_arrived", request, now)
+                if self._arrival_only:  # (an observation-only policy)
+                    self.arrival = arrival
+                    return ()
             # Re-score expired scores now (the policy has seen this arrival), not
             # only at the next eviction, so expired pins free their share of the
             # pin cap before new releases.
@@ -782,7 +788,7 @@ class PolicyRuntime:
                     [i for i in ids if key[i] is not None]
                 par, req = t.parent, t.request_id
                 undo = (len(t.sessions), [(i, key[i], par[i], req[i], [getattr(t, c)[i] for c in _NUMERIC])
-                                          for i in held])
+                                          for i in held] if held else held)
             if not self.track:  # no hook reads a block's other columns: keys only
                 if undo is None:  # and no stored hook (lru): the key map in the same pass
                     for i, k in zip(ids, keys):

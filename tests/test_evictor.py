@@ -39,6 +39,33 @@ def test_fifo_hashless_first_then_release_order():
         ev.remove(3)
 
 
+def test_fifo_rebuilds_its_order_and_keeps_it(monkeypatch):
+    """The fifo order dict is rebuilt once its deleted slots pile up (:meth:`Evictor._compact`):
+    victims stay in release order across rebuilds, hits and an undone pop (a list model)."""
+    import spfcore.evictor as E
+
+    monkeypatch.setattr(E, "_COMPACT", 8)  # with 20 * isqrt(20) = 80: a rebuild every ~80 deletions
+    ev, model, nxt, rebuilds = Evictor(64), [], 0, 0
+    for r in range(400):
+        new = list(range(nxt, nxt + 3))
+        nxt += 3
+        ev.push_cached(new, 0.0)
+        model += new
+        if r % 5 == 0:  # a hit on a block in the middle of the order
+            ev.remove(model.pop(len(model) // 2))
+        if len(model) > 20:
+            lru = ev._lru
+            got = ev.pop(3, 0.0, 0)
+            assert got == model[:3]
+            del model[:3]
+            rebuilds += ev._lru is not lru
+            if r % 50 == 0:  # undone: the victims go back in front
+                ev.unpop(got)
+                model[:0] = got
+        assert list(ev._lru) == model and ev._ins - len(ev._lru) <= 80
+    assert rebuilds >= 5
+
+
 def test_too_few_free_blocks():
     ev = Evictor(10)
     ev.push_hashless([0, 1])

@@ -111,7 +111,7 @@ from spfcore.keys import chain_keys, decode_key
 from spfcore.run.cell import SimRecord
 from spfcore.sim.prepared import PreparedStream
 from spfcore.runtime import PolicyRuntime
-from spfcore.views import RequestView
+from spfcore.views import RequestView, gather
 from spfcore.workloads.model import Workload, block_keys, request_view
 
 
@@ -392,7 +392,7 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
     when it is released (``cache`` must start with every ref count 0)."""
     c = _Cache(num_blocks) if cache is None else cache
     first, dups, key_of, ref = c.first, c.dups, c.key_of, c.ref
-    first_get, first_set, slow_drop = first.get, first.setdefault, c.drop
+    first_get, first_set, first_pop, slow_drop = first.get, first.setdefault, first.pop, c.drop
     touch = rt.touch
     cached = partial(is_not, None)
     arrived, hit, evict, stored, finished, release = rt.arrived, rt.hit, rt.evict, rt.stored, rt.finished, rt.release
@@ -405,9 +405,10 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
         arrived(view, now)
         blocks = list(takewhile(cached, map(first_get, lookup)))  # the longest cached chain, <= (P - 1) // bs
         hit(view, blocks, now)  # first: if it fails, the blocks stay where they are
-        touch(blocks)  # sequential: no other request holds a block, so each is free (ref 0) and leaves the free queue
-        for b in blocks:
-            ref[b] = 1
+        if blocks:  # sequential: no other request holds a block, so each is free (ref 0) and leaves the free queue
+            touch(blocks)
+            for b in blocks:
+                ref[b] = 1
         h = len(blocks)
         n_req += 1
         prompt_total += view.num_prompt_tokens
@@ -416,15 +417,16 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
         if keep is not None:
             keep((view.request_id, view.session_id, view.prefix_group, arrival_s, view.num_prompt_tokens, h))
         new = evict(n_prompt - h, now)
-        for b in new:
-            ref[b] = 1
-            k = key_of[b]
-            if k is not None:  # the block's old hash leaves the prefix cache
-                if first[k] == b and (not dups or k not in dups):
-                    del first[k]
-                    key_of[b] = None
-                else:
-                    slow_drop((b,))
+        old = [*filter(cached, gather(key_of, new))]  # the victims' old hashes leave the prefix cache
+        if not old or not dups or dups.keys().isdisjoint(old):  # each is its block's alone: in C
+            deque(map(first_pop, old), maxlen=0)
+            for b in new:
+                ref[b] = 1
+                key_of[b] = None
+        else:
+            for b in new:
+                ref[b] = 1
+            slow_drop(new)
         nf = len(fk)
         if nf > h:  # newly computed full prompt blocks (the last-token case may duplicate a hash)
             ids = new[: nf - h]
@@ -432,11 +434,15 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
             stored(view, ids, keys, h, fk[h - 1] if h else None, bs, now)
             for b, k in zip(ids, keys):
                 key_of[b] = k
-                if first_set(k, b) != b:
-                    dups.setdefault(k, []).append(b)
+            owner = list(map(first_set, keys, ids))  # in C; a block whose hash another holds is a duplicate
+            if owner != ids:
+                for b, k, o in zip(ids, keys, owner):
+                    if o != b:
+                        dups.setdefault(k, []).append(b)
         blocks += new
+        done = nf  # blocks 0..done-1 hold a hash, the rest none
         if n_total > n_prompt or dk:  # decode: block j-1 fills (is cached), then block j is allocated
-            done, nf_all = nf, nf + len(dk)  # blocks 0..done-1 hold a hash
+            nf_all = nf + len(dk)
             parent = fk[-1] if fk else None
             for j in range(n_prompt, n_total + 1):
                 if done < j and done < nf_all:
@@ -451,14 +457,19 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
                 if j < n_total:
                     got = evict(1, now)
                     b = got[0]
-                    if key_of[b] is not None:
-                        slow_drop(got)
+                    k = key_of[b]
+                    if k is not None:
+                        if not dups or k not in dups:  # the hash's only block
+                            del first[k]
+                            key_of[b] = None
+                        else:
+                            slow_drop(got)
                     ref[b] = 1
                     blocks.append(b)
         finished(view, now)
         rev = blocks[::-1]  # tail first, as vLLM's free_blocks(reversed(blocks)); each ref count 1 -> 0
-        hashless = [b for b in rev if key_of[b] is None]
-        release([b for b in rev if key_of[b] is not None] if hashless else rev, hashless, now)
+        tail = len(blocks) - done  # the hashless blocks come first in rev
+        release(rev[tail:] if tail else rev, rev[:tail], now)
         for b in blocks:  # after the release: if it fails, the request still holds its blocks
             ref[b] = 0
     return n_req, prompt_total, refs_total, hits_total
