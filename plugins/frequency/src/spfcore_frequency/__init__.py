@@ -8,9 +8,8 @@ hash has been seen often enough, and the history of evicted hashes is kept
 
 from __future__ import annotations
 
-from collections import Counter, deque
-from itertools import islice, repeat
-from math import isqrt
+from collections import Counter, OrderedDict, deque
+from itertools import repeat
 
 import attrs
 import numpy as np
@@ -45,8 +44,7 @@ class FrequencyPolicy:
     Per cached block hash the policy counts accesses: a store counts 1 plus
     the ghost count the hash left when it was last evicted, each hit adds 1
     (one per request). Evicted hashes keep their count in an LRU-bounded
-    ``dict`` (insertion-ordered, compacted by a copy now and then) of
-    ``ghost_factor * num_blocks`` entries.
+    ``OrderedDict`` of ``ghost_factor * num_blocks`` entries.
 
     A block whose count is below ``min_count`` is not admitted: it is evicted
     before every admitted block. Within a tier the score is the count (lowest
@@ -73,30 +71,28 @@ class FrequencyPolicy:
     def __init__(self, params: FrequencyParams | None = None) -> None:
         self.params = params or FrequencyParams()
         self.count: Counter = Counter()
-        # evicted hash -> its count, least recently evicted first (a plain dict keeps insertion
-        # order: an entry moves to the end by pop and set; the oldest leave in bulk). Its first live
-        # entry lies past every slot freed at its front since the dict was last compacted, which a
-        # trim scans: the dict is copied (compacted) once ``_trimmed`` passes ``_compact_at``
-        # (~16 sqrt(cap)), so a trim scans at most that many freed slots (without it, issue 19's
-        # cells at 300,000 blocks, a 1.2M-entry list, spent most of their time in those scans)
-        self.ghost: dict[object, int] = {}
-        self._trimmed, self._compact_at = 0, 0
+        # evicted hash -> its count, least recently evicted first (an entry moves to the newest end
+        # by pop and set; the oldest leave by ``popitem(last=False)``). An OrderedDict, not a plain
+        # dict: a dict trimmed at its front must skip every slot freed there (or be copied now and
+        # then to drop them); the OrderedDict's linked list finds its oldest entry in O(1)
+        # (issue 19's cells at 300,000 blocks, a 1.2M-entry list, spent most of their time on
+        # the dict's scans and copies)
+        self.ghost: OrderedDict[object, int] = OrderedDict()
         self.ghost_cap = 0
         self._counted = (None, None)  # (batch, counts) of the last admission call, for its score call
 
     @hookimpl
     def spfcore_cache_configured(self, num_blocks, block_size):
-        self.count, self.ghost = Counter(), {}
+        self.count, self.ghost = Counter(), OrderedDict()
         self.ghost_cap = self.params.ghost_factor * num_blocks
-        self._trimmed, self._compact_at = 0, 16 * isqrt(self.ghost_cap) + 1024
 
     @hookimpl
     def spfcore_blocks_stored(self, request, blocks, now):
         count, ghost, keys = self.count, self.ghost, blocks.keys
-        if count.keys().isdisjoint(keys):  # none cached now (the usual store): in C-level calls
-            if ghost.keys().isdisjoint(keys):  # all new: +1 per occurrence
-                count.update(keys)
-                return
+        if ghost.keys().isdisjoint(keys):  # no ghost count comes back (the usual store): +1 per occurrence
+            count.update(keys)  # a Counter, in C
+            return
+        if count.keys().isdisjoint(keys):  # none cached now: in C-level calls
             n0 = len(count)
             back = list(map(ghost.pop, keys, repeat(0)))  # each its ghost count (or 0) + 1
             dict.update(count, zip(keys, map((1).__add__, back)))
@@ -128,11 +124,8 @@ class FrequencyPolicy:
                         ghost.pop(k, None)
                         ghost[k] = c
         over = len(ghost) - cap
-        if over > 0:  # the least recently evicted leave (a scan past the slots freed at the front)
-            deque(map(ghost.__delitem__, list(islice(ghost, over))), maxlen=0)
-            self._trimmed += over
-            if self._trimmed > self._compact_at:  # the same entries, in order, without freed slots
-                self.ghost, self._trimmed = dict(ghost), 0
+        if over > 0:  # the least recently evicted leave, in C
+            deque(map(ghost.popitem, repeat(False, over)), maxlen=0)
 
     def counts(self, blocks) -> np.ndarray:
         """Access count per block of a batch (float64 array, 1 for an unknown hash)."""
