@@ -64,8 +64,9 @@ class FrequencyPolicy:
     """
 
     name = "frequency"
-    contract = "1.2"  # the spfcore contract version this policy is written for
-    capabilities = frozenset({"admission", "scoring"})
+    contract = "1.3"  # the spfcore contract version this policy is written for (1.2: tier hooks; 1.3: keys-only)
+    # keys-only: the hooks read blocks.keys alone, so the runtime writes no other column
+    capabilities = frozenset({"admission", "scoring", "keys-only"})
     Params = FrequencyParams
 
     def __init__(self, params: FrequencyParams | None = None) -> None:
