@@ -32,7 +32,7 @@ def test_quick_bench_table_json_and_numbers(tmp_path):
     result = json.loads(res.output)
     assert json.loads(out.read_text()) == result
     assert (result["kind"], result["suite_version"], result["quick"], result["contract"]) == \
-        ("spfcore-bench", bench.SUITE_VERSION, True, "1.2")  # frequency declares contract 1.2 (tier hooks)
+        ("spfcore-bench", bench.SUITE_VERSION, True, "1.3")  # frequency declares contract 1.3 (tier hooks, keys-only)
     rows = {r["case"]: r for r in result["summary"]}
     assert list(rows) == [c.name for c in bench.SUITE["quick"]]
     cases = {c["case"]: c for c in result["cases"]}

@@ -66,8 +66,8 @@ def test_every_shipped_policy_declares_the_current_contract():
     infos = registry.by_name({})
     for name in SHIPPED:
         assert infos[name].status == "ok", infos[name].status
-        # frequency: tier hooks (1.2); session_ttl: capability keys-only (1.3)
-        assert infos[name].contract == {"frequency": "1.2", "session_ttl": "1.3"}.get(name, "1.0")
+        # frequency: tier hooks (1.2) and keys-only (1.3); session_ttl: capability keys-only (1.3)
+        assert infos[name].contract == {"frequency": "1.3", "session_ttl": "1.3"}.get(name, "1.0")
         assert contract.incompatibility(infos[name].contract) is None
 
 
@@ -163,7 +163,7 @@ def test_list_policies_json_gives_publishing_metadata(contract_dist):
     assert res.exit_code == 0, res.output
     rows = {r["name"]: r for r in json.loads(res.output)}
     freq = rows["frequency"]
-    assert (freq["distribution"], freq["version"], freq["contract"]) == ("spfcore-frequency", "0.1.0", "1.2")
+    assert (freq["distribution"], freq["version"], freq["contract"]) == ("spfcore-frequency", "0.1.0", "1.3")
     assert freq["summary"].startswith("Admit a block once its hash was seen")
     assert "homepage" in freq
     plain = rows["plain_contract"]

@@ -383,10 +383,11 @@ def test_keys_only_runtime_decides_as_the_full_table_and_refuses_other_columns()
     assert batch.keys == [None, None] and batch.ids.tolist() == [0, 1]
 
 
-def test_session_ttl_declares_keys_only_and_the_runtime_honours_it():
-    rt = PolicyRuntime.for_policy("session_ttl", 16, 4)
-    assert not rt.track and rt.table.keys_only
-    assert PolicyRuntime.for_policy("frequency", 16, 4).track  # reads access counts: the full table
+def test_session_ttl_and_frequency_declare_keys_only_and_the_runtime_honours_it():
+    for name in ("session_ttl", "frequency"):
+        rt = PolicyRuntime.for_policy(name, 16, 4)
+        assert not rt.track and rt.table.keys_only
+    assert PolicyRuntime.for_policy("spf_expected_utility", 16, 4).track  # reads depths: the full table
 
 
 

@@ -9,8 +9,7 @@ hash has been seen often enough, and the history of evicted hashes is kept
 from __future__ import annotations
 
 from collections import Counter, deque
-from itertools import islice, repeat
-from math import isqrt
+from itertools import compress, filterfalse, islice, repeat
 
 import attrs
 import numpy as np
@@ -45,8 +44,7 @@ class FrequencyPolicy:
     Per cached block hash the policy counts accesses: a store counts 1 plus
     the ghost count the hash left when it was last evicted, each hit adds 1
     (one per request). Evicted hashes keep their count in an LRU-bounded
-    ``dict`` (insertion-ordered, compacted by a copy now and then) of
-    ``ghost_factor * num_blocks`` entries.
+    ``dict`` (insertion-ordered) of ``ghost_factor * num_blocks`` entries.
 
     A block whose count is below ``min_count`` is not admitted: it is evicted
     before every admitted block. Within a tier the score is the count (lowest
@@ -66,39 +64,45 @@ class FrequencyPolicy:
     """
 
     name = "frequency"
-    contract = "1.2"  # the spfcore contract version this policy is written for
-    capabilities = frozenset({"admission", "scoring"})
+    contract = "1.3"  # the spfcore contract version this policy is written for (1.2: tier hooks; 1.3: keys-only)
+    # keys-only: the hooks read blocks.keys alone, so the runtime writes no other column
+    capabilities = frozenset({"admission", "scoring", "keys-only"})
     Params = FrequencyParams
 
     def __init__(self, params: FrequencyParams | None = None) -> None:
         self.params = params or FrequencyParams()
         self.count: Counter = Counter()
         # evicted hash -> its count, least recently evicted first (a plain dict keeps insertion
-        # order: an entry moves to the end by pop and set; the oldest leave in bulk). Its first live
-        # entry lies past every slot freed at its front since the dict was last compacted, which a
-        # trim scans: the dict is copied (compacted) once ``_trimmed`` passes ``_compact_at``
-        # (~16 sqrt(cap)), so a trim scans at most that many freed slots (without it, issue 19's
-        # cells at 300,000 blocks, a 1.2M-entry list, spent most of their time in those scans)
+        # order: an entry moves to the end by pop and set). The oldest leave by a trim, which reads
+        # them from ``_listed``: an iterator over the ghost list's hashes as they stood when last
+        # listed, skipping those in ``_moved`` (stored again, or evicted again, since that listing:
+        # gone, or placed anew at the end); every other listed hash is still there, in its listed
+        # order. Once the iterator runs out the ghost list is listed anew (O(1) per trimmed hash
+        # over time). Reading the oldest from the dict itself walks every slot freed at its front
+        # since the dict last resized (or was copied to drop them: issue 19's cells at 300,000
+        # blocks, a 1.2M-entry list, spent most of their time on those walks and copies)
         self.ghost: dict[object, int] = {}
-        self._trimmed, self._compact_at = 0, 0
+        self._listed, self._moved = iter(()), set()
         self.ghost_cap = 0
         self._counted = (None, None)  # (batch, counts) of the last admission call, for its score call
 
     @hookimpl
     def spfcore_cache_configured(self, num_blocks, block_size):
         self.count, self.ghost = Counter(), {}
+        self._listed, self._moved = iter(()), set()
         self.ghost_cap = self.params.ghost_factor * num_blocks
-        self._trimmed, self._compact_at = 0, 16 * isqrt(self.ghost_cap) + 1024
 
     @hookimpl
     def spfcore_blocks_stored(self, request, blocks, now):
         count, ghost, keys = self.count, self.ghost, blocks.keys
-        if count.keys().isdisjoint(keys):  # none cached now (the usual store): in C-level calls
-            if ghost.keys().isdisjoint(keys):  # all new: +1 per occurrence
-                count.update(keys)
-                return
+        if ghost.keys().isdisjoint(keys):  # no ghost count comes back (the usual store): +1 per occurrence
+            count.update(keys)  # a Counter, in C
+            return
+        moved = self._moved  # hashes that leave the ghost list go there
+        if count.keys().isdisjoint(keys):  # none cached now: in C-level calls
             n0 = len(count)
             back = list(map(ghost.pop, keys, repeat(0)))  # each its ghost count (or 0) + 1
+            moved.update(compress(keys, back))
             dict.update(count, zip(keys, map((1).__add__, back)))
             if len(count) - n0 == len(keys):
                 return
@@ -107,8 +111,13 @@ class FrequencyPolicy:
             for k, c in zip(keys, back):
                 count[k] = count.get(k, 0) + c + 1
             return
-        for k in keys:
-            count[k] = (count[k] if k in count else ghost.pop(k, 0)) + 1
+        for k in keys:  # count = (count if cached else ghost count) + 1
+            if k in count:
+                count[k] += 1
+            else:
+                c = count[k] = ghost.pop(k, 0) + 1
+                if c > 1:
+                    moved.add(k)
 
     @hookimpl
     def spfcore_blocks_hit(self, request, blocks, now):
@@ -125,14 +134,17 @@ class FrequencyPolicy:
             if None in cs or len(ghost) != n0 + len(keys):  # some were there already: each to the newest end
                 for k, c in zip(keys, cs):
                     if c is not None:
-                        ghost.pop(k, None)
+                        if ghost.pop(k, None) is not None:
+                            self._moved.add(k)
                         ghost[k] = c
         over = len(ghost) - cap
-        if over > 0:  # the least recently evicted leave (a scan past the slots freed at the front)
-            deque(map(ghost.__delitem__, list(islice(ghost, over))), maxlen=0)
-            self._trimmed += over
-            if self._trimmed > self._compact_at:  # the same entries, in order, without freed slots
-                self.ghost, self._trimmed = dict(ghost), 0
+        while over > 0:  # the least recently evicted leave, in C
+            # (a listed hash not moved since is still in the ghost list, in its listed order)
+            gone = list(islice(filterfalse(self._moved.__contains__, self._listed), over))
+            deque(map(ghost.__delitem__, gone), maxlen=0)
+            over -= len(gone)
+            if over:  # the listing ran out: list the ghost list anew, as it stands
+                self._listed, self._moved = iter(list(ghost)), set()
 
     def counts(self, blocks) -> np.ndarray:
         """Access count per block of a batch (float64 array, 1 for an unknown hash)."""

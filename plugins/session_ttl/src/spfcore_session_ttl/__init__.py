@@ -187,6 +187,8 @@ class SessionTTLPolicy:
 
     @hookimpl
     def spfcore_blocks_evicted(self, keys, now):
+        if not self.until:  # no session ever touched a cached block (a trace without sessions): nothing to drop
+            return
         session_keys = self.session_keys
         deque(map(self.until.pop, keys, repeat(None)), maxlen=0)  # in C
         owners = list(map(self.key_sessions.pop, keys, repeat(())))
@@ -207,8 +209,11 @@ class SessionTTLPolicy:
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
-        get, seconds = self.until.get, self.params.ttl_seconds is not None
+        seconds = self.params.ttl_seconds is not None
         clock = now if seconds else self.arrival
+        if self._max_end <= clock:  # no protection lies ahead: every block unprotected (value 0, as ``None``)
+            return None
+        get = self.until.get
         u = np.fromiter(map(get, blocks.keys, repeat(-math.inf)), np.float64, len(blocks))
         pinned = u > clock
         if not pinned.any():
