@@ -159,3 +159,41 @@ def test_ghost_list_keeps_the_newest_evicted_hashes_in_order():
             trimmed += 1
         assert list(p.ghost.items()) == list(ref.items())
     assert trimmed > 100 and max(ref.values()) > 1  # the cap and the ghost counts were exercised
+
+
+def test_counts_and_ghost_list_follow_the_one_by_one_rules():
+    """Random stores (a hash twice in a batch, cached hashes, ghosts coming back), hits and
+    evictions (a hash evicted while cached twice, one not cached) against the rules written one
+    hash at a time: the counts and the ghost list (entries and order) agree after every call,
+    through many trims and listings of the ghost list."""
+    import random
+
+    rnd = random.Random(11)
+    p = FrequencyPolicy(FrequencyParams(ghost_factor=3))
+    p.spfcore_cache_configured(num_blocks=4, block_size=4)  # a ghost list of 12
+    count: dict = {}
+    ghost: dict = {}
+    for step in range(3000):
+        keys = [f"k{rnd.randrange(40)}" for _ in range(rnd.randrange(1, 6))]
+        op = rnd.randrange(3)
+        if op == 0:
+            _stored(p, keys)
+            for k in keys:
+                count[k] = (count[k] if k in count else ghost.pop(k, 0)) + 1
+        elif op == 1:
+            p.spfcore_blocks_hit(None, BlockBatch.of([BlockView(k, 0, None, 4, None, "r", 2, 0.0, 0.0)
+                                                      for k in keys]), 0.0)
+            for k in keys:
+                count[k] = count.get(k, 0) + 1
+        else:
+            keys = list(dict.fromkeys(keys))  # an eviction names each hash once
+            p.spfcore_blocks_evicted(keys, 0.0)
+            for k in keys:
+                c = count.pop(k, None)
+                if c is not None:
+                    ghost.pop(k, None)
+                    ghost[k] = c
+            while len(ghost) > 12:
+                del ghost[next(iter(ghost))]
+        assert dict(p.count) == count, step
+        assert list(p.ghost.items()) == list(ghost.items()), step
