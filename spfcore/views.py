@@ -157,10 +157,11 @@ class BlockTable:
     """
 
     __slots__ = ("key", "parent", "request_id", "depth", "num_tokens", "session", "access_count",
-                 "last_access", "stored_at", "sessions", "_session_ids", "keys_only")
+                 "last_access", "stored_at", "sessions", "_session_ids", "keys_only", "_keys_view")
 
     def __init__(self, num_blocks: int, keys_only: bool = False) -> None:
         self.keys_only = keys_only
+        self._keys_view = _KeysOnlyTable(self) if keys_only else None
         self.key: list = [None] * num_blocks
         self.parent: list = [None] * num_blocks
         self.request_id: list = [None] * num_blocks
@@ -191,6 +192,30 @@ class BlockTable:
                          int(self.access_count[i]), float(self.last_access[i]), float(self.stored_at[i]))
 
 
+class _KeysOnlyTable:
+    """What a ``keys-only`` policy sees as :attr:`BlockBatch.table`: ``key``
+    (the block hash per block id) and ``keys_only``; every other column or
+    method of :class:`BlockTable` raises ``AttributeError`` naming it, since
+    the runtime does not keep them current for such a policy (they would read
+    stale values)."""
+
+    __slots__ = ("_t",)
+    keys_only = True
+
+    def __init__(self, table: BlockTable) -> None:
+        self._t = table
+
+    @property
+    def key(self) -> list:
+        return self._t.key
+
+    def __getattr__(self, name: str):  # called only for names not found above: the table's other columns
+        if name != "_t" and not name.startswith("__") and hasattr(self._t, name):  # (_t: a copy being built)
+            raise AttributeError(f"BlockBatch.table.{name}: the policy declared capability 'keys-only', so the runtime "
+                                 "keeps only keys and ids (drop the capability to read other columns)")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
 class BlockBatch:
     """The blocks of one hook call, in the batch form: columns as arrays.
 
@@ -213,8 +238,8 @@ class BlockBatch:
         last_access, stored_at: float64 arrays, seconds.
         request_ids: list of request ids.
         table: the :class:`BlockTable` (e.g. ``table.sessions[sid]``). With
-            ``keys-only`` its columns other than ``key`` are not kept (they
-            read 0, not an error): read ``keys`` and ``ids`` only.
+            ``keys-only`` a view of it that has ``key`` only: its other
+            columns are not kept, and reading one raises ``AttributeError``.
 
     Do not keep a batch beyond the hook call: the runtime reuses block ids.
 
@@ -225,13 +250,13 @@ class BlockBatch:
     naming the policy and the hook, once the runtime has wrapped it).
     """
 
-    __slots__ = ("table", "_ids", "_arr", "_cols")
+    __slots__ = ("_table", "_ids", "_arr", "_cols")
 
     def __init__(self, table: BlockTable, ids, ids_array: np.ndarray | None = None) -> None:
         """``ids``: the physical block ids, a sequence or an int64 array;
         ``ids_array``: the same ids as an int64 array, when the caller has
         both forms (neither is then converted)."""
-        self.table = table
+        self._table = table
         if type(ids) is np.ndarray:  # an int64 array of ids: the list is made if needed
             self._arr, self._ids = ids.astype(np.int64, copy=False), None
         else:
@@ -262,21 +287,27 @@ class BlockBatch:
             ids = self._ids = self._arr.tolist()
         return ids
 
+    @property
+    def table(self):
+        """The runtime's :class:`BlockTable` (a keys-only view of it for a ``keys-only`` policy)."""
+        t = self._table
+        return t if t._keys_view is None else t._keys_view
+
     def __len__(self) -> int:
         return len(self._arr) if self._ids is None else len(self._ids)
 
     def __iter__(self):
-        if self.table.keys_only:
+        if self._table.keys_only:
             self._refuse("__iter__ (per-block views)")
-        view = self.table.view
+        view = self._table.view
         return (view(i) for i in self._list())
 
     def __getitem__(self, j):
-        if self.table.keys_only:
+        if self._table.keys_only:
             self._refuse("__getitem__ (per-block views)")
         if isinstance(j, slice):
-            return [self.table.view(i) for i in list(self._list())[j]]
-        return self.table.view(self._list()[j])
+            return [self._table.view(i) for i in list(self._list())[j]]
+        return self._table.view(self._list()[j])
 
     def __repr__(self) -> str:
         return f"BlockBatch({len(self)} blocks)"
@@ -291,33 +322,33 @@ class BlockBatch:
     def _col(self, name: str):
         c = self._cols.get(name)
         if c is None:
-            if self.table.keys_only:
+            if self._table.keys_only:
                 self._refuse(name)
-            c = self._cols[name] = getattr(self.table, name)[self.ids]
+            c = self._cols[name] = getattr(self._table, name)[self.ids]
         return c
 
     @property
     def keys(self) -> list:
         c = self._cols.get("keys")
         if c is None:
-            c = self._cols["keys"] = gather(self.table.key, self._list())
+            c = self._cols["keys"] = gather(self._table.key, self._list())
         return c
 
     @property
     def parents(self) -> list:
-        if self.table.keys_only:
+        if self._table.keys_only:
             self._refuse("parents")
-        return gather(self.table.parent, self._list())
+        return gather(self._table.parent, self._list())
 
     @property
     def request_ids(self) -> list:
-        if self.table.keys_only:
+        if self._table.keys_only:
             self._refuse("request_ids")
-        return gather(self.table.request_id, self._list())
+        return gather(self._table.request_id, self._list())
 
     @property
     def parent_index(self):
-        if self.table.keys_only:
+        if self._table.keys_only:
             self._refuse("parent_index")
         pos = {k: j for j, k in enumerate(self.keys)}
         return np.fromiter((pos.get(p, -1) for p in self.parents), np.int64, len(self))

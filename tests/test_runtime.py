@@ -381,6 +381,26 @@ def test_keys_only_runtime_decides_as_the_full_table_and_refuses_other_columns()
     with pytest.raises(AttributeError, match="per-block views"):
         list(batch)
     assert batch.keys == [None, None] and batch.ids.tolist() == [0, 1]
+    # the table a keys-only batch hands out has keys only: its other columns are not kept current
+    assert batch.table.key is batch._table.key and batch.table.keys_only and batch.table is batch.table
+    for col in ("depth", "access_count", "session", "sessions", "parent", "view"):
+        with pytest.raises(AttributeError, match=f"BlockBatch.table.{col}: the policy declared capability 'keys-only'"):
+            getattr(batch.table, col)
+    with pytest.raises(AttributeError, match="has no attribute 'nonesuch'"):
+        batch.table.nonesuch
+    full = BlockBatch(BlockTable(4), [0, 1])
+    assert type(full.table) is BlockTable and full.table.depth.tolist() == [0, 0, 0, 0]
+
+
+def test_keys_only_policy_reading_the_tables_depth_fails_naming_it():
+    class ReadsTableDepth(KeysOnly):
+        @hookimpl
+        def spfcore_blocks_stored(self, request, blocks, now):
+            blocks.table.depth[blocks.ids]
+
+    c = MiniCache(runtime_for(ReadsTableDepth(), num_blocks=8, keys_only=True), 0)
+    with pytest.raises(PolicyError, match=r"failed in hook spfcore_blocks_stored: AttributeError\(\"BlockBatch.table.depth"):
+        c.serve(["a0", "a1"], "s1")
 
 
 def test_session_ttl_and_frequency_declare_keys_only_and_the_runtime_honours_it():
