@@ -326,8 +326,8 @@ def test_timed_mode_keeps_invariants(lru_session):
     assert log["start_s"] == sorted(log["start_s"]) and min(log["dur_s"]) > 0
     computed = sum(r["prompt_tokens"] - r["cached_tokens"] + reqs[i].output_tokens - 1
                    for i, r in enumerate(cell["requests"]))
-    if any(r.get("preemptions") for r in cell["requests"]):  # a preempted request recomputes
-        assert sum(log["tokens"]) > computed
+    if any(r.get("preemptions") for r in cell["requests"]):  # a preempted request may recompute (not if its
+        assert sum(log["tokens"]) >= computed                   # blocks were still cached when it resumed)
     else:
         assert sum(log["tokens"]) == computed
     for r in cell["requests"]:
