@@ -183,3 +183,14 @@ def test_ring_matches_ordereddict_on_a_tiny_label_space(ops, bits, step_bits):
             assert all(0 <= r[i][2] < _ring.SPAN for i in r)
     finally:
         _ring.BITS, _ring.SPAN, _ring.MASK, _ring.STEP, _ring.CAP = saved
+
+
+def test_ring_equality_and_copy_follow_the_order():
+    r = Ring([1, 2, 3])
+    r.rotate_to(2)
+    assert r != Ring([1, 2, 3]) and not r == Ring([1, 2, 3])  # the same nodes, another head
+    assert r == Ring([2, 3, 1])  # the same order (labels differ)
+    c = r.copy()
+    assert type(c) is Ring and list(c) == [2, 3, 1] and c == r
+    c.move_to_end(2)
+    assert list(r) == [2, 3, 1] and list(c) == [3, 1, 2]  # no shared nodes
