@@ -11,7 +11,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 G=.gpu
-grep -qx "/.gpu/" .git/info/exclude 2>/dev/null || echo /.gpu/ >> .git/info/exclude
+EX=$(git rev-parse --path-format=absolute --git-path info/exclude)  # (in a worktree .git is a file)
+mkdir -p "$(dirname "$EX")"
+grep -qx "/.gpu/" "$EX" 2>/dev/null || echo /.gpu/ >> "$EX"
 rm -rf "$G/r1" "$G/r2" "$G/r3" "$G/rd" "$G/dl-ray"
 mkdir -p "$G/dl-ray" "$G/rd"
 plat=""

@@ -47,7 +47,7 @@ CONTRACT_VERSION = "1.3.0"
 #: (see the module doc for which part) and record the new digest here.
 CONTRACT_DIGEST = "575fb016d619286e"
 
-_VERSION = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)(?:\.(0|[1-9]\d*))?$")
+_VERSION = re.compile(r"(0|[1-9]\d*)\.(0|[1-9]\d*)(?:\.(0|[1-9]\d*))?")
 
 
 def parse(version: str) -> tuple[int, int, int]:
@@ -56,7 +56,7 @@ def parse(version: str) -> tuple[int, int, int]:
     Raises:
         ValueError: not a string of that form (the message quotes it).
     """
-    m = _VERSION.match(version) if isinstance(version, str) else None
+    m = _VERSION.fullmatch(version) if isinstance(version, str) else None  # ($ alone lets "1.0\n" through)
     if m is None:
         raise ValueError(f"contract version {version!r} is not MAJOR.MINOR or MAJOR.MINOR.PATCH (e.g. '1.0')")
     return int(m[1]), int(m[2]), int(m[3] or 0)

@@ -169,3 +169,16 @@ def test_list_policies_json_gives_publishing_metadata(contract_dist):
     plain = rows["plain_contract"]
     assert (plain["homepage"], plain["contract"], plain["version"]) == ("https://example.org/contractpol", None, "0.2")
     assert rows["old_contract"]["status"].startswith("error: TypeError: incompatible contract")
+
+
+@pytest.mark.parametrize("bad", ["1", "1.3\n", " 1.0", "01.3", "1.0.0.0", "1.x", "", 1.3, None])
+def test_parse_refuses_what_is_not_major_minor_patch(bad):
+    with pytest.raises(ValueError, match="is not MAJOR.MINOR or MAJOR.MINOR.PATCH"):
+        contract.parse(bad)
+
+
+@pytest.mark.parametrize("declared", ["1", "1.3\n", 1.3, "2.0"])
+def test_an_unparsable_or_other_major_declaration_is_incompatibilitys_to_report(declared):
+    # newer_than_declared leaves it to incompatibility(), which the registry checks first
+    assert contract.newer_than_declared(declared, {"keys-only"}, ("spfcore_tier_score",)) is None
+    assert contract.incompatibility(declared) is not None

@@ -124,3 +124,73 @@ def test_ring_relabels_a_small_stretch_when_labels_run_out():
     assert relabels >= 5
     assert len(rewritten) < 20 * 300  # amortized: tens of labels per append, not the ring's 1,300
     assert {j for j in rewritten if j < 1000} <= set(range(490, 510))  # old items: only next to the cut
+
+
+# --- review 11: adversarial sequences on a tiny label space (every insertion near exhaustion) ---
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_OPS = st.lists(st.tuples(st.sampled_from(["append", "move", "rotate", "remove", "remove_head", "clear",
+                                           "first_of", "move_head"]),
+                          st.integers(0, 10**6), st.integers(1, 5)), max_size=300)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=_OPS, bits=st.sampled_from([6, 7, 9]), step_bits=st.integers(0, 3))
+def test_ring_matches_ordereddict_on_a_tiny_label_space(ops, bits, step_bits):
+    """At most 40 items in 2**6..2**9 labels: relabels at every level up to
+    the whole span, removals of the head, the empty ring and one item."""
+    saved = _ring.BITS, _ring.SPAN, _ring.MASK, _ring.STEP, _ring.CAP
+    _ring.BITS, _ring.SPAN, _ring.MASK = bits, 1 << bits, (1 << bits) - 1
+    _ring.STEP, _ring.CAP = 1 << step_bits, [(4 / 3) ** k for k in range(bits + 1)]
+    try:
+        r, od, fresh = Ring(), OrderedDict(), 0
+        for op, x, n in ops:
+            items = list(od)
+            if op == "append" or not items:
+                for _ in range(n if len(od) + n <= 40 else 0):
+                    r.append(fresh)
+                    od[fresh] = None
+                    fresh += 1
+            elif op == "move":
+                i = items[x % len(items)]
+                r.move_to_end(i)
+                od.move_to_end(i)
+            elif op == "move_head":  # the first: a rotation by one
+                r.move_to_end(items[0])
+                od.move_to_end(items[0])
+            elif op == "rotate":
+                i = items[x % len(items)]
+                r.rotate_to(i)
+                _rotate(od, i)
+            elif op == "first_of":
+                few = {items[(x + 7 * j) % len(items)] for j in range(n)}
+                assert r.first_of(few) == next(j for j in od if j in few)
+            elif op == "remove_head":
+                r.remove(items[0])
+                del od[items[0]]
+            elif op == "remove":
+                i = items[x % len(items)]
+                r.remove(i)
+                del od[i]
+            else:
+                r.clear()
+                od.clear()
+            assert list(r) == list(od) and len(r) == len(od)
+            assert (r.head is None) == (not od)
+            assert _rising(r)
+            assert all(0 <= r[i][2] < _ring.SPAN for i in r)
+    finally:
+        _ring.BITS, _ring.SPAN, _ring.MASK, _ring.STEP, _ring.CAP = saved
+
+
+def test_ring_equality_and_copy_follow_the_order():
+    r = Ring([1, 2, 3])
+    r.rotate_to(2)
+    assert r != Ring([1, 2, 3]) and not r == Ring([1, 2, 3])  # the same nodes, another head
+    assert r == Ring([2, 3, 1])  # the same order (labels differ)
+    c = r.copy()
+    assert type(c) is Ring and list(c) == [2, 3, 1] and c == r
+    c.move_to_end(2)
+    assert list(r) == [2, 3, 1] and list(c) == [3, 1, 2]  # no shared nodes

@@ -67,6 +67,25 @@ class Ring(dict):
     def __repr__(self) -> str:
         return f"Ring({list(self)!r})"
 
+    def __eq__(self, other) -> bool:
+        """Equal to a :class:`Ring` of the same items in the same order
+        (``dict``'s own ``==`` would compare the nodes, blind to the head:
+        a ring and its rotation equal)."""
+        if not isinstance(other, Ring):
+            return NotImplemented
+        return len(self) == len(other) and list(self) == list(other)
+
+    def __ne__(self, other) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None  # (a dict: unhashable)
+
+    def copy(self) -> Ring:
+        """A new ring of the same items in the same order (``dict.copy``
+        would return a plain dict of the nodes, which share their lists)."""
+        return Ring(self)
+
     def clear(self) -> None:
         super().clear()
         self.head = None

@@ -170,6 +170,9 @@ class LIRS(ClassicPolicy):
         k = self.info[t][0]
         if t in self.S:
             self.info[t][1] = None
+            old = self.ghost_tok.get(k)
+            if old is not None:  # the hash's ghost from another block (vLLM caches a hash in two): one per hash
+                del self.S[old], self.info[old]
             self.ghost_tok[k] = t
             self.nonres[k] = None
         else:
