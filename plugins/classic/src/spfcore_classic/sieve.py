@@ -49,6 +49,7 @@ class Sieve(ClassicPolicy):
         visited, newer, tail = self.visited, self.newer, self.tail
         free, kids, key = self._free, self.kids, self.key  # evictable(), inlined: the hand's cost
         obj = self.hand if self.hand is not None else tail
+        left = 2 * len(newer) + 1  # two rounds: the first clears every visited bit, the second must find a victim
         while True:
             if obj in free and not kids.get(key[obj]):
                 if not visited[obj]:
@@ -56,6 +57,10 @@ class Sieve(ClassicPolicy):
                 visited[obj] = 0
             nxt = newer[obj]
             obj = nxt if nxt is not None else tail
+            left -= 1
+            if not left:  # no free leaf at all (see test_chains: a hash cached twice): an error, not a hang
+                raise RuntimeError(f"sieve: no evictable block (free, without a cached child) among "
+                                   f"{len(newer)} resident blocks")
         self.hand = newer[obj]
         self._unlink(obj)
         return obj
