@@ -73,18 +73,47 @@ _NO_LEAF = [((1, 1, 0, 0, 1), 6, (1, 0, 1, 1, 0, 1)), ((1, 1), 1, ()),
             ((1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0), 6, (1, 0, 0, 0, 1, 1))]
 
 
-# (sieve's hand looped forever here; it now stops after two rounds with a RuntimeError, as the others fail)
-@pytest.mark.xfail(strict=True, reason="open (review 11): with a hash cached in two blocks, a free block whose "
-                   "hash parents a held block counts as having a cached child (kids are per hash): every free "
-                   "block can be unevictable, and the arm fails (KeyError(None), IndexError, StopIteration, "
-                   "RuntimeError); vLLM would evict one")
 @pytest.mark.parametrize("policy", ["arc", "gdsf", "lirs", "s3fifo", "sieve", "twoq"])
 def test_no_free_leaf_when_a_hash_is_cached_twice(policy, monkeypatch):
+    """With a hash cached in two blocks, a free copy whose hash parents a
+    block a request holds counts as a parent (children are counted per
+    hash), so every free block looked unevictable: the arms failed the cell
+    (KeyError(None), IndexError, StopIteration, RuntimeError) and sieve's
+    hand looped forever (review 11). Now the victim comes from the copies
+    (``ClassicPolicy._victim_among_copies``), as vLLM would evict one."""
     from spfcore.sim import prepare, simulate
     from spfcore.workloads.model import Request, Workload
 
+    from collections import Counter
+
+    from spfcore_classic._base import ClassicPolicy
+
     monkeypatch.setenv("SPFCORE_SIM_REPLAY", "python")
+    taken = []  # (victim's hash, how many resident blocks held it) on the copies' path
+    real = ClassicPolicy._victim_among_copies
+
+    def spy(self):
+        held = Counter(self.key.values())
+        i = real(self)
+        taken.append((self.key[i], held[self.key[i]]))
+        return i
+
+    monkeypatch.setattr(ClassicPolicy, "_victim_among_copies", spy)
     wl = Workload("dup", {}, [Request(f"r{j}", float(j), p, o, output_token_ids=out)
                               for j, (p, o, out) in enumerate(_NO_LEAF)])
     rec = simulate(prepare(wl, 2), policy, num_blocks=9, block_size=2)
     assert rec["status"] == "ok" and rec["num_requests"] == 3
+    assert taken and all(n >= 2 for _, n in taken), taken  # the path ran, and took a copy every time
+
+
+def test_no_copy_no_victim_raises():
+    """Without a hash cached twice there is nothing to fall back on: the
+    NoEvictable of the policy's own search stands (a bug, not a workload)."""
+    from spfcore_classic._base import NoEvictable
+    from spfcore_classic.s3fifo import S3FIFO
+
+    pol = S3FIFO()
+    pol._reset(8)
+    pol.key.update({1: "a", 2: "b"})
+    with pytest.raises(NoEvictable, match="s3fifo: no evictable block .* among 2 resident blocks"):
+        pol._victim_among_copies()

@@ -16,6 +16,11 @@ entries). The chain mapping, shared by all six:
   evictable block; a queue or LRU list moves the skipped block to its
   newest end (it is in use, or its chain is), so a chain's tail always leaves
   before its head and a walk costs O(1) amortized.
+* one exception: when no free block is a leaf, which happens only with a
+  block hash cached in two blocks (children are counted per hash), a free
+  block whose hash another resident block also holds counts as a leaf for
+  that victim (evicting it orphans nothing; vLLM would evict it too):
+  :meth:`ClassicPolicy._victim_among_copies`.
 
 In the object-cache mode (:func:`spfcore.sim.objects.replay_objects`: each
 request one block at depth 0, every block free at eviction) nothing is ever
@@ -25,12 +30,20 @@ skipped, and each policy makes libCacheSim's decisions exactly (the test
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 
 import attrs
 
 from spfcore import hookimpl
 from spfcore_classic._ring import Ring
+
+
+class NoEvictable(RuntimeError):
+    """A policy's ``victim()`` found no evictable block (every free block
+    is a parent of a cached block, by hash). Raised before the policy
+    changes anything for that victim; :meth:`ClassicPolicy.spfcore_evict_blocks`
+    then retries among blocks whose hash another block also holds (see
+    :meth:`ClassicPolicy._victim_among_copies`) and re-raises if none."""
 
 
 @attrs.frozen
@@ -271,7 +284,10 @@ class ClassicPolicy:
         out = []
         kids, key, parent, victim = self.kids, self.key, self.parent, self.victim
         for _ in range(n):
-            i = victim()
+            try:
+                i = victim()
+            except NoEvictable:
+                i = self._victim_among_copies()
             out.append(i)
             del key[i]
             p = parent.pop(i)
@@ -291,6 +307,37 @@ class ClassicPolicy:
             for o in [o for o, m in stuck.items() if m[1] != len(m[0])]:
                 del stuck[o]
         return out
+
+    def _victim_among_copies(self) -> int:
+        """The victim when ``victim()`` found no evictable block, which
+        happens only when a block hash is cached in two blocks (vLLM caches
+        a recomputed block's hash again when its parent was evicted but the
+        block itself was not): :attr:`kids` counts children per hash, so a
+        free copy of a hash whose other copy a request holds, with that
+        request's next block below it, counts as a parent. Evicting such a
+        copy orphans nothing (the hash stays cached in the other), as vLLM,
+        which evicts any free block, would. So ``victim()`` runs again with
+        the hashes held by two or more resident blocks not counted as
+        parents: the algorithm's own choice among those copies and the
+        leaves. Costs O(resident blocks), only on this path; the ordinary
+        path is unchanged (the same decisions wherever a free leaf exists).
+
+        Raises:
+            NoEvictable: no hash is cached twice, or still no evictable
+                block (a policy bug: a free leaf then always exists).
+        """
+        dup = {h for h, c in Counter(self.key.values()).items() if c > 1}
+        if not dup:
+            raise NoEvictable(f"{self.name}: no evictable block (free, without a cached child) among "
+                              f"{len(self.key)} resident blocks")
+        kids = self.kids
+        self.kids = {h: c for h, c in kids.items() if h not in dup}
+        self._stuck.clear()  # the walks' memory assumed the counted parents
+        try:
+            return self.victim()
+        finally:
+            self.kids = kids
+            self._stuck.clear()
 
 
 def fifo_add(ghost: OrderedDict, k, cap: int) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from spfcore_classic._base import ClassicPolicy
+from spfcore_classic._base import ClassicPolicy, NoEvictable
 from spfcore_classic._ring import Ring
 
 
@@ -83,14 +83,15 @@ class ARC(ClassicPolicy):
 
     def victim(self):
         t1, t2, b1, b2, c, gh = self.t1, self.t2, self.b1, self.b2, self.capacity, self.ghost_hit
+        trim = None  # the ghost list libCacheSim trims on this miss (after the victim is found: no walk reads it)
         if not gh and len(t1) + len(b1) + 1 > c and not b1:
             first, other, ghost = t1, t2, None  # T1 alone fills the cache: its LRU block goes, no ghost
         else:
             if not gh:  # libCacheSim trims a ghost list here, on a miss that is no ghost hit
                 if len(t1) + len(b1) + 1 > c:
-                    b1.popitem(last=False)
+                    trim = b1
                 elif len(t1) + len(b1) + len(t2) + len(b2) >= 2 * c and b2:
-                    b2.popitem(last=False)
+                    trim = b2
             if (t1 and (len(t1) > self.p or (len(t1) == self.p and gh == 2))) or not t2:  # REPLACE
                 first, other, ghost = t1, t2, b1
             else:
@@ -102,6 +103,10 @@ class ARC(ClassicPolicy):
             i = self.walk(other)
             first = other
             ghost = None if ghost is None else (b1 if other is t1 else b2)
+            if i is None:  # no free leaf (a hash cached twice: see ClassicPolicy._victim_among_copies)
+                raise NoEvictable("arc: no evictable block")
+        if trim is not None:
+            trim.popitem(last=False)
         first.remove(i)
         if ghost is not None:
             ghost[self.key[i]] = None

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 
-from spfcore_classic._base import ClassicPolicy
+from spfcore_classic._base import ClassicPolicy, NoEvictable
 
 
 class GDSF(ClassicPolicy):
@@ -66,7 +66,12 @@ class GDSF(ClassicPolicy):
         pop = heapq.heappop
         skipped = []
         while True:
-            e = pop(heap)
+            try:
+                e = pop(heap)
+            except IndexError:  # no free leaf (a hash cached twice: see ClassicPolicy._victim_among_copies)
+                for s in skipped:
+                    heapq.heappush(heap, s)
+                raise NoEvictable("gdsf: no evictable block") from None
             i = e[3]
             if entry.get(i) is not e:
                 continue  # stale

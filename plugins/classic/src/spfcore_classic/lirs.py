@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from itertools import count
 
-from spfcore_classic._base import ClassicPolicy
+from spfcore_classic._base import ClassicPolicy, NoEvictable
 from spfcore_classic._ring import Ring
 
 
@@ -162,7 +162,9 @@ class LIRS(ClassicPolicy):
         if i is not None:
             self.Q.remove(i)
         else:  # no evictable resident HIR block: the lowest evictable LIR block
-            i = next(self.info[t][1] for t in self.S if (j := self.info[t][1]) is not None and ok(j))
+            i = next((self.info[t][1] for t in self.S if (j := self.info[t][1]) is not None and ok(j)), None)
+            if i is None:  # no free leaf (a hash cached twice: see ClassicPolicy._victim_among_copies)
+                raise NoEvictable("lirs: no evictable block")
             self.lir.discard(i)
             self.borrowed += 1
             self.S.pop(self.tok[i])

@@ -29,7 +29,7 @@ from collections import OrderedDict
 import attrs
 from attrs import validators as v
 
-from spfcore_classic._base import ClassicPolicy, fifo_add
+from spfcore_classic._base import ClassicPolicy, NoEvictable, fifo_add
 from spfcore_classic._ring import Ring
 
 
@@ -106,8 +106,8 @@ class S3FIFO(ClassicPolicy):
         i = self._evict_small()  # may move every block to the main queue and evict none
         if i is None:
             i = self._evict_main()
-        if i is None:  # cannot happen: a free leaf is always resident in one of the queues
-            raise RuntimeError("s3fifo: no evictable block")
+        if i is None:  # no free leaf in either queue (a hash cached twice: see ClassicPolicy._victim_among_copies)
+            raise NoEvictable("s3fifo: no evictable block")
         return i
 
     def _evict_small(self):

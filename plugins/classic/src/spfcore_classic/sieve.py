@@ -12,7 +12,7 @@ block) without clearing their bit.
 
 from __future__ import annotations
 
-from spfcore_classic._base import ClassicPolicy
+from spfcore_classic._base import ClassicPolicy, NoEvictable
 
 
 class Sieve(ClassicPolicy):
@@ -59,7 +59,7 @@ class Sieve(ClassicPolicy):
             obj = nxt if nxt is not None else tail
             left -= 1
             if not left:  # no free leaf at all (see test_chains: a hash cached twice): an error, not a hang
-                raise RuntimeError(f"sieve: no evictable block (free, without a cached child) among "
+                raise NoEvictable(f"sieve: no evictable block (free, without a cached child) among "
                                    f"{len(newer)} resident blocks")
         self.hand = newer[obj]
         self._unlink(obj)

@@ -20,7 +20,7 @@ from collections import OrderedDict
 import attrs
 from attrs import validators as v
 
-from spfcore_classic._base import ClassicPolicy, fifo_add
+from spfcore_classic._base import ClassicPolicy, NoEvictable, fifo_add
 from spfcore_classic._ring import Ring
 
 
@@ -90,7 +90,10 @@ class TwoQ(ClassicPolicy):
         if i is not None:
             self.am.remove(i)
             return i
-        return self._from_ain(walk(self.ain))
+        i = walk(self.ain)
+        if i is None:  # no free leaf (a hash cached twice: see ClassicPolicy._victim_among_copies)
+            raise NoEvictable("2q: no evictable block")
+        return self._from_ain(i)
 
     def _from_ain(self, i):
         self.ain.remove(i)
