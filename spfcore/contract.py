@@ -40,12 +40,12 @@ import re
 import attrs
 
 #: The contract version this core implements (semver).
-CONTRACT_VERSION = "1.3.0"
+CONTRACT_VERSION = "1.4.0"
 
 #: :func:`contract_digest` of the contract at :data:`CONTRACT_VERSION`. Changing
 #: hooks, columns or answer fields changes the digest: then bump the version
 #: (see the module doc for which part) and record the new digest here.
-CONTRACT_DIGEST = "575fb016d619286e"
+CONTRACT_DIGEST = "92459c31cdc8626d"
 
 _VERSION = re.compile(r"(0|[1-9]\d*)\.(0|[1-9]\d*)(?:\.(0|[1-9]\d*))?")
 
@@ -94,7 +94,7 @@ def incompatibility(declared, core: str = CONTRACT_VERSION) -> str | None:
 INTRODUCED = {
     "hook spfcore_evict_blocks": (1, 1), "capability ordered": (1, 1),
     "hook spfcore_tier_admit": (1, 2), "hook spfcore_tier_score": (1, 2),
-    "capability keys-only": (1, 3),
+    "capability keys-only": (1, 3), "capability chain-only": (1, 4),
 }
 
 

@@ -313,8 +313,14 @@ class Evictor:
 
     @staticmethod
     def _ids(ids: Iterable[int]) -> np.ndarray:
-        if not isinstance(ids, (list, tuple, np.ndarray)):
+        """``ids`` as a 1-d int64 array (an int64 array as it is)."""
+        t = type(ids)
+        if t is list or t is tuple:  # one pass (np.asarray of a list scans it twice: ~1.5x the time)
+            return np.fromiter(ids, np.int64, len(ids))
+        if t is not np.ndarray:
             ids = list(ids)
+        elif ids.dtype == np.int64 and ids.ndim == 1:
+            return ids
         return np.asarray(ids, np.int64).reshape(-1)
 
     # ------------------------------------------------------------ inserts

@@ -26,7 +26,12 @@ Two forms, one contract:
   of 520 blocks is scored with a few numpy operations and no per-block
   Python object. A policy reading only ``keys``, ``ids`` and ``len`` may
   declare the capability ``keys-only`` (contract 1.3): the runtime then keeps
-  no other column, and the batch refuses to hand one out.
+  no other column, and the batch refuses to hand one out. A policy reading
+  only those and ``depth``, ``parents``, ``parent_index`` (and
+  ``blocks.table``'s ``key``, ``parent``, ``depth``) may declare
+  ``chain-only`` (contract 1.4): the runtime keeps keys, parents and depths
+  alone (no request id, session, token count, access count or time is
+  written per block on a store or hit), and the batch refuses the rest.
 * **Per-block form** (convenient, slower): iterate ``blocks`` to get frozen
   :class:`~spfcore.views.BlockView` objects (built on demand, about a
   microsecond each; nothing is built for policies that do not iterate) and

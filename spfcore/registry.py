@@ -46,7 +46,7 @@ BUILTIN_DIST = "spfcore"
 
 GROUP = "spfcore.policies"
 CAPABILITIES = frozenset({"needs-future", "admission", "sessions", "prefetch", "scoring", "pins", "ordered",
-                          "keys-only"})
+                          "keys-only", "chain-only"})
 #: Class attributes every policy class has (``contract`` is optional).
 REQUIRED_ATTRIBUTES = ("name", "capabilities", "Params")
 

@@ -33,6 +33,8 @@ from spfcore.hookspecs import HOOK_NAMES
 from spfcore.views import BlockBatch, BlockTable, BlockView, RequestView, Score, Scores, gather
 
 _perf = time.perf_counter
+#: ``ids`` (a list, tuple or int64 array of block ids) as an int64 array, in one pass.
+_id_array = Evictor._ids
 
 
 #: Blocks up to which :meth:`PolicyRuntime.stored` writes the table with scalar stores.
@@ -385,17 +387,24 @@ class PolicyRuntime:
             :class:`~spfcore.views.BlockBatch`, so the table keeps keys alone
             (no parent, request id or numeric column is written; the batch
             refuses them).
+        chain_only: The policy declared capability ``chain-only``: its hooks
+            read only ``keys``, ``ids``, ``len``, ``depth``, ``parents`` and
+            ``parent_index`` of a :class:`~spfcore.views.BlockBatch` (and
+            ``table.key``, ``table.parent``, ``table.depth``), so the table
+            keeps those columns alone (no request id, session, token count,
+            access count or time is written; the batch refuses them).
+            ``keys_only`` wins when both are given.
     """
 
     def __init__(self, pm: pluggy.PluginManager, num_blocks: int, block_size: int, *,
                  policy_name: str = "?", needs_future: bool = False,
                  pin_cap_fraction: float = 0.5, hook_budget_s: float | None = None,
-                 keys_only: bool = False) -> None:
+                 keys_only: bool = False, chain_only: bool = False) -> None:
         self.pm, self.hook, self.policy_name = pm, pm.hook, policy_name
         self.hook_budget_s = hook_budget_s
         self.num_blocks, self.block_size = num_blocks, block_size
         self.needs_future, self._future_set = needs_future, False
-        self.table = BlockTable(num_blocks, keys_only=keys_only)
+        self.table = BlockTable(num_blocks, keys_only=keys_only, chain_only=chain_only and not keys_only)
         self.by_key: dict[object, int] = {}  # block hash -> physical id of the cached block
         self.arrival = 0
         self.hook_seconds = 0.0
@@ -415,6 +424,8 @@ class PolicyRuntime:
         #: Whether the table keeps every column (else keys only: no hook of the policy reads a block, or
         #: the policy declared it reads keys alone).
         self.track = any(self._has[n] for n in _READS_BLOCKS) and not keys_only
+        #: The table keeps keys, parents and depths only (capability ``chain-only``).
+        self._chain_only = self.track and chain_only
         self._evicted_hook = self._has["spfcore_blocks_evicted"]
         #: An arrival has nothing to do but its ``spfcore_request_arrived`` call: no score to expire
         #: (no decision hook, or policy-ordered mode), no re-score or hint hook.
@@ -427,6 +438,13 @@ class PolicyRuntime:
         table = self.table
         score = admit = choose = None
         shared = [None, None]  # (ids, batch) of the last admission call: its score call reuses the batch
+        #: (ids array, ids list) of the release in progress (:meth:`release`): its batches get both forms
+        self._released = released = [None, None]
+
+        def batch_of(ids):
+            if released[0] is ids:
+                return BlockBatch(table, released[1], ids_array=ids)
+            return BlockBatch(table, ids)
 
         if self._has["spfcore_score_blocks"]:
             def score(ids, now):
@@ -434,7 +452,7 @@ class PolicyRuntime:
                     batch = shared[1]
                     shared[0] = shared[1] = None
                 else:
-                    batch = BlockBatch(table, ids)
+                    batch = batch_of(ids)
                 res = self._fire("spfcore_score_blocks", batch, now)
                 try:
                     return score_arrays(res, len(ids), self.policy_name)
@@ -442,7 +460,7 @@ class PolicyRuntime:
                     raise _bad(self.policy_name, "spfcore_score_blocks", f"{res!r:.80}: {exc}") from exc
         if self._has["spfcore_admit_blocks"]:
             def admit(ids, now):
-                batch = BlockBatch(table, ids)
+                batch = batch_of(ids)
                 shared[0], shared[1] = ids, batch
                 res = self._fire("spfcore_admit_blocks", batch, now)
                 if isinstance(res, np.ndarray) and res.dtype == np.bool_ and res.shape == (len(ids),):
@@ -528,7 +546,7 @@ class PolicyRuntime:
             raise registry.PolicyConfigError(f"policy {name!r}: pin_cap_fraction must be in [0, 1], got {cap!r}")
         return cls(pm, num_blocks, block_size, policy_name=name,
                    needs_future="needs-future" in info.capabilities, pin_cap_fraction=cap,
-                   keys_only="keys-only" in info.capabilities,
+                   keys_only="keys-only" in info.capabilities, chain_only="chain-only" in info.capabilities,
                    hook_budget_s=None if hook_budget_ms is None else hook_budget_ms / 1e3)
 
     # ------------------------------------------------------------ plumbing
@@ -719,7 +737,7 @@ class PolicyRuntime:
         t0 = _perf()
         try:
             table = self.table
-            track = self.track and ids
+            track = self.track and not self._chain_only and ids  # (chain-only: no access counts kept)
             arr = old_last = None
             if track:
                 if len(ids) <= _SMALL:  # numpy scalar stores beat fancy indexing on a few blocks
@@ -730,7 +748,7 @@ class PolicyRuntime:
                         acc[i] += 1
                         last[i] = now
                 else:
-                    arr = np.asarray(ids, dtype=np.int64)
+                    arr = _id_array(ids)
                     table.access_count[arr] += 1
                     old_last = table.last_access[arr] if self._has["spfcore_blocks_hit"] else None
                     table.last_access[arr] = now
@@ -797,6 +815,22 @@ class PolicyRuntime:
                     return
                 for i, k in zip(ids, keys):  # a keys-only policy
                     key[i] = k
+            elif self._chain_only:  # chain-only: keys, parents and depths
+                if n:
+                    par = t.parent
+                    for i, k in zip(ids, keys):
+                        key[i] = k
+                        par[i] = parent
+                        parent = k
+                    if n <= _SMALL:
+                        depth = t.depth
+                        d = first_depth
+                        for i in ids:
+                            depth[i] = d
+                            d += 1
+                    else:
+                        arr = _id_array(ids)
+                        t.depth[arr] = np.arange(first_depth, first_depth + n)
             elif n:
                 par, req = t.parent, t.request_id
                 rid = request.request_id
@@ -819,7 +853,7 @@ class PolicyRuntime:
                         st[i] = now
                         d += 1
                 else:
-                    arr = np.asarray(ids, dtype=np.int64)
+                    arr = _id_array(ids)
                     t.depth[arr] = np.arange(first_depth, first_depth + n)
                     t.num_tokens[arr] = num_tokens
                     t.session[arr] = sid
@@ -828,7 +862,8 @@ class PolicyRuntime:
                     t.stored_at[arr] = now
             if undo is not None:
                 try:
-                    self._fire("spfcore_blocks_stored", request, BlockBatch(t, ids, ids_array=arr), now)
+                    self._fire("spfcore_blocks_stored", request, BlockBatch(t, ids, ids_array=arr, keys=list(keys)),
+                               now)
                 except BaseException:
                     self._unstore(ids, *undo)
                     raise
@@ -874,7 +909,17 @@ class PolicyRuntime:
         t0 = _perf()
         try:
             if cached_ids:
-                self.evictor.push_cached(cached_ids, now)
+                ev = self.evictor
+                if ev.fifo or ev.ordered:
+                    ev.push_cached(cached_ids, now)
+                else:  # the id array made once, the hooks' batches given the list too (no conversion back)
+                    rel = self._released
+                    rel[0] = arr = ev._ids(cached_ids)
+                    rel[1] = cached_ids
+                    try:
+                        ev.push_cached(arr, now)
+                    finally:
+                        rel[0] = rel[1] = None
             if hashless_ids:
                 self.evictor.push_hashless(hashless_ids)
         finally:
@@ -1107,6 +1152,7 @@ class PolicyRuntime:
         """Cached blocks now: physical id -> a frozen :class:`BlockView`
         (built on each access, O(blocks); for tests and debugging). With
         :attr:`track` false (the policy implements no hook that reads blocks,
-        e.g. ``lru``) only the views' ``key`` is kept current."""
+        e.g. ``lru``, or it declared ``keys-only``) only the views' ``key`` is
+        kept current; with ``chain-only`` the ``key``, ``parent`` and ``depth``."""
         key, view = self.table.key, self.table.view
         return {i: view(i) for i, k in enumerate(key) if k is not None}

@@ -154,14 +154,27 @@ class BlockTable:
             the ``keys-only`` capability): a :class:`BlockBatch` then refuses
             every column but ``keys`` and ``ids``, rather than hand out stale
             values.
+        kept: the columns the runtime keeps current, or ``None`` (all):
+            ``{"key"}`` with ``keys_only``, ``{"key", "parent", "depth"}``
+            with ``chain_only`` (capability ``chain-only``); a
+            :class:`BlockBatch` refuses the others.
+        capability: the capability that restricts the columns
+            (``"keys-only"``, ``"chain-only"``), or ``None``.
     """
 
     __slots__ = ("key", "parent", "request_id", "depth", "num_tokens", "session", "access_count",
-                 "last_access", "stored_at", "sessions", "_session_ids", "keys_only", "_keys_view")
+                 "last_access", "stored_at", "sessions", "_session_ids", "keys_only", "_keys_view", "kept",
+                 "capability")
 
-    def __init__(self, num_blocks: int, keys_only: bool = False) -> None:
+    def __init__(self, num_blocks: int, keys_only: bool = False, chain_only: bool = False) -> None:
         self.keys_only = keys_only
-        self._keys_view = _KeysOnlyTable(self) if keys_only else None
+        if keys_only:
+            self.kept, self.capability = frozenset({"key"}), "keys-only"
+        elif chain_only:
+            self.kept, self.capability = frozenset({"key", "parent", "depth"}), "chain-only"
+        else:
+            self.kept = self.capability = None
+        self._keys_view = _PartialTable(self) if self.kept is not None else None
         self.key: list = [None] * num_blocks
         self.parent: list = [None] * num_blocks
         self.request_id: list = [None] * num_blocks
@@ -192,15 +205,16 @@ class BlockTable:
                          int(self.access_count[i]), float(self.last_access[i]), float(self.stored_at[i]))
 
 
-class _KeysOnlyTable:
-    """What a ``keys-only`` policy sees as :attr:`BlockBatch.table`: ``key``
-    (the block hash per block id) and ``keys_only``; every other column or
-    method of :class:`BlockTable` raises ``AttributeError`` naming it, since
-    the runtime does not keep them current for such a policy (they would read
-    stale values)."""
+class _PartialTable:
+    """What a ``keys-only`` or ``chain-only`` policy sees as
+    :attr:`BlockBatch.table`: the columns the runtime keeps current
+    (:attr:`BlockTable.kept`: ``key``; with ``chain-only`` also ``parent`` and
+    ``depth``), ``keys_only`` and ``kept``; every other column or method of
+    :class:`BlockTable` raises ``AttributeError`` naming it and the
+    capability, since the runtime does not keep them current for such a
+    policy (they would read stale values)."""
 
     __slots__ = ("_t",)
-    keys_only = True
 
     def __init__(self, table: BlockTable) -> None:
         self._t = table
@@ -209,11 +223,30 @@ class _KeysOnlyTable:
     def key(self) -> list:
         return self._t.key
 
+    @property
+    def keys_only(self) -> bool:
+        return self._t.keys_only
+
+    @property
+    def kept(self) -> frozenset:
+        return self._t.kept
+
     def __getattr__(self, name: str):  # called only for names not found above: the table's other columns
-        if name != "_t" and not name.startswith("__") and hasattr(self._t, name):  # (_t: a copy being built)
-            raise AttributeError(f"BlockBatch.table.{name}: the policy declared capability 'keys-only', so the runtime "
-                                 "keeps only keys and ids (drop the capability to read other columns)")
+        t = object.__getattribute__(self, "_t") if name != "_t" else None  # (_t unset: a copy being built)
+        if t is not None and name in t.kept:
+            return getattr(t, name)
+        if t is not None and not name.startswith("__") and hasattr(t, name):
+            raise AttributeError(f"BlockBatch.table.{name}: the policy declared capability {t.capability!r}, so the "
+                                 f"runtime keeps only {_kept_names(t)} (drop the capability to read other columns)")
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+#: Backward-compatible name of :class:`_PartialTable`.
+_KeysOnlyTable = _PartialTable
+
+
+def _kept_names(t: BlockTable) -> str:
+    return "keys and ids" if t.keys_only else "keys, ids, depth and parents"
 
 
 class BlockBatch:
@@ -252,17 +285,20 @@ class BlockBatch:
 
     __slots__ = ("_table", "_ids", "_arr", "_cols")
 
-    def __init__(self, table: BlockTable, ids, ids_array: np.ndarray | None = None) -> None:
+    def __init__(self, table: BlockTable, ids, ids_array: np.ndarray | None = None,
+                 keys: list | None = None) -> None:
         """``ids``: the physical block ids, a sequence or an int64 array;
         ``ids_array``: the same ids as an int64 array, when the caller has
-        both forms (neither is then converted)."""
+        both forms (neither is then converted); ``keys``: the list
+        ``table.key[i] for i in ids``, when the caller has it (the runtime's
+        store: not gathered again; the batch owns the list)."""
         self._table = table
         if type(ids) is np.ndarray:  # an int64 array of ids: the list is made if needed
             self._arr, self._ids = ids.astype(np.int64, copy=False), None
         else:
             self._ids = ids  # list (or sequence) of physical block ids
             self._arr = ids_array
-        self._cols: dict = {}
+        self._cols: dict = {} if keys is None else {"keys": keys}
 
     @classmethod
     def of(cls, views) -> BlockBatch:
@@ -277,9 +313,16 @@ class BlockBatch:
         return cls(t, list(range(len(views))))
 
     def _refuse(self, what: str):
-        """Raise for a column the runtime does not keep (:attr:`BlockTable.keys_only`)."""
-        raise AttributeError(f"BlockBatch.{what}: the policy declared capability 'keys-only', so the runtime keeps "
-                             "only keys and ids (drop the capability to read other columns)")
+        """Raise for a column the runtime does not keep (:attr:`BlockTable.kept`)."""
+        t = self._table
+        raise AttributeError(f"BlockBatch.{what}: the policy declared capability {t.capability!r}, so the runtime "
+                             f"keeps only {_kept_names(t)} (drop the capability to read other columns)")
+
+    def _need(self, column: str, what: str) -> None:
+        """Refuse ``what`` unless the runtime keeps table column ``column``."""
+        kept = self._table.kept
+        if kept is not None and column not in kept:
+            self._refuse(what)
 
     def _list(self):
         ids = self._ids
@@ -297,13 +340,13 @@ class BlockBatch:
         return len(self._arr) if self._ids is None else len(self._ids)
 
     def __iter__(self):
-        if self._table.keys_only:
+        if self._table.kept is not None:
             self._refuse("__iter__ (per-block views)")
         view = self._table.view
         return (view(i) for i in self._list())
 
     def __getitem__(self, j):
-        if self._table.keys_only:
+        if self._table.kept is not None:
             self._refuse("__getitem__ (per-block views)")
         if isinstance(j, slice):
             return [self._table.view(i) for i in list(self._list())[j]]
@@ -316,13 +359,17 @@ class BlockBatch:
     def ids(self):
         a = self._arr
         if a is None:
-            a = self._arr = np.asarray(self._ids, dtype=np.int64)
+            ids = self._ids
+            t = type(ids)
+            a = self._arr = np.fromiter(ids, np.int64, len(ids)) if t is list or t is tuple else \
+                np.asarray(ids, dtype=np.int64)
         return a
 
     def _col(self, name: str):
         c = self._cols.get(name)
         if c is None:
-            if self._table.keys_only:
+            kept = self._table.kept
+            if kept is not None and name not in kept:
                 self._refuse(name)
             c = self._cols[name] = getattr(self._table, name)[self.ids]
         return c
@@ -336,20 +383,17 @@ class BlockBatch:
 
     @property
     def parents(self) -> list:
-        if self._table.keys_only:
-            self._refuse("parents")
+        self._need("parent", "parents")
         return gather(self._table.parent, self._list())
 
     @property
     def request_ids(self) -> list:
-        if self._table.keys_only:
-            self._refuse("request_ids")
+        self._need("request_id", "request_ids")
         return gather(self._table.request_id, self._list())
 
     @property
     def parent_index(self):
-        if self._table.keys_only:
-            self._refuse("parent_index")
+        self._need("parent", "parent_index")
         pos = {k: j for j, k in enumerate(self.keys)}
         return np.fromiter((pos.get(p, -1) for p in self.parents), np.int64, len(self))
 

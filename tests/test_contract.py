@@ -66,8 +66,10 @@ def test_every_shipped_policy_declares_the_current_contract():
     infos = registry.by_name({})
     for name in SHIPPED:
         assert infos[name].status == "ok", infos[name].status
-        # frequency: tier hooks (1.2) and keys-only (1.3); session_ttl: capability keys-only (1.3)
-        assert infos[name].contract == {"frequency": "1.3", "session_ttl": "1.3"}.get(name, "1.0")
+        # frequency: tier hooks (1.2) and keys-only (1.3); session_ttl: capability keys-only (1.3);
+        # belady_oracle, spf_expected_utility: capability chain-only (1.4)
+        assert infos[name].contract == {"frequency": "1.3", "session_ttl": "1.3", "belady_oracle": "1.4",
+                                        "spf_expected_utility": "1.4"}.get(name, "1.0")
         assert contract.incompatibility(infos[name].contract) is None
 
 

@@ -37,7 +37,7 @@ def test_every_shipped_policy_is_valid():
 def test_capabilities_and_hooks_of_shipped_policies():
     infos = {p.name: p for p in registry.discover({})}
     assert infos["lru"].hooks == ()
-    assert infos["belady_oracle"].capabilities == ("needs-future", "scoring")
+    assert infos["belady_oracle"].capabilities == ("chain-only", "needs-future", "scoring")
     assert "spfcore_future_requests" in infos["belady_oracle"].hooks
     assert "spfcore_admit_blocks" in infos["frequency"].hooks
     assert "spfcore_rescore_keys" in infos["session_ttl"].hooks

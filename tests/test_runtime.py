@@ -403,11 +403,67 @@ def test_keys_only_policy_reading_the_tables_depth_fails_naming_it():
         c.serve(["a0", "a1"], "s1")
 
 
+class ChainOnly(KeysOnly):
+    """Reads keys, ids, depths and parents only (as a ``chain-only`` policy may); scores by depth."""
+
+    @hookimpl
+    def spfcore_blocks_stored(self, request, blocks, now):
+        self.seen.append((list(blocks.keys), blocks.depth.tolist(), blocks.parents, blocks.parent_index.tolist(),
+                          blocks.table.depth[blocks.ids].tolist(), [blocks.table.parent[i] for i in blocks.ids]))
+
+    @hookimpl
+    def spfcore_blocks_hit(self, request, blocks, now):
+        self.seen.append(blocks.depth.tolist())
+
+    @hookimpl
+    def spfcore_score_blocks(self, blocks, now):
+        return -blocks.depth.astype(float) + [ord(k[0]) % 3 for k in blocks.keys]
+
+
+def test_chain_only_runtime_decides_as_the_full_table_and_refuses_other_columns():
+    """capability chain-only (contract 1.4): the table keeps keys, parents and
+    depths (no request id, session, token count, access count or time
+    written), decisions are those of the full table, and reading another
+    column fails naming the capability."""
+    runs = []
+    for chain_only in (False, True):
+        pol = ChainOnly()
+        rt = runtime_for(pol, num_blocks=8, chain_only=chain_only)
+        c = MiniCache(rt, 0)
+        runs.append(([c.serve(k, s) for k, s in SCRIPT], c.hits, pol.seen, sorted(rt.by_key.items(), key=str)))
+        assert rt.track and rt.table.kept == (frozenset({"key", "parent", "depth"}) if chain_only else None)
+        t = rt.table
+        other = [i for i in range(8) if t.request_id[i] is not None or t.access_count[i] or t.stored_at[i]
+                 or t.num_tokens[i] or t.session[i] != -1]
+        assert bool(other) is not chain_only  # chain-only: none of the other columns ever written
+    assert runs[0] == runs[1]
+    assert sum(len(e) for e in runs[0][0]) > 5  # the script does evict
+    batch = BlockBatch(BlockTable(4, chain_only=True), [0, 1])
+    assert batch.depth.tolist() == [0, 0] and batch.parents == [None, None] and batch.keys == [None, None]
+    for col in ("request_ids", "access_count", "last_access", "stored_at", "session", "num_tokens"):
+        with pytest.raises(AttributeError, match=f"BlockBatch.{col}: the policy declared capability 'chain-only'"):
+            getattr(batch, col)
+    with pytest.raises(AttributeError, match="per-block views"):
+        list(batch)
+    assert batch.table.depth is batch._table.depth and batch.table.parent is batch._table.parent
+    for col in ("access_count", "session", "sessions", "request_id", "view"):
+        with pytest.raises(AttributeError, match=f"BlockBatch.table.{col}: the policy declared capability 'chain-only'"):
+            getattr(batch.table, col)
+    # keys-only wins over chain-only
+    assert BlockTable(4, keys_only=True, chain_only=True).kept == frozenset({"key"})
+
+
+def test_belady_and_spf_declare_chain_only_and_the_runtime_honours_it():
+    for name in ("belady_oracle", "spf_expected_utility"):
+        rt = PolicyRuntime.for_policy(name, 16, 4)
+        assert rt.track and rt._chain_only and rt.table.capability == "chain-only"
+
+
 def test_session_ttl_and_frequency_declare_keys_only_and_the_runtime_honours_it():
     for name in ("session_ttl", "frequency"):
         rt = PolicyRuntime.for_policy(name, 16, 4)
         assert not rt.track and rt.table.keys_only
-    assert PolicyRuntime.for_policy("spf_expected_utility", 16, 4).track  # reads depths: the full table
+    assert PolicyRuntime.for_policy("spf_expected_utility", 16, 4).track  # reads depths: keys, parents, depths
 
 
 

@@ -225,8 +225,9 @@ def test_one_policy_class_delegates_per_variant():
         assert ("spfcore_blocks_hit" in names) is not has_hints
         assert pol.spfcore_score_blocks.__self__ is pol.impl  # no wrapper call
     assert ExpectedUtilityPolicy().params.variant == "utility"
-    assert ExpectedUtilityPolicy.capabilities == {"scoring"} == ExpectedUtilityPolicy().capabilities
-    assert ExpectedUtilityPolicy(UtilityParams(variant="seed")).capabilities == {"sessions", "prefetch", "pins", "scoring"}
+    assert ExpectedUtilityPolicy.capabilities == {"scoring", "chain-only"} == ExpectedUtilityPolicy().capabilities
+    assert ExpectedUtilityPolicy(UtilityParams(variant="seed")).capabilities == {"sessions", "prefetch", "pins", "scoring",
+                                                                                 "chain-only"}
     assert isinstance(ExpectedUtilityPolicy().impl, UtilityPolicy)
 
 

@@ -68,8 +68,9 @@ class BeladyOraclePolicy:
     """
 
     name = "belady_oracle"
-    contract = "1.0"  # the spfcore contract version this policy is written for
-    capabilities = frozenset({"needs-future", "scoring"})
+    contract = "1.4"  # the spfcore contract version this policy is written for (1.4: chain-only)
+    # chain-only: the hooks read blocks.keys and blocks.depth alone, so the runtime writes no other column
+    capabilities = frozenset({"needs-future", "scoring", "chain-only"})
     Params = BeladyParams
 
     def __init__(self, params: BeladyParams | None = None) -> None:

@@ -131,7 +131,8 @@ class SeedPolicy:
     test's ``BlockBatch.of``) is scored by hash. O(prompt blocks) per arrival.
     """
 
-    capabilities = frozenset({"sessions", "prefetch", "pins", "scoring"})
+    # chain-only: the hooks read keys and ids alone (and the table's identity), contract 1.4
+    capabilities = frozenset({"sessions", "prefetch", "pins", "scoring", "chain-only"})
 
     def __init__(self, params: ExpectedUtilityParams | None = None) -> None:
         self.params = params or ExpectedUtilityParams(variant="seed")
@@ -382,7 +383,7 @@ class ExpectedUtilityPolicy:
     """
 
     name = "spf_expected_utility"
-    contract = "1.0"  # the spfcore contract version this policy is written for
+    contract = "1.4"  # the spfcore contract version this policy is written for (1.4: chain-only)
     capabilities = UtilityPolicy.capabilities
     Params = ExpectedUtilityParams
 

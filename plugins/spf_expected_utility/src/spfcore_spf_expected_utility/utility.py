@@ -246,7 +246,9 @@ class UtilityPolicy:
         params: :class:`ExpectedUtilityParams`; only its ``utility`` fields are read.
     """
 
-    capabilities = frozenset({"scoring"})
+    # chain-only: the hooks read keys, ids, depth and parents (blocks and table) alone, so the runtime
+    # writes no other column (contract 1.4)
+    capabilities = frozenset({"scoring", "chain-only"})
 
     def __init__(self, params: ExpectedUtilityParams | None = None) -> None:
         self.params = p = params or ExpectedUtilityParams()
