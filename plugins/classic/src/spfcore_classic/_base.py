@@ -80,6 +80,9 @@ class ClassicPolicy:
         # :meth:`walk` found without an evictable block (see there)
         self._stuck: dict[int, list] = {}
         self._calls = 0  # spfcore_evict_blocks calls so far
+        # block hash -> [(order, id)] of the blocks with that hash that a walk parked (Ring.take) because
+        # the hash had a cached child; woken when it loses the last one (entries may be stale: checked then)
+        self._parked: dict[object, list] = {}
         self.configure(capacity)
 
     def configure(self, capacity: int) -> None:  # pragma: no cover - abstract
@@ -135,19 +138,13 @@ class ClassicPolicy:
                     if len(memo[5]) <= 8:  # a few woken blocks: found without a walk
                         return self._woken(order, memo)
                 del stuck[id(order)]  # a block entered it, or many woke: walked from its end
-        free, kids, key = self._free, self.kids, self.key
-        for i in order:
-            if i in free and not kids.get(key[i]):
-                order.rotate_to(i)  # the blocks passed over go to the newest end
-                return i
-        busy, wait = set(), {}
-        for j in order:
-            if j in free:
-                wait.setdefault(key[j], []).append(j)
-            else:
-                busy.add(j)
+        # the blocks passed over go to the newest end (a rotation); those with a cached child are parked
+        i = order.take(self._free, self.kids, self.key, self._parked)
+        if i is not None:
+            return i
+        # every active block is a leaf in use now (the others are parked, waiting on their hashes)
         # [order, its length, busy ids, wait hash -> its ids, the call it was last checked in, woken ids]
-        stuck[id(order)] = [order, len(order), busy, wait, self._calls, set()]
+        stuck[id(order)] = [order, len(order), set(order.active()), {}, self._calls, set()]
         return None
 
     def _woken(self, order: Ring, memo: list) -> int | None:
@@ -251,6 +248,18 @@ class ClassicPolicy:
         if self._stuck:
             self._entered(ids)
 
+    def _wake(self, pk: list, p) -> None:
+        """The parked blocks ``pk`` (``[(order, id)]``) of hash ``p``, which lost its last cached child:
+        those still parked there under ``p`` become active again (and woken in their order's memory)."""
+        key, stuck = self.key, self._stuck
+        for order, j in pk:
+            if j in order and order.is_parked(j) and key.get(j) == p:
+                order.wake(j)
+                if stuck:
+                    m = stuck.get(id(order))
+                    if m is not None:
+                        m[5].add(j)
+
     def _entered(self, ids) -> None:
         """Blocks that may have entered a remembered order (:meth:`walk`) join its ``busy`` set; a
         memory whose ``busy`` outgrows its order is dropped (a walk then costs no more than its recheck)."""
@@ -269,7 +278,7 @@ class ClassicPolicy:
         if not self.memo_across_calls:
             stuck.clear()  # the free set changed since the last call
         out = []
-        kids, key, parent, victim = self.kids, self.key, self.parent, self.victim
+        kids, key, parent, victim, parked = self.kids, self.key, self.parent, self.victim, self._parked
         for _ in range(n):
             i = victim()
             out.append(i)
@@ -285,6 +294,9 @@ class ClassicPolicy:
                         for m in stuck.values():
                             if p in m[3]:
                                 m[5].update(m[3].pop(p))
+                    pk = parked.pop(p, None)
+                    if pk is not None:
+                        self._wake(pk, p)
         if not self.memo_across_calls:
             stuck.clear()
         elif stuck:  # an order that gained blocks in this call (its length changed) is walked again

@@ -36,13 +36,17 @@ class Ring(dict):
     """An order of distinct hashable items, first = eviction end (the oldest
     or least recently used), last = newest.
 
-    A ``dict`` of item -> ``[item before, item after, label]`` (the first
-    item's "before" is the last; see the module for the label), so that
+    A ``dict`` of item -> ``[item before, item after, label, active item
+    before, active item after]`` (the first item's "before" is the last; see
+    the module for the label; the last two are ``None`` for a parked item,
+    and ``ahead`` is the first active item from the head on), so that
     ``len`` and ``in`` cost what a dict's do; change it only through the
     methods below (``dict``'s own writers would break the ring), and iterate
     over the ring itself (in its order; ``keys()`` is not in it).
 
-    Costs: :meth:`remove`, :meth:`rotate_to` O(1); :meth:`append`,
+    Costs: :meth:`remove`, :meth:`rotate_to`, :meth:`park` O(1); :meth:`take`
+    O(the active items it passes); :meth:`wake` O(the parked items next to
+    the woken one, on its nearer side); :meth:`append`,
     :meth:`move_to_end` O(1) but for the labels made room for now and then
     (amortized O(log n); on issue 19's scale trace one in 40-70 insertions
     relabels, ~20 items each); :meth:`first_of` O(its items); iteration
@@ -51,11 +55,13 @@ class Ring(dict):
     then rotates).
     """
 
-    __slots__ = ("head",)
+    __slots__ = ("head", "ahead", "nact")
 
     def __init__(self, items: Iterable[Hashable] = ()) -> None:
         super().__init__()
         self.head = None  # the first item (None when empty)
+        self.ahead = None  # the first active item from the head on (None when none is active)
+        self.nact = 0  # active items
         self.extend(items)
 
     def __iter__(self) -> Iterator:
@@ -88,7 +94,15 @@ class Ring(dict):
 
     def clear(self) -> None:
         super().clear()
-        self.head = None
+        self.head = self.ahead = None
+        self.nact = 0
+
+    def active(self) -> Iterator:
+        """The active (not parked) items, in the ring's order from the head."""
+        i = self.ahead
+        for _ in range(self.nact):
+            yield i
+            i = self[i][4]
 
     def append(self, item) -> None:
         """Put ``item`` (not in the ring) last. Raises ``KeyError`` if it is in the ring."""
@@ -96,15 +110,26 @@ class Ring(dict):
             raise KeyError(item)
         h = self.head
         if h is None:
-            self.head = item
-            self[item] = [item, item, 0]
+            self.head = self.ahead = item
+            self[item] = [item, item, 0, item, item]
+            self.nact = 1
             return
         first = self[h]
         t = first[0]
         last = self[t]
         gap = (first[2] - last[2]) & MASK or SPAN  # labels from the last to the first (all of them: one item)
         step = STEP if gap > 2 * STEP else gap >> 1
-        self[item] = [t, h, (last[2] + step) & MASK if step else self._make_room(t, len(self))]
+        label = (last[2] + step) & MASK if step else self._make_room(t, len(self))
+        a = self.ahead  # the last active item, then the first
+        if a is None:
+            self[item] = [t, h, label, item, item]
+            self.ahead = item
+        else:
+            an = self[a]
+            ap = an[3]
+            self[item] = [t, h, label, ap, a]
+            self[ap][4] = an[3] = item
+        self.nact += 1
         last[1] = first[0] = item
 
     def extend(self, items: Iterable[Hashable]) -> None:
@@ -114,14 +139,24 @@ class Ring(dict):
 
     def remove(self, item) -> None:
         """Take ``item`` out. Raises ``KeyError`` if it is not in the ring."""
-        p, n, _ = self.pop(item)
+        p, n, _, ap, an = self.pop(item)
         if n == item:  # the only one
-            self.head = None
+            self.head = self.ahead = None
+            self.nact = 0
             return
         self[p][1] = n
         self[n][0] = p
         if self.head == item:
             self.head = n
+        if ap is not None:  # active
+            self.nact -= 1
+            if an == item:
+                self.ahead = None
+            else:
+                self[ap][4] = an
+                self[an][3] = ap
+                if self.ahead == item:
+                    self.ahead = an
 
     def move_to_end(self, item) -> None:
         """Make ``item`` (in the ring) the last; O(1) (the first: a rotation by one)."""
@@ -129,8 +164,10 @@ class Ring(dict):
         node = self[item]
         if item == h:
             self.head = node[1]
+            if item == self.ahead:  # (an active first item is ahead; it stays where it is among them)
+                self.ahead = node[4]
         elif node[1] != h:  # not the last already: unlinked, and linked in before the first
-            p, n, _ = node
+            p, n = node[0], node[1]
             self[p][1] = n
             self[n][0] = p
             first = self[h]
@@ -138,16 +175,139 @@ class Ring(dict):
             last = self[t]
             gap = (first[2] - last[2]) & MASK
             step = STEP if gap > 2 * STEP else gap >> 1
-            node[:] = t, h, (last[2] + step) & MASK if step else self._make_room(t, len(self) - 1)
+            node[0], node[1], node[2] = t, h, (last[2] + step) & MASK if step else self._make_room(t, len(self) - 1)
             last[1] = first[0] = item
+            ap = node[3]
+            if ap is not None and self.nact > 1:  # active: the last active item too
+                an = node[4]
+                a = self.ahead
+                if a == item:
+                    a = self.ahead = an
+                if an != a:  # not the last active item already
+                    self[ap][4] = an
+                    self[an][3] = ap
+                    na = self[a]
+                    ap = na[3]
+                    node[3], node[4] = ap, a
+                    self[ap][4] = na[3] = item
 
     def rotate_to(self, item) -> None:
         """Make ``item`` (in the ring) the first: the items before it move to
         the end, in their order (as a walk that passes over them moves them);
         O(1). Raises ``KeyError`` if it is not in the ring."""
-        if item not in self:
-            raise KeyError(item)
+        node = self[item]
         self.head = item
+        if node[3] is not None:
+            self.ahead = item
+        elif self.nact:  # a parked item: the first active one after it
+            self.ahead = self._next_active(item)
+
+    def _next_active(self, item):
+        """The first active item after ``item`` (there is one), going round."""
+        node = self[self[item][1]]
+        while node[3] is None:
+            node = self[node[1]]
+        return self[node[3]][4]
+
+    def park(self, item) -> None:
+        """Take ``item`` (active) out of the active items; it keeps its place in the order."""
+        node = self[item]
+        ap, an = node[3], node[4]
+        node[3] = node[4] = None
+        self.nact -= 1
+        if an == item:
+            self.ahead = None
+            return
+        self[ap][4] = an
+        self[an][3] = ap
+        if self.ahead == item:
+            self.ahead = an
+
+    def is_parked(self, item) -> bool:
+        """``item`` (in the ring) is parked."""
+        return self[item][3] is None
+
+    def wake(self, item) -> None:
+        """Make ``item`` (parked) active again, between its nearest active
+        neighbours in the order: found by label from both ends of the active
+        items and, in the order, from ``item`` on both sides, all four in
+        step (the first to arrive decides). The usual case, a block woken
+        near the head or the end, is O(1)."""
+        node = self[item]
+        if not self.nact:
+            node[3] = node[4] = item
+            self.ahead = item
+            self.nact = 1
+            return
+        h = self[self.head][2]
+        x = (node[2] - h) & MASK  # item's position from the head
+        a = self.ahead
+        fa = self[a]
+        z = fa[3]  # the last active item
+        fz = self[z]
+        if x < (fa[2] - h) & MASK:  # between the head and the first active item
+            p, s = z, a
+            self.ahead = item
+        elif x > (fz[2] - h) & MASK:  # after the last active item
+            p, s = z, a
+        else:
+            f, b = self[node[1]], self[node[0]]
+            fa, fz = self[fa[4]], self[fz[3]]  # a < item < z: from the second and the last but one
+            while True:
+                if f[3] is not None:  # f is active: item goes before it
+                    p = f[3]
+                    s = self[p][4]
+                    break
+                if b[3] is not None:  # b is active: item goes after it
+                    s = b[4]
+                    p = self[s][3]
+                    break
+                if (fa[2] - h) & MASK > x:  # the first active item after item
+                    p = fa[3]
+                    s = self[p][4]
+                    break
+                if (fz[2] - h) & MASK < x:  # the last active item before item
+                    s = fz[4]
+                    p = self[s][3]
+                    break
+                f, b, fa, fz = self[f[1]], self[b[0]], self[fa[4]], self[fz[3]]
+        node[3], node[4] = p, s
+        self[p][4] = self[s][3] = item
+        self.nact += 1
+
+    def take(self, free, kids, key, parked) -> Hashable | None:
+        """The walk of the classic policies (:meth:`ClassicPolicy.walk
+        <spfcore_classic._base.ClassicPolicy.walk>`) over the active items:
+        the first item ``i`` in ``free`` with no cached child
+        (``kids.get(key[i])`` falsy) becomes the first (:meth:`rotate_to`)
+        and is returned; each item passed that has a cached child is parked
+        and ``(self, i)`` appended to ``parked[key[i]]`` (its owner wakes it
+        when that hash loses its last child). ``None`` when no active item is
+        evictable (the order is left as it is; every active item is then a
+        leaf not in ``free``)."""
+        i = self.ahead
+        for _ in range(self.nact):
+            node = self[i]
+            k = key[i]
+            if kids.get(k):
+                parked.setdefault(k, []).append((self, i))
+                ap, an = node[3], node[4]
+                node[3] = node[4] = None
+                self.nact -= 1
+                if an == i:
+                    self.ahead = None
+                    return None
+                self[ap][4] = an
+                self[an][3] = ap
+                if self.ahead == i:
+                    self.ahead = an
+                i = an
+            elif i in free:
+                self.head = self.ahead = i
+                return i
+            else:
+                i = node[4]
+        return None
 
     def first_of(self, items: Iterable[Hashable]):
         """The one of ``items`` (all in the ring, at least one) nearest the
