@@ -254,3 +254,37 @@ def test_ring_parking_keeps_the_order_and_the_active_items(seed, step_bits, monk
             assert all(r.is_parked(i) for i in book)
         assert len(r) == len(od)
         assert list(r) == list(od) and _active_ok(r) and _rising(r), step
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ring_extend_links_a_batch_as_appends_one_by_one(seed):
+    # extend()'s one-pass linking (a list that fits in the labels) gives append()'s labels, order
+    # and active items, also with parked items and with none active
+    rng = random.Random(seed)
+    r, ref = Ring(), Ring()
+    fresh = iter(range(10**9))
+    for step in range(400):
+        op = rng.random()
+        if op < 0.4 or not len(r):
+            new = [next(fresh) for _ in range(rng.randint(1, 7))]
+            r.extend(new)
+            for i in new:
+                ref.append(i)
+        elif op < 0.6:
+            i = rng.choice(list(r))
+            r.rotate_to(i), ref.rotate_to(i)
+        elif op < 0.7:
+            i = rng.choice(list(r))
+            r.remove(i), ref.remove(i)
+        elif op < 0.9 and r.nact:
+            i = rng.choice(list(r.active()))
+            r.park(i), ref.park(i)
+        elif len(r):
+            ps = [i for i in r if r.is_parked(i)]
+            if ps:
+                i = rng.choice(ps)
+                r.wake(i), ref.wake(i)
+        assert dict.__eq__(r, ref) and (r.head, r.ahead, r.nact) == (ref.head, ref.ahead, ref.nact), step
+        assert _active_ok(r)
+    with pytest.raises(KeyError):
+        r.extend([next(fresh), next(iter(r))])

@@ -133,9 +133,42 @@ class Ring(dict):
         last[1] = first[0] = item
 
     def extend(self, items: Iterable[Hashable]) -> None:
-        """:meth:`append` each of ``items``, in order."""
-        for i in items:
-            self.append(i)
+        """:meth:`append` each of ``items``, in order (a list of new items
+        that fits in the labels between the last item and the first: linked
+        in one pass, the labels :meth:`append` would give)."""
+        h = self.head
+        if h is None or type(items) is not list or len(items) < 2 or not self.keys().isdisjoint(items) \
+                or len(set(items)) != len(items):
+            for i in items:
+                self.append(i)
+            return
+        first = self[h]
+        t = first[0]
+        last = self[t]
+        lab = last[2]
+        if (first[2] - lab) & MASK <= 2 * STEP * len(items):  # room for some only: one by one
+            for i in items:
+                self.append(i)
+            return
+        if self.ahead is None:  # no active item: the first new one starts them
+            i0 = items[0]
+            lab = (lab + STEP) & MASK
+            last[1] = first[0] = i0
+            t, last = i0, [t, h, lab, i0, i0]
+            self[i0] = last
+            self.ahead, self.nact = i0, 1
+            items = items[1:]
+        a = self.ahead
+        ap = self[a][3]  # the last active item
+        pl = self[ap]
+        for i in items:  # each linked after the last item and the last active one
+            lab = (lab + STEP) & MASK
+            node = self[i] = [t, h, lab, ap, a]
+            last[1] = pl[4] = i
+            t = ap = i
+            last = pl = node
+        first[0] = self[a][3] = t
+        self.nact += len(items)
 
     def remove(self, item) -> None:
         """Take ``item`` out. Raises ``KeyError`` if it is not in the ring."""
