@@ -11,7 +11,7 @@ from collections import OrderedDict
 import pytest
 
 from spfcore_classic import _ring
-from spfcore_classic._ring import Ring
+from spfcore_classic._ring import ParkingRing, Ring
 
 
 def _rising(r: Ring) -> bool:
@@ -196,7 +196,7 @@ def test_ring_equality_and_copy_follow_the_order():
     assert list(r) == [2, 3, 1] and list(c) == [3, 1, 2]  # no shared nodes
 
 
-def _active_ok(r: Ring) -> bool:
+def _active_ok(r: ParkingRing) -> bool:
     """The active items are the ring's unparked ones, in its order from the head (issue 19e)."""
     want = [i for i in r if not r.is_parked(i)]
     return list(r.active()) == want and r.nact == len(want) and r.ahead == (want[0] if want else None)
@@ -215,7 +215,7 @@ def test_ring_parking_keeps_the_order_and_the_active_items(seed, step_bits, monk
         monkeypatch.setattr(_ring, "MASK", (1 << 16) - 1)
         monkeypatch.setattr(_ring, "CAP", [(4 / 3) ** k for k in range(17)])
     rng = random.Random(seed)
-    r, od = Ring(), OrderedDict()
+    r, od = ParkingRing(), OrderedDict()
     fresh = iter(range(10**9))
     for step in range(3000):
         op = rng.random()
@@ -261,7 +261,7 @@ def test_ring_extend_links_a_batch_as_appends_one_by_one(seed):
     # extend()'s one-pass linking (a list that fits in the labels) gives append()'s labels, order
     # and active items, also with parked items and with none active
     rng = random.Random(seed)
-    r, ref = Ring(), Ring()
+    r, ref = ParkingRing(), ParkingRing()
     fresh = iter(range(10**9))
     for step in range(400):
         op = rng.random()

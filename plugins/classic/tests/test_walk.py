@@ -92,9 +92,9 @@ def test_walk_memory_across_calls_wakes_on_release_entry_and_lost_child():
     _fresh(p, {1: "p", 2: "q", 3: "r", 4: "c"}, {1: None, 2: None, 3: None, 4: "r"}, {"r": 1})
     p.a.extend([1, 3])  # 1 in use, 3 waits on its child 4
     p.b.extend([2, 4])
-    assert p.spfcore_evict_blocks(1, {2: None, 3: None}, 0.0) == [2]  # a remembered: 1 busy, 3 parked on "r"
+    assert p.spfcore_evict_blocks(1, {2: None, 3: None}, 0.0) == [2]  # a remembered: 1 busy, "r" waited on
     memo = p._stuck[id(p.a)]
-    assert memo[2] == {1} and memo[3] == {} and p._parked == {"r": [(p.a, 3)]} and p.a.is_parked(3)
+    assert memo[2] == {1} and memo[3] == {"r": [3]}
     # next call, nothing released: a is not walked again (b's 4 is in use, a answers from memory: no victim)
     with pytest.raises(AssertionError, match="no evictable"):
         p.spfcore_evict_blocks(1, {3: None}, 0.0)

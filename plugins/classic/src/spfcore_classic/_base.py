@@ -30,7 +30,7 @@ from collections import OrderedDict
 import attrs
 
 from spfcore import hookimpl
-from spfcore_classic._ring import Ring
+from spfcore_classic._ring import ParkingRing, Ring
 
 
 @attrs.frozen
@@ -97,6 +97,18 @@ class ClassicPolicy:
         if it has none; :meth:`first_evictable` with :meth:`evictable`, the
         blocks passed over moved to the newest end by one rotation (O(1)).
 
+        In a :class:`~spfcore_classic._ring.ParkingRing` (S3-FIFO's queues), a
+        block passed over because its hash has a cached child is *parked*
+        (:meth:`ParkingRing.take <spfcore_classic._ring.ParkingRing.take>`): later walks
+        skip it until that hash loses its last child, when
+        :meth:`spfcore_evict_blocks` wakes it (:meth:`ParkingRing.wake
+        <spfcore_classic._ring.ParkingRing.wake>`) at its place in the order. The
+        roots of long-lived prefixes keep a child for ever, and S3-FIFO's
+        small queue, walked lap after lap, passed ~14 of them per victim on
+        issue 19's 150k-request trace (more the longer the trace: cells grew
+        faster than their evictions); parked, each is passed once. The order,
+        and so every victim, is the same.
+
         An order found without an evictable block is remembered, with what
         could wake it, and not walked again until then (without this, a list
         full of blocks in use or with cached children made every victim walk
@@ -138,13 +150,26 @@ class ClassicPolicy:
                     if len(memo[5]) <= 8:  # a few woken blocks: found without a walk
                         return self._woken(order, memo)
                 del stuck[id(order)]  # a block entered it, or many woke: walked from its end
-        # the blocks passed over go to the newest end (a rotation); those with a cached child are parked
-        i = order.take(self._free, self.kids, self.key, self._parked)
-        if i is not None:
-            return i
-        # every active block is a leaf in use now (the others are parked, waiting on their hashes)
-        # [order, its length, busy ids, wait hash -> its ids, the call it was last checked in, woken ids]
-        stuck[id(order)] = [order, len(order), set(order.active()), {}, self._calls, set()]
+        free, kids, key = self._free, self.kids, self.key
+        if type(order) is ParkingRing:  # those passed with a cached child are parked
+            i = order.take(free, kids, key, self._parked)
+            if i is not None:
+                return i
+            # every active block is a leaf in use now (the others are parked, waiting on their hashes)
+            # [order, its length, busy ids, wait hash -> its ids, the call it was last checked in, woken ids]
+            stuck[id(order)] = [order, len(order), set(order.active()), {}, self._calls, set()]
+            return None
+        for i in order:
+            if i in free and not kids.get(key[i]):
+                order.rotate_to(i)  # the blocks passed over go to the newest end
+                return i
+        busy, wait = set(), {}
+        for j in order:
+            if j in free:
+                wait.setdefault(key[j], []).append(j)
+            else:
+                busy.add(j)
+        stuck[id(order)] = [order, len(order), busy, wait, self._calls, set()]
         return None
 
     def _woken(self, order: Ring, memo: list) -> int | None:

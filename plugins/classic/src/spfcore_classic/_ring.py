@@ -36,17 +36,13 @@ class Ring(dict):
     """An order of distinct hashable items, first = eviction end (the oldest
     or least recently used), last = newest.
 
-    A ``dict`` of item -> ``[item before, item after, label, active item
-    before, active item after]`` (the first item's "before" is the last; see
-    the module for the label; the last two are ``None`` for a parked item,
-    and ``ahead`` is the first active item from the head on), so that
+    A ``dict`` of item -> ``[item before, item after, label]`` (the first
+    item's "before" is the last; see the module for the label), so that
     ``len`` and ``in`` cost what a dict's do; change it only through the
     methods below (``dict``'s own writers would break the ring), and iterate
     over the ring itself (in its order; ``keys()`` is not in it).
 
-    Costs: :meth:`remove`, :meth:`rotate_to`, :meth:`park` O(1); :meth:`take`
-    O(the active items it passes); :meth:`wake` O(the parked items next to
-    the woken one, on its nearer side); :meth:`append`,
+    Costs: :meth:`remove`, :meth:`rotate_to` O(1); :meth:`append`,
     :meth:`move_to_end` O(1) but for the labels made room for now and then
     (amortized O(log n); on issue 19's scale trace one in 40-70 insertions
     relabels, ~20 items each); :meth:`first_of` O(its items); iteration
@@ -55,13 +51,11 @@ class Ring(dict):
     then rotates).
     """
 
-    __slots__ = ("head", "ahead", "nact")
+    __slots__ = ("head",)
 
     def __init__(self, items: Iterable[Hashable] = ()) -> None:
         super().__init__()
         self.head = None  # the first item (None when empty)
-        self.ahead = None  # the first active item from the head on (None when none is active)
-        self.nact = 0  # active items
         self.extend(items)
 
     def __iter__(self) -> Iterator:
@@ -94,8 +88,143 @@ class Ring(dict):
 
     def clear(self) -> None:
         super().clear()
+        self.head = None
+
+    def append(self, item) -> None:
+        """Put ``item`` (not in the ring) last. Raises ``KeyError`` if it is in the ring."""
+        if item in self:
+            raise KeyError(item)
+        h = self.head
+        if h is None:
+            self.head = item
+            self[item] = [item, item, 0]
+            return
+        first = self[h]
+        t = first[0]
+        last = self[t]
+        gap = (first[2] - last[2]) & MASK or SPAN  # labels from the last to the first (all of them: one item)
+        step = STEP if gap > 2 * STEP else gap >> 1
+        self[item] = [t, h, (last[2] + step) & MASK if step else self._make_room(t, len(self))]
+        last[1] = first[0] = item
+
+    def extend(self, items: Iterable[Hashable]) -> None:
+        """:meth:`append` each of ``items``, in order."""
+        for i in items:
+            self.append(i)
+
+    def remove(self, item) -> None:
+        """Take ``item`` out. Raises ``KeyError`` if it is not in the ring."""
+        p, n, _ = self.pop(item)
+        if n == item:  # the only one
+            self.head = None
+            return
+        self[p][1] = n
+        self[n][0] = p
+        if self.head == item:
+            self.head = n
+
+    def move_to_end(self, item) -> None:
+        """Make ``item`` (in the ring) the last; O(1) (the first: a rotation by one)."""
+        h = self.head
+        node = self[item]
+        if item == h:
+            self.head = node[1]
+        elif node[1] != h:  # not the last already: unlinked, and linked in before the first
+            p, n, _ = node
+            self[p][1] = n
+            self[n][0] = p
+            first = self[h]
+            t = first[0]
+            last = self[t]
+            gap = (first[2] - last[2]) & MASK
+            step = STEP if gap > 2 * STEP else gap >> 1
+            node[:] = t, h, (last[2] + step) & MASK if step else self._make_room(t, len(self) - 1)
+            last[1] = first[0] = item
+
+    def rotate_to(self, item) -> None:
+        """Make ``item`` (in the ring) the first: the items before it move to
+        the end, in their order (as a walk that passes over them moves them);
+        O(1). Raises ``KeyError`` if it is not in the ring."""
+        if item not in self:
+            raise KeyError(item)
+        self.head = item
+
+    def first_of(self, items: Iterable[Hashable]):
+        """The one of ``items`` (all in the ring, at least one) nearest the
+        first item: O(len(items)), by labels."""
+        h = self[self.head][2]
+        return min(items, key=lambda i: (self[i][2] - h) & MASK)
+
+    def _make_room(self, t, n: int) -> int:
+        """Spread the labels around the point after ``t``, the last of the
+        ``n`` items linked in the ring, so that one more fits there; returns
+        the new item's label.
+
+        The range relabeled is the smallest aligned range of ``2**k`` labels
+        holding ``t``'s label whose items, with the new one, number at most
+        ``CAP[k]`` (all of them at ``k = BITS``); its items are a stretch of
+        the ring around that point (labels rise from the head), relabeled
+        evenly in their order."""
+        lt = self[t][2]
+        back, fwd = [self[t]], []  # the stretch's nodes: from t backwards, and from the head forwards
+        for k in range(1, BITS + 1):
+            a = lt >> k << k
+            b = a + (1 << k)
+            node = self[back[-1][0]]
+            while len(back) + len(fwd) < n and a <= node[2] < b:
+                back.append(node)
+                node = self[node[0]]
+            node = self[fwd[-1][1]] if fwd else self[self.head]
+            while len(back) + len(fwd) < n and a <= node[2] < b:
+                fwd.append(node)
+                node = self[node[1]]
+            m = len(back) + len(fwd) + 1
+            if m <= CAP[k] or k == BITS:
+                break
+        gap = (b - a) // m
+        back.reverse()
+        for r, node in enumerate(back):
+            node[2] = a + r * gap + (gap >> 1)
+        for r, node in enumerate(fwd, len(back) + 1):
+            node[2] = a + r * gap + (gap >> 1)
+        return a + len(back) * gap + (gap >> 1)
+
+
+class ParkingRing(Ring):
+    """A :class:`Ring` with parked items (see the module): a second list
+    threaded through the ring holds the active (not parked) items, in the
+    ring's order. A ``dict`` of item -> ``[item before, item after, label,
+    active item before, active item after]`` (the last two ``None`` for a
+    parked item); ``ahead`` is the first active item from the head on,
+    ``nact`` the number of active items.
+
+    Costs: as :class:`Ring`, each link also made in the active list;
+    :meth:`park` O(1); :meth:`take` O(the active items it passes);
+    :meth:`wake` O(1) for an item before the first or after the last active
+    one, else O(the fewest items between it and an active one: parked ones
+    in the order on either side, or active ones from either end).
+    """
+
+    __slots__ = ("ahead", "nact")
+
+    def __init__(self, items: Iterable[Hashable] = ()) -> None:
+        super().__init__()
+        self.head = None  # the first item (None when empty)
+        self.ahead = None  # the first active item from the head on (None when none is active)
+        self.nact = 0  # active items
+        self.extend(items)
+
+
+    def copy(self) -> ParkingRing:
+        """A new ring of the same items in the same order, all active."""
+        return ParkingRing(self)
+
+
+    def clear(self) -> None:
+        super().clear()
         self.head = self.ahead = None
         self.nact = 0
+
 
     def active(self) -> Iterator:
         """The active (not parked) items, in the ring's order from the head."""
@@ -103,6 +232,7 @@ class Ring(dict):
         for _ in range(self.nact):
             yield i
             i = self[i][4]
+
 
     def append(self, item) -> None:
         """Put ``item`` (not in the ring) last. Raises ``KeyError`` if it is in the ring."""
@@ -131,6 +261,7 @@ class Ring(dict):
             self[ap][4] = an[3] = item
         self.nact += 1
         last[1] = first[0] = item
+
 
     def extend(self, items: Iterable[Hashable]) -> None:
         """:meth:`append` each of ``items``, in order (a list of new items
@@ -170,6 +301,7 @@ class Ring(dict):
         first[0] = self[a][3] = t
         self.nact += len(items)
 
+
     def remove(self, item) -> None:
         """Take ``item`` out. Raises ``KeyError`` if it is not in the ring."""
         p, n, _, ap, an = self.pop(item)
@@ -190,6 +322,7 @@ class Ring(dict):
                 self[an][3] = ap
                 if self.ahead == item:
                     self.ahead = an
+
 
     def move_to_end(self, item) -> None:
         """Make ``item`` (in the ring) the last; O(1) (the first: a rotation by one)."""
@@ -224,6 +357,7 @@ class Ring(dict):
                     node[3], node[4] = ap, a
                     self[ap][4] = na[3] = item
 
+
     def rotate_to(self, item) -> None:
         """Make ``item`` (in the ring) the first: the items before it move to
         the end, in their order (as a walk that passes over them moves them);
@@ -235,12 +369,14 @@ class Ring(dict):
         elif self.nact:  # a parked item: the first active one after it
             self.ahead = self._next_active(item)
 
+
     def _next_active(self, item):
         """The first active item after ``item`` (there is one), going round."""
         node = self[self[item][1]]
         while node[3] is None:
             node = self[node[1]]
         return self[node[3]][4]
+
 
     def park(self, item) -> None:
         """Take ``item`` (active) out of the active items; it keeps its place in the order."""
@@ -256,9 +392,11 @@ class Ring(dict):
         if self.ahead == item:
             self.ahead = an
 
+
     def is_parked(self, item) -> bool:
         """``item`` (in the ring) is parked."""
         return self[item][3] is None
+
 
     def wake(self, item) -> None:
         """Make ``item`` (parked) active again, between its nearest active
@@ -308,6 +446,7 @@ class Ring(dict):
         self[p][4] = self[s][3] = item
         self.nact += 1
 
+
     def take(self, free, kids, key, parked) -> Hashable | None:
         """The walk of the classic policies (:meth:`ClassicPolicy.walk
         <spfcore_classic._base.ClassicPolicy.walk>`) over the active items:
@@ -341,43 +480,3 @@ class Ring(dict):
             else:
                 i = node[4]
         return None
-
-    def first_of(self, items: Iterable[Hashable]):
-        """The one of ``items`` (all in the ring, at least one) nearest the
-        first item: O(len(items)), by labels."""
-        h = self[self.head][2]
-        return min(items, key=lambda i: (self[i][2] - h) & MASK)
-
-    def _make_room(self, t, n: int) -> int:
-        """Spread the labels around the point after ``t``, the last of the
-        ``n`` items linked in the ring, so that one more fits there; returns
-        the new item's label.
-
-        The range relabeled is the smallest aligned range of ``2**k`` labels
-        holding ``t``'s label whose items, with the new one, number at most
-        ``CAP[k]`` (all of them at ``k = BITS``); its items are a stretch of
-        the ring around that point (labels rise from the head), relabeled
-        evenly in their order."""
-        lt = self[t][2]
-        back, fwd = [self[t]], []  # the stretch's nodes: from t backwards, and from the head forwards
-        for k in range(1, BITS + 1):
-            a = lt >> k << k
-            b = a + (1 << k)
-            node = self[back[-1][0]]
-            while len(back) + len(fwd) < n and a <= node[2] < b:
-                back.append(node)
-                node = self[node[0]]
-            node = self[fwd[-1][1]] if fwd else self[self.head]
-            while len(back) + len(fwd) < n and a <= node[2] < b:
-                fwd.append(node)
-                node = self[node[1]]
-            m = len(back) + len(fwd) + 1
-            if m <= CAP[k] or k == BITS:
-                break
-        gap = (b - a) // m
-        back.reverse()
-        for r, node in enumerate(back):
-            node[2] = a + r * gap + (gap >> 1)
-        for r, node in enumerate(fwd, len(back) + 1):
-            node[2] = a + r * gap + (gap >> 1)
-        return a + len(back) * gap + (gap >> 1)
