@@ -278,7 +278,8 @@ class ClassicPolicy:
         those still parked there under ``p`` become active again (and woken in their order's memory)."""
         key, stuck = self.key, self._stuck
         for order, j in pk:
-            if j in order and order.is_parked(j) and key.get(j) == p:
+            node = order.get(j)
+            if node is not None and node[3] is None and key.get(j) == p:  # still parked there, with hash p
                 order.wake(j)
                 if stuck:
                     m = stuck.get(id(order))
