@@ -11,7 +11,7 @@ from collections import OrderedDict
 import pytest
 
 from spfcore_classic import _ring
-from spfcore_classic._ring import Ring
+from spfcore_classic._ring import ParkingRing, Ring
 
 
 def _rising(r: Ring) -> bool:
@@ -194,3 +194,97 @@ def test_ring_equality_and_copy_follow_the_order():
     assert type(c) is Ring and list(c) == [2, 3, 1] and c == r
     c.move_to_end(2)
     assert list(r) == [2, 3, 1] and list(c) == [3, 1, 2]  # no shared nodes
+
+
+def _active_ok(r: ParkingRing) -> bool:
+    """The active items are the ring's unparked ones, in its order from the head (issue 19e)."""
+    want = [i for i in r if not r.is_parked(i)]
+    return list(r.active()) == want and r.nact == len(want) and r.ahead == (want[0] if want else None)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("step_bits", [32, 3])
+def test_ring_parking_keeps_the_order_and_the_active_items(seed, step_bits, monkeypatch):
+    # random appends / hits / rotations / removals, as above, mixed with parks and wakes (most
+    # items parked, as in S3-FIFO's small queue): the order is the OrderedDict's, the active items
+    # are the unparked ones in that order, and take() finds the first "evictable" active item
+    monkeypatch.setattr(_ring, "STEP", 1 << step_bits)
+    if step_bits < 32:
+        monkeypatch.setattr(_ring, "BITS", 16)
+        monkeypatch.setattr(_ring, "SPAN", 1 << 16)
+        monkeypatch.setattr(_ring, "MASK", (1 << 16) - 1)
+        monkeypatch.setattr(_ring, "CAP", [(4 / 3) ** k for k in range(17)])
+    rng = random.Random(seed)
+    r, od = ParkingRing(), OrderedDict()
+    fresh = iter(range(10**9))
+    for step in range(3000):
+        op = rng.random()
+        parked = [i for i in od if r.is_parked(i)]
+        if op < 0.25 or not od:
+            new = [next(fresh) for _ in range(rng.randint(1, 6))]
+            r.extend(new)
+            od.update(dict.fromkeys(new))
+        elif op < 0.35:
+            i = rng.choice(list(od))
+            r.move_to_end(i)
+            od.move_to_end(i)
+        elif op < 0.45:  # rotation to an item (a parked one now and then)
+            i = rng.choice(list(od))
+            r.rotate_to(i)
+            _rotate(od, i)
+        elif op < 0.55:
+            i = next(iter(od)) if rng.random() < 0.5 else rng.choice(list(od))
+            r.remove(i)
+            del od[i]
+        elif op < 0.75 and r.nact:
+            r.park(rng.choice(list(r.active())))
+        elif op < 0.85 and parked:
+            r.wake(rng.choice(parked))
+        else:  # take: items with kids (odd here) are parked, the first even free one is taken
+            kids = {i: i % 2 for i in od}
+            free = {i for i in od if rng.random() < 0.7}
+            want = next((i for i in r.active() if not kids[i] and i in free), None)
+            passed = [] if want is None else list(r.active())[: list(r.active()).index(want)]
+            book: dict = {}
+            got = r.take(free, kids, {i: i for i in od}, book)
+            assert got == want
+            if got is not None:
+                _rotate(od, got)
+                assert all(r.is_parked(i) == bool(kids[i]) for i in passed)
+            assert all(r.is_parked(i) for i in book)
+        assert len(r) == len(od)
+        assert list(r) == list(od) and _active_ok(r) and _rising(r), step
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ring_extend_links_a_batch_as_appends_one_by_one(seed):
+    # extend()'s one-pass linking (a list that fits in the labels) gives append()'s labels, order
+    # and active items, also with parked items and with none active
+    rng = random.Random(seed)
+    r, ref = ParkingRing(), ParkingRing()
+    fresh = iter(range(10**9))
+    for step in range(400):
+        op = rng.random()
+        if op < 0.4 or not len(r):
+            new = [next(fresh) for _ in range(rng.randint(1, 7))]
+            r.extend(new)
+            for i in new:
+                ref.append(i)
+        elif op < 0.6:
+            i = rng.choice(list(r))
+            r.rotate_to(i), ref.rotate_to(i)
+        elif op < 0.7:
+            i = rng.choice(list(r))
+            r.remove(i), ref.remove(i)
+        elif op < 0.9 and r.nact:
+            i = rng.choice(list(r.active()))
+            r.park(i), ref.park(i)
+        elif len(r):
+            ps = [i for i in r if r.is_parked(i)]
+            if ps:
+                i = rng.choice(ps)
+                r.wake(i), ref.wake(i)
+        assert dict.__eq__(r, ref) and (r.head, r.ahead, r.nact) == (ref.head, ref.ahead, ref.nact), step
+        assert _active_ok(r)
+    with pytest.raises(KeyError):
+        r.extend([next(fresh), next(iter(r))])

@@ -35,7 +35,7 @@ from collections import Counter, OrderedDict
 import attrs
 
 from spfcore import hookimpl
-from spfcore_classic._ring import Ring
+from spfcore_classic._ring import ParkingRing, Ring
 
 
 class NoEvictable(RuntimeError):
@@ -93,6 +93,9 @@ class ClassicPolicy:
         # :meth:`walk` found without an evictable block (see there)
         self._stuck: dict[int, list] = {}
         self._calls = 0  # spfcore_evict_blocks calls so far
+        # block hash -> [(order, id)] of the blocks with that hash that a walk parked (Ring.take) because
+        # the hash had a cached child; woken when it loses the last one (entries may be stale: checked then)
+        self._parked: dict[object, list] = {}
         self.configure(capacity)
 
     def configure(self, capacity: int) -> None:  # pragma: no cover - abstract
@@ -106,6 +109,18 @@ class ClassicPolicy:
         """The first evictable id of ``order`` (its eviction end), or ``None``
         if it has none; :meth:`first_evictable` with :meth:`evictable`, the
         blocks passed over moved to the newest end by one rotation (O(1)).
+
+        In a :class:`~spfcore_classic._ring.ParkingRing` (S3-FIFO's queues), a
+        block passed over because its hash has a cached child is *parked*
+        (:meth:`ParkingRing.take <spfcore_classic._ring.ParkingRing.take>`): later walks
+        skip it until that hash loses its last child, when
+        :meth:`spfcore_evict_blocks` wakes it (:meth:`ParkingRing.wake
+        <spfcore_classic._ring.ParkingRing.wake>`) at its place in the order. The
+        roots of long-lived prefixes keep a child for ever, and S3-FIFO's
+        small queue, walked lap after lap, passed ~14 of them per victim on
+        issue 19's 150k-request trace (more the longer the trace: cells grew
+        faster than their evictions); parked, each is passed once. The order,
+        and so every victim, is the same.
 
         An order found without an evictable block is remembered, with what
         could wake it, and not walked again until then (without this, a list
@@ -149,6 +164,14 @@ class ClassicPolicy:
                         return self._woken(order, memo)
                 del stuck[id(order)]  # a block entered it, or many woke: walked from its end
         free, kids, key = self._free, self.kids, self.key
+        if type(order) is ParkingRing:  # those passed with a cached child are parked
+            i = order.take(free, kids, key, self._parked)
+            if i is not None:
+                return i
+            # every active block is a leaf in use now (the others are parked, waiting on their hashes)
+            # [order, its length, busy ids, wait hash -> its ids, the call it was last checked in, woken ids]
+            stuck[id(order)] = [order, len(order), set(order.active()), {}, self._calls, set()]
+            return None
         for i in order:
             if i in free and not kids.get(key[i]):
                 order.rotate_to(i)  # the blocks passed over go to the newest end
@@ -159,7 +182,6 @@ class ClassicPolicy:
                 wait.setdefault(key[j], []).append(j)
             else:
                 busy.add(j)
-        # [order, its length, busy ids, wait hash -> its ids, the call it was last checked in, woken ids]
         stuck[id(order)] = [order, len(order), busy, wait, self._calls, set()]
         return None
 
@@ -264,6 +286,19 @@ class ClassicPolicy:
         if self._stuck:
             self._entered(ids)
 
+    def _wake(self, pk: list, p) -> None:
+        """The parked blocks ``pk`` (``[(order, id)]``) of hash ``p``, which lost its last cached child:
+        those still parked there under ``p`` become active again (and woken in their order's memory)."""
+        key, stuck = self.key, self._stuck
+        for order, j in pk:
+            node = order.get(j)
+            if node is not None and node[3] is None and key.get(j) == p:  # still parked there, with hash p
+                order.wake(j)
+                if stuck:
+                    m = stuck.get(id(order))
+                    if m is not None:
+                        m[5].add(j)
+
     def _entered(self, ids) -> None:
         """Blocks that may have entered a remembered order (:meth:`walk`) join its ``busy`` set; a
         memory whose ``busy`` outgrows its order is dropped (a walk then costs no more than its recheck)."""
@@ -282,7 +317,7 @@ class ClassicPolicy:
         if not self.memo_across_calls:
             stuck.clear()  # the free set changed since the last call
         out = []
-        kids, key, parent, victim = self.kids, self.key, self.parent, self.victim
+        kids, key, parent, victim, parked = self.kids, self.key, self.parent, self.victim, self._parked
         for _ in range(n):
             try:
                 i = victim()
@@ -301,6 +336,9 @@ class ClassicPolicy:
                         for m in stuck.values():
                             if p in m[3]:
                                 m[5].update(m[3].pop(p))
+                    pk = parked.pop(p, None)
+                    if pk is not None:
+                        self._wake(pk, p)
         if not self.memo_across_calls:
             stuck.clear()
         elif stuck:  # an order that gained blocks in this call (its length changed) is walked again
@@ -333,6 +371,8 @@ class ClassicPolicy:
         kids = self.kids
         self.kids = {h: c for h, c in kids.items() if h not in dup}
         self._stuck.clear()  # the walks' memory assumed the counted parents
+        for h in dup & self._parked.keys():  # copies parked as parents (ParkingRing): active again
+            self._wake(self._parked.pop(h), h)
         try:
             return self.victim()
         finally:

@@ -30,7 +30,7 @@ import attrs
 from attrs import validators as v
 
 from spfcore_classic._base import ClassicPolicy, NoEvictable, fifo_add
-from spfcore_classic._ring import Ring
+from spfcore_classic._ring import ParkingRing
 
 
 @attrs.frozen
@@ -60,8 +60,8 @@ class S3FIFO(ClassicPolicy):
         self.small_cap = int(capacity * p.small_size_ratio)
         self.main_cap = capacity - self.small_cap
         self.ghost_cap = int(capacity * p.ghost_size_ratio)
-        self.small = Ring()  # first = oldest
-        self.main = Ring()
+        self.small = ParkingRing()  # first = oldest (parking: the small queue's roots of long-lived
+        self.main = ParkingRing()  # prefixes are passed once, not lap after lap; _ring's module doc)
         self.ghost: OrderedDict[object, None] = OrderedDict()
         self.freq: dict[int, int] = {}
         self.from_ghost: set = set()
