@@ -70,8 +70,8 @@ class ClassicPolicy:
     eviction (amortized O(1) per victim: see :meth:`walk`).
     """
 
-    capabilities = frozenset({"ordered"})
-    contract = "1.1"  # the spfcore contract version this policy is written for (spfcore_evict_blocks)
+    capabilities = frozenset({"ordered", "chain-only"})  # hooks read ids, keys, parents, depths
+    contract = "1.4"  # the spfcore contract version this policy is written for (capability chain-only)
     Params = NoParams
     uses_depth = False  # on_inserts gets the blocks' depths (else None)
     # walk()'s memory of orders without an evictable block outlives an eviction call (see walk: only
