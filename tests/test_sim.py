@@ -222,3 +222,18 @@ def test_belady_at_least_every_arm_on_generated_workloads(wl, pressure):
     bel = simulate(prep, "belady_oracle", num_blocks=nb, block_size=16)["cached_tokens"]
     for arm in arms:
         assert bel >= simulate(prep, arm, num_blocks=nb, block_size=16)["cached_tokens"], arm
+
+
+@pytest.mark.parametrize("mode", ["sequential", "concurrent"])
+def test_too_few_output_token_ids_is_a_clear_error(mode):
+    """A request whose ``output_token_ids`` are fewer than the ``output_tokens - 1``
+    its decode blocks are keyed from (e.g. an engine recording of a request that
+    stopped early, with the requested length): the concurrent replay raised
+    IndexError('tuple index out of range'), the sequential one keyed fewer decode
+    blocks than it cached (review 12). Exactly ``output_tokens - 1`` ids, or none, are fine."""
+    bad = Workload("x", {}, [Request("r0", 0.0, (0, 1, 0, 1), 4, output_token_ids=(1,))])
+    with pytest.raises(ValueError, match=r"request r0: 1 output_token_ids for output_tokens = 4 \(need >= 3"):
+        simulate(bad, "lru", num_blocks=8, block_size=1, mode=mode)
+    for out in ((1, 0, 1), (1, 0, 1, 1), ()):
+        ok = Workload("x", {}, [Request("r0", 0.0, (0, 1, 0, 1), 4, output_token_ids=out)])
+        assert simulate(ok, "lru", num_blocks=8, block_size=1, mode=mode)["status"] == "ok"

@@ -160,13 +160,17 @@ def _plan(r, i: int, block_size: int) -> tuple:
     :attr:`Prepared.plans`), keys computed here.
 
     Raises:
-        ValueError: keys not computable at this block size, or no prompt or
-            output token.
+        ValueError: keys not computable at this block size, no prompt or
+            output token, or ``output_token_ids`` given but fewer than the
+            ``output_tokens - 1`` the decode blocks are keyed from.
     """
     keys = block_keys(r, block_size)
     p, o = r.num_prompt_tokens, r.output_tokens
     if p < 1 or o < 1:
         raise ValueError(f"request {r.request_id}: needs >= 1 prompt and output token (got {p}, {o})")
+    if r.output_token_ids and len(r.output_token_ids) < o - 1:  # (else fewer decode keys than decode blocks)
+        raise ValueError(f"request {r.request_id}: {len(r.output_token_ids)} output_token_ids for "
+                         f"output_tokens = {o} (need >= {o - 1}, or none)")
     f = min(len(keys), p // block_size)
     nf = (p + o - 1) // block_size
     if r.output_token_ids and r.prompt_token_ids:

@@ -213,3 +213,75 @@ def test_woken_walk_same_victims_as_full_scan_on_random_mixes(policy, seed, num_
     assert fast[:2] == slow[:2]
     if policy == "arc":  # ARC's T2 (parents of T1 blocks) wakes block by block
         assert woken[0] > 0
+
+
+def _dup_workload(seed):
+    """A small random workload of bit prompts at block size 1 or 2 that mostly repeat or extend
+    earlier prompts (with their outputs), arriving together: under concurrent prefill the same
+    hash is cached in two blocks (review 12's differential fuzz, trimmed)."""
+    import random
+
+    from spfcore.workloads.model import Request, Workload
+
+    rng = random.Random(seed)
+    pool, reqs = [], []
+    for j in range(rng.randint(10, 40)):
+        if pool and rng.random() < 0.85:
+            base = rng.choice(pool)
+            p = base[:rng.randint(0, len(base))] + [rng.randrange(2) for _ in range(rng.randint(0, 6))] or [0]
+        else:
+            p = [rng.randrange(2) for _ in range(rng.randint(1, 16))]
+        o = rng.randint(1, 6)
+        out = tuple(rng.randrange(2) for _ in range(o))
+        pool.append(p + list(out))
+        reqs.append(Request(f"r{j}", 0.0, tuple(p), o, output_token_ids=out))
+    bs = rng.choice([1, 2])
+    need = max(-(-(r.num_prompt_tokens + r.output_tokens) // bs) for r in reqs) + 1
+    return Workload("dup", {}, reqs), bs, need + rng.randint(0, need)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_walks_and_copies_decide_as_full_scans_on_concurrent_duplicate_hashes(policy, monkeypatch):
+    # hashes cached in two blocks (the copies' fallback, _victim_among_copies) and blocks in use by
+    # concurrent requests, with S3-FIFO's parking: the same victims and hits as scans of whole orders
+    from spfcore_classic._ring import ParkingRing
+
+    monkeypatch.setenv("SPFCORE_SIM_REPLAY", "python")
+    copies, parks = [0], [0]
+    among, take = ClassicPolicy._victim_among_copies, ParkingRing.take
+
+    def counting_copies(self):
+        copies[0] += 1
+        return among(self)
+
+    def counting_take(self, free, kids, key, parked):
+        n = self.nact
+        i = take(self, free, kids, key, parked)
+        parks[0] += n - self.nact
+        return i
+
+    monkeypatch.setattr(ClassicPolicy, "_victim_among_copies", counting_copies)
+    monkeypatch.setattr(ParkingRing, "take", counting_take)
+    for seed in range(6):
+        wl, bs, nb = _dup_workload(seed)
+        runs = []
+        for memo in (True, False):
+            victims: list[int] = []
+            evict = runtime.PolicyRuntime.evict
+
+            def recording(self, n, now):
+                ids = evict(self, n, now)
+                victims.extend(ids)
+                return ids
+
+            with monkeypatch.context() as m:
+                m.setattr(runtime.PolicyRuntime, "evict", recording)
+                if not memo:
+                    m.setattr(ClassicPolicy, "walk", lambda self, o: self.first_evictable(o, self.evictable))
+                rec = simulate(wl, policy, num_blocks=nb, block_size=bs, mode="concurrent", max_running=4,
+                               token_budget=8)
+            runs.append((rec["hit_blocks"], victims))
+        assert runs[0] == runs[1], seed
+    assert copies[0] > 0  # the copies' path ran
+    if policy == "s3fifo":
+        assert parks[0] > 0
