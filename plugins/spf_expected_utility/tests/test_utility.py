@@ -139,7 +139,7 @@ def test_reset_on_configure():
     c, pol = cache(30)
     cyclic(c, rounds=3)
     pol.spfcore_cache_configured(num_blocks=30, block_size=4)
-    assert not pol.info and not pol.ghost and pol.hist.sum() == 0 and len(pol._free) == len(pol.last) - 1
+    assert not pol.info and not pol.ghost and pol.hist.sum() == 0 and pol._nfree == len(pol.last) - 1
 
 
 # ---------------------------------------------------------------- cheap re-scoring

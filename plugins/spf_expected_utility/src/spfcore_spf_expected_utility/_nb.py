@@ -439,6 +439,176 @@ def score_ids(ids, slot_of_id, pslot_of_id, pgen_of_id, gen, scratch, last, cls,
     return 0, x, e, expiring
 
 
+@_jit
+def _group(kind, d, nd, octaves):
+    """``UtilityPolicy._grp``: ``kind * nd + min((bit_length(d + 1) - 1) // octaves, nd - 1)``
+    (``kind`` when ``nd == 1``)."""
+    if nd == 1:
+        return kind
+    x = d + 1
+    bl = 0
+    while x > 0:
+        bl += 1
+        x >>= 1
+    j = (bl - 1) // octaves
+    return kind * nd + (j if j < nd - 1 else nd - 1)
+
+
+@_jit
+def store_records(slots, kinds, ids, depth, nd, octaves, t, state, never, cls, epoch_of, epoch, pw, last, count,
+                  first, hist, bucket, per_kind, max_count, gap_classes, gap_octaves, gap_mean, fs, nfree):
+    """The records' side of a store (``UtilityPolicy._store``) in one pass:
+    :func:`come_back`'s classification, the ghosts' :func:`take_back`, new
+    records for the rest (slots taken from the top of the free stack, in
+    order) and :func:`reaccess` of the records stored again, in that order,
+    with the same operations, so the records come out the same.
+
+    Args:
+        slots: ``(n,)`` int64 slot of each stored hash's record (``-1``: none).
+        kinds: ``(n,)`` or ``(1,)`` int64 kind of each block (one: every block's).
+        ids, depth: block ids and the table's depth per block id (the block's group, :func:`_group`).
+        pw: ``decay ** k`` for ``k = 0 .. epoch`` at least.
+        fs, nfree: the free-slot stack (``fs[:nfree]``, top last); ``nfree >= n``.
+        others: the record arrays and class parameters of :func:`reaccess`.
+
+    Returns:
+        ``(fin, new, dup, back, nfree)``: the slot of each hash's record after
+        the store (only where ``dup`` is False: else a hash came twice and the
+        dict decides), the positions given a new record (their slots:
+        ``fin[new]``), whether a ghost's hash came twice, ghosts made
+        resident, the new stack height.
+    """
+    n = slots.shape[0]
+    grp = np.empty(n, np.int64)
+    one = kinds.shape[0] == 1
+    for k in range(n):
+        grp[k] = _group(kinds[0] if one else kinds[k], depth[ids[k]], nd, octaves)
+    cat, dup = come_back(slots, state)
+    fin = slots.copy()
+    back = 0
+    m = 0
+    for k in range(n):
+        c = cat[k]
+        if c == 2:  # a ghost comes back: its eviction counted as "never"; take it back
+            s = slots[k]
+            cc = cls[s]
+            nv = never[cc] - pw[epoch - epoch_of[s]]
+            never[cc] = nv if nv > 0.0 else 0.0
+            back += 1
+        elif c == 0:
+            m += 1
+    new = np.empty(m, np.int64)
+    base = nfree - m
+    j = 0
+    for k in range(n):
+        if cat[k] == 0:  # a new record: one access, class 0 of its group
+            s = fs[base + j]
+            new[j] = k
+            j += 1
+            fin[k] = s
+            last[s] = t
+            count[s] = 1
+            cls[s] = grp[k] * per_kind
+            first[s] = t
+            state[s] = 1
+    if m < n:  # stored again in the same arrival (gap 0): not a reuse
+        rs = np.empty(n - m, np.int64)
+        og = np.empty(n - m, np.int64)
+        j = 0
+        for k in range(n):
+            if cat[k] > 0:
+                rs[j] = slots[k]
+                og[j] = grp[k]
+                j += 1
+        reaccess(rs, og, t, True, last, count, first, cls, hist, bucket, per_kind, max_count, gap_classes,
+                 gap_octaves, gap_mean)
+    return fin, new, dup, back, base
+
+
+@_jit
+def map_stored(ids, fin, p0, slot_of_id, nhold, id_of_slot, pslot_of_id, pgen_of_id, gen):
+    """The id map's side of a store (``UtilityPolicy._map_stored``): block
+    ``ids[k]`` holds record ``fin[k]`` (:func:`assign`); its parent's slot is
+    ``fin[k - 1]`` (``p0`` for the first block: ``-1`` at depth 0, ``0``
+    unknown), kept with that slot's generation. ``False`` (nothing done) if an
+    id lies beyond the map."""
+    n = ids.shape[0]
+    m = slot_of_id.shape[0]
+    for k in range(n):
+        if ids[k] < 0 or ids[k] >= m:
+            return False
+    assign(slot_of_id, nhold, id_of_slot, ids, fin)
+    for k in range(n):
+        ps = p0 if k == 0 else fin[k - 1]
+        i = ids[k]
+        pslot_of_id[i] = ps
+        pgen_of_id[i] = gen[ps if ps > 0 else 0]
+    return True
+
+
+@_jit
+def hit_ids(ids, slot_of_id, state, kind, depth, nd, octaves, t, last, count, first, cls, hist, bucket, per_kind,
+            max_count, gap_classes, gap_octaves, gap_mean):
+    """A hit on blocks whose records the id map names (each id mapped to a
+    resident record): :func:`reaccess` of those records, groups of ``kind``
+    at each block's depth (``UtilityPolicy.spfcore_blocks_hit``). ``False``
+    (nothing done) if an id is beyond the map or not mapped to a resident
+    record (the hook then goes by hash)."""
+    n = ids.shape[0]
+    m = slot_of_id.shape[0]
+    s = np.empty(n, np.int64)
+    for k in range(n):
+        i = ids[k]
+        if i < 0 or i >= m:
+            return False
+        v = slot_of_id[i]
+        if v <= 0 or state[v] != 1:
+            return False
+        s[k] = v
+    grp = np.empty(n, np.int64)
+    for k in range(n):
+        grp[k] = _group(kind, depth[ids[k]], nd, octaves)
+    reaccess(s, grp, t, False, last, count, first, cls, hist, bucket, per_kind, max_count, gap_classes,
+             gap_octaves, gap_mean)
+    return True
+
+
+@_jit
+def evict_records(slots, state, never, cls, epoch_of, epoch, q, qt, stamp, last, vals, bucket, t, ids_ok, nhold,
+                  slot_of_id, id_of_slot):
+    """The records' and the id map's side of an eviction
+    (``UtilityPolicy.spfcore_blocks_evicted``): the frontier candidate (the
+    index of the last victim, if its record is resident: ``vals[cls,
+    bucket of its age]``, else -1.0), :func:`evict_pass`, then (``ids_ok``)
+    each evicted record held by one block id unmapped (``UtilityPolicy._unmap_one``).
+
+    Returns:
+        ``(x, positions evicted, the ghost list's new end, positions of
+        records held by several ids (left mapped: the caller makes orphans))``.
+    """
+    n = slots.shape[0]
+    x = -1.0
+    s = slots[n - 1]
+    if s > 0 and state[s] == 1:
+        a = t - last[s]
+        top = bucket.shape[0] - 1
+        x = vals[cls[s], bucket[a if a < top else top]]
+    keep, qt = evict_pass(slots, state, never, cls, epoch_of, epoch, q, qt, stamp)
+    nm = 0
+    multi = np.empty(keep.shape[0], np.int64)
+    if ids_ok:
+        for j in range(keep.shape[0]):
+            r = slots[keep[j]]
+            h = nhold[r]
+            if h == 1:
+                slot_of_id[id_of_slot[r]] = 0
+                nhold[r] = 0
+            elif h > 1:
+                multi[nm] = j
+                nm += 1
+    return x, keep, qt, multi[:nm]
+
+
 def warm() -> None:
     """Compile every loop (or load them from numba's cache) now, on tiny arrays."""
     H = np.zeros((2, 4))
@@ -461,3 +631,13 @@ def warm() -> None:
     score_ids(np.array([1, 2], np.int64), one, z.copy(), z.copy(), z.copy(), np.full(4, -1, np.int64), z.copy(),
               z.copy(), np.zeros((2, 3)), np.full((2, 3), -1, np.int64), np.zeros(3, np.int64), z.copy(), 1, 8,
               True, 2**62)
+    st2 = np.ones(4, np.int64)
+    store_records(np.array([1, -1], np.int64), np.array([1], np.int64), np.array([0, 1], np.int64), z.copy(), 4, 2,
+                  3, st2, np.zeros(3), z.copy(), z.copy(), 1, np.ones(2), z.copy(), one.copy(), z.copy(),
+                  np.zeros((2, 3)), np.zeros(3, np.int64), 2, 2, True, 1, True, np.array([3, 2], np.int64), 2)
+    map_stored(np.array([1, 2], np.int64), np.array([1, 2], np.int64), -1, z.copy(), z.copy(), z.copy(), z.copy(),
+               z.copy(), z.copy())
+    hit_ids(np.array([1], np.int64), one.copy(), st2, 1, z.copy(), 4, 2, 3, z.copy(), one.copy(), z.copy(),
+            z.copy(), np.zeros((2, 3)), np.zeros(3, np.int64), 2, 2, True, 1, True)
+    evict_records(np.array([1, -1], np.int64), st2, np.zeros(3), z.copy(), z.copy(), 1, z.copy(), 0, z.copy(),
+                  z.copy(), np.zeros((2, 3)), np.zeros(3, np.int64), 3, True, one.copy(), z.copy(), z.copy())
