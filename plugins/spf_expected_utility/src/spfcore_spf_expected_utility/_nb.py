@@ -19,7 +19,7 @@ _jit = numba.njit(cache=True, nogil=True)
 
 
 @_jit
-def density_index(H, HR, total, lo, nb):
+def density_index(H, HR, total, lo, nb, rep):
     """``idx[c, i] = max(0, max_{j >= i, occ > 0} hits / occ)`` with
     ``hits = H[c, j+1] - H[c, i]``, ``occ = (HR[c, j+1] - HR[c, i]) - hits *
     lo[i] + (total[c] - H[c, j+1]) * (lo[j+1] - lo[i])`` (see
@@ -31,6 +31,9 @@ def density_index(H, HR, total, lo, nb):
         total: ``(classes,)`` float64, reuses plus never-reused.
         lo: ``(nb + 1,)`` float64 bucket lower edges and the end, arrivals.
         nb: buckets.
+        rep: ``(classes,)`` int64: ``rep[c] < c`` names an earlier class
+            whose rows (``H``, ``HR``, ``total``) are equal to ``c``'s (its
+            row is copied, not computed again); ``rep[c] == c`` otherwise.
 
     Returns:
         ``(classes, nb)`` float64 index table.
@@ -38,6 +41,11 @@ def density_index(H, HR, total, lo, nb):
     nc = H.shape[0]
     out = np.zeros((nc, nb))
     for c in range(nc):
+        rc = rep[c]
+        if rc < c:
+            for i in range(nb):
+                out[c, i] = out[rc, i]
+            continue
         tc = total[c]
         for i in range(nb):
             a = lo[i]
@@ -62,7 +70,7 @@ def density_index(H, HR, total, lo, nb):
 
 
 @_jit
-def change_offsets(r, lo_int, rel_tol, cut):
+def change_offsets(r, lo_int, rel_tol, cut, rep):
     """:func:`spfcore_spf_expected_utility.utility.change_offsets` (same
     comparisons): per ``(class, bucket i)`` the first integer age of the
     first later bucket ``j`` whose value differs by more than ``rel_tol``
@@ -74,6 +82,7 @@ def change_offsets(r, lo_int, rel_tol, cut):
         lo_int: ``(nb + 1,)`` int64 first integer age of each bucket and the end.
         rel_tol: float.
         cut: float (``inf``: no cut).
+        rep: ``(classes,)`` int64, as in :func:`density_index` (equal rows of ``r``).
 
     Returns:
         ``(classes, nb)`` int64.
@@ -82,6 +91,11 @@ def change_offsets(r, lo_int, rel_tol, cut):
     out = np.empty((nc, nb), np.int64)
     has_cut = cut != np.inf
     for c in range(nc):
+        q = rep[c]
+        if q < c:
+            for i in range(nb):
+                out[c, i] = out[q, i]
+            continue
         for i in range(nb):
             x = r[c, i]
             tol = rel_tol * abs(x)
@@ -613,8 +627,8 @@ def warm() -> None:
     """Compile every loop (or load them from numba's cache) now, on tiny arrays."""
     H = np.zeros((2, 4))
     lo = np.array([0.0, 1.0, 2.0, 4.0])
-    idx = density_index(H, H, np.ones(2), lo, 3)
-    change_offsets(idx, np.array([0, 1, 2, 4], np.int64), 0.0, np.inf)
+    idx = density_index(H, H, np.ones(2), lo, 3, np.array([0, 0], np.int64))
+    change_offsets(idx, np.array([0, 1, 2, 4], np.int64), 0.0, np.inf, np.array([0, 0], np.int64))
     chain_cap(np.ones(3), np.array([1, 2, -1], np.int64), True)
     groups(1, np.arange(3, dtype=np.int64), 4, 2)
     take_back(np.ones(3), np.array([1, 2], np.int64), np.ones(2))

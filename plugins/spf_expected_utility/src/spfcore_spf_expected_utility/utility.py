@@ -272,6 +272,7 @@ class UtilityPolicy:
                 continue
             gap = 2 ** ((g - 1) * p.gap_octaves)
             self.gap_prior[c, self.bucket_of[gap] if gap < len(self.bucket_of) else self.nb - 1] = p.gap_prior
+        self._all_rows = np.arange(self.nc, dtype=np.int64)  # every index row computed (none known equal)
         self._lo_f = np.array(self.lo)  # a writable copy for the compiled loops (one array type)
         self._cwf = [1.0]  # count term per access count (index 0 unused), grown on demand
         self._pw = [1.0]  # decay ** k, grown on demand (_decay_pow)
@@ -481,8 +482,9 @@ class UtilityPolicy:
             g = count - 1
         return grp * self.per_kind + np.where(count <= 1, 0, np.minimum(g, m - 1))
 
-    def _install(self, table, cut: float) -> None:
-        """Make ``table`` ((classes, buckets) index) the scores, with its re-score offsets."""
+    def _install(self, table, cut: float, same: np.ndarray | None = None) -> None:
+        """Make ``table`` ((classes, buckets) index) the scores, with its re-score offsets
+        (``same``: equal rows, the ``rep`` of :func:`_nb.density_index`; ``None``: none known)."""
         nb = self.nb
         vals = np.zeros((self.nc + 1, nb))
         vals[:self.nc] = table
@@ -491,7 +493,7 @@ class UtilityPolicy:
             offs[:self.nc] = change_offsets(vals[:self.nc], self.lo_int, self.params.rel_tol, cut)
         else:
             offs[:self.nc] = _nb.change_offsets(vals[:self.nc], self._lo_int_np, float(self.params.rel_tol),
-                                                float(cut))
+                                                float(cut), self._all_rows if same is None else same)
         self._vals, self._offs = vals, offs
 
     def _build(self) -> None:
@@ -499,6 +501,15 @@ class UtilityPolicy:
         O(classes x buckets^2)) and its change points, then decay the histograms."""
         p = self.params
         h, nev = self.hist, self.never
+        # classes without data (no reuse, no never-reused) get the same prior rows when their reuse
+        # class (gap prior) is the same: one row computed per reuse class, copied to the others
+        same = self._all_rows.copy()
+        empty = np.flatnonzero(~h.any(1) & (nev == 0))
+        if len(empty):
+            g = empty % self.per_kind
+            first = np.full(self.per_kind, -1, np.int64)
+            first[g[::-1]] = empty[::-1]  # the first empty class of each reuse class
+            same[empty] = first[g]
         nb = self.nb
         lo = self.lo[:nb]
         hi = self.lo[1:nb + 1]
@@ -518,9 +529,9 @@ class UtilityPolicy:
         H = np.concatenate([np.zeros((self.nc, 1)), np.cumsum(h, 1)], 1)  # (nc, nb+1)
         HR = np.concatenate([np.zeros((self.nc, 1)), np.cumsum(h * rep, 1)], 1)
         total = H[:, -1] + nev  # (nc,)
-        idx = _load_nb().density_index(H, HR, total, self._lo_f, nb)
+        idx = _load_nb().density_index(H, HR, total, self._lo_f, nb, same)
         cut = p.cut_factor * self.theta if self.theta > 0 else math.inf
-        self._install(idx, cut)
+        self._install(idx, cut, same)
         self.theta = self.theta_next
         self.theta_next = 0.0
         self.hist *= p.decay
