@@ -176,16 +176,6 @@ def groups(kind, depth, nd, octaves):
 
 
 @_jit
-def take_back(never, cls, d):
-    """``never[cls[q]] = max(never[cls[q]] - d[q], 0)`` for each ``q`` in
-    order (ghosts coming back; ``d``: the decayed weight of each eviction)."""
-    for q in range(cls.shape[0]):
-        c = cls[q]
-        nv = never[c] - d[q]
-        never[c] = nv if nv > 0.0 else 0.0
-
-
-@_jit
 def assign(slot_of_id, nhold, id_of_slot, ids, fin):
     """Map block ``ids[k]`` to slot ``fin[k]`` (0: none), keeping per slot the
     number of ids mapped to it and the last one."""
@@ -624,34 +614,35 @@ def evict_records(slots, state, never, cls, epoch_of, epoch, q, qt, stamp, last,
 
 
 def warm() -> None:
-    """Compile every loop (or load them from numba's cache) now, on tiny arrays."""
+    """Compile every loop (or load them from numba's cache) now, on tiny
+    arrays of the layouts the policy passes (its record fields and id map
+    are column views of row-major tables: non-contiguous 1-d arrays), so no
+    hook compiles."""
     H = np.zeros((2, 4))
     lo = np.array([0.0, 1.0, 2.0, 4.0])
-    idx = density_index(H, H, np.ones(2), lo, 3, np.array([0, 0], np.int64))
-    change_offsets(idx, np.array([0, 1, 2, 4], np.int64), 0.0, np.inf, np.array([0, 0], np.int64))
+    two = np.array([0, 0], np.int64)
+    idx = density_index(H, H, np.ones(2), lo, 3, two)
+    change_offsets(idx, np.array([0, 1, 2, 4], np.int64), 0.0, np.inf, two)
     chain_cap(np.ones(3), np.array([1, 2, -1], np.int64), True)
     groups(1, np.arange(3, dtype=np.int64), 4, 2)
-    take_back(np.ones(3), np.array([1, 2], np.int64), np.ones(2))
+    R = np.zeros((4, 8), np.int64)  # per slot: state, last, cls, count, first, epoch_of, nhold, id_of_slot
+    state, last, cls, count, first, epoch_of, nhold, id_of_slot = (R[:, j] for j in range(8))
+    M = np.zeros((4, 4), np.int64)  # per block id: slot, parent slot, parent generation
+    slot_of_id, pslot_of_id, pgen_of_id = (M[:, j] for j in range(3))
     z = np.zeros(4, np.int64)
-    assign(z, z.copy(), z.copy(), np.array([1], np.int64), np.array([2], np.int64))
-    parent_pos(np.array([1, 2], np.int64), np.array([2, -1], np.int64), np.full(4, -1, np.int64))
-    one = np.ones(4, np.int64)
-    st = np.ones(4, np.int64)
-    come_back(np.array([1, -1], np.int64), st.copy())
-    evict_pass(np.array([1, -1], np.int64), st, np.zeros(3), z.copy(), z.copy(), 1, z.copy(), 0, z.copy())
-    trim_pass(np.array([1, 2], np.int64), 0, 2, 1, st, z.copy())
-    reaccess(np.array([1, 2], np.int64), np.array([0, 1], np.int64), 3, True, z.copy(), one.copy(), z.copy(),
-             z.copy(), np.zeros((2, 3)), np.zeros(3, np.int64), 2, 2, True, 1, True)
-    score_ids(np.array([1, 2], np.int64), one, z.copy(), z.copy(), z.copy(), np.full(4, -1, np.int64), z.copy(),
-              z.copy(), np.zeros((2, 3)), np.full((2, 3), -1, np.int64), np.zeros(3, np.int64), z.copy(), 1, 8,
-              True, 2**62)
-    st2 = np.ones(4, np.int64)
-    store_records(np.array([1, -1], np.int64), np.array([1], np.int64), np.array([0, 1], np.int64), z.copy(), 4, 2,
-                  3, st2, np.zeros(3), z.copy(), z.copy(), 1, np.ones(2), z.copy(), one.copy(), z.copy(),
-                  np.zeros((2, 3)), np.zeros(3, np.int64), 2, 2, True, 1, True, np.array([3, 2], np.int64), 2)
-    map_stored(np.array([1, 2], np.int64), np.array([1, 2], np.int64), -1, z.copy(), z.copy(), z.copy(), z.copy(),
-               z.copy(), z.copy())
-    hit_ids(np.array([1], np.int64), one.copy(), st2, 1, z.copy(), 4, 2, 3, z.copy(), one.copy(), z.copy(),
-            z.copy(), np.zeros((2, 3)), np.zeros(3, np.int64), 2, 2, True, 1, True)
-    evict_records(np.array([1, -1], np.int64), st2, np.zeros(3), z.copy(), z.copy(), 1, z.copy(), 0, z.copy(),
-                  z.copy(), np.zeros((2, 3)), np.zeros(3, np.int64), 3, True, one.copy(), z.copy(), z.copy())
+    ids = np.array([1, 2], np.int64)
+    hist, vals, offs, bucket = np.zeros((2, 3)), np.zeros((2, 3)), np.full((2, 3), -1, np.int64), np.zeros(3, np.int64)
+    cls[:] = 1
+    assign(slot_of_id, nhold, id_of_slot, ids, two)
+    parent_pos(ids, np.array([2, -1], np.int64), np.full(4, -1, np.int64))
+    reaccess(ids, two, 3, True, last, count, first, cls, hist, bucket, 2, 2, True, 1, True)
+    score_ids(ids, slot_of_id, pslot_of_id, pgen_of_id, z.copy(), np.full(4, -1, np.int64), last, cls, vals, offs,
+              bucket, z.copy(), 1, 8, True, 2**62)
+    store_records(np.array([1, -1], np.int64), np.array([1], np.int64), ids, z.copy(), 4, 2, 3, state, np.zeros(3),
+                  cls, epoch_of, 1, np.ones(2), last, count, first, hist, bucket, 2, 2, True, 1, True,
+                  np.array([3, 2], np.int64), 2)
+    map_stored(ids, ids, -1, slot_of_id, nhold, id_of_slot, pslot_of_id, pgen_of_id, z.copy())
+    hit_ids(ids, slot_of_id, state, 1, z.copy(), 4, 2, 3, last, count, first, cls, hist, bucket, 2, 2, True, 1, True)
+    evict_records(np.array([1, -1], np.int64), state, np.zeros(3), cls, epoch_of, 1, z.copy(), 0, z.copy(), last,
+                  vals, bucket, 3, True, nhold, slot_of_id, id_of_slot)
+    trim_pass(np.array([1, 2], np.int64), 0, 2, 1, state, z.copy())

@@ -218,6 +218,20 @@ def _age_buckets(buckets_per_octave: int, max_age_log2: int) -> tuple:
     return nb, lo, tuple(lo_int), tuple(bucket_of)
 
 
+#: The record fields of a slot, the columns of ``UtilityPolicy._R`` (8 x 8 bytes: one cache line per slot).
+_REC = ("state", "last", "cls", "count", "first", "epoch_of", "_nhold", "_id_of_slot")
+#: The id map's fields of a block id, columns 0-2 of ``UtilityPolicy._M``.
+_IDS = ("_slot_of_id", "_pslot_of_id", "_pgen_of_id")
+
+
+def _rows(n: int, k: int) -> np.ndarray:
+    """``(n, k)`` int64 zeros whose rows start on 64-byte boundaries (``k``
+    divides 8), so a row's fields share a cache line."""
+    buf = np.zeros(n * k + 8, np.int64)
+    off = (-buf.ctypes.data % 64) // 8
+    return buf[off:off + n * k].reshape(n, k)
+
+
 def _pick(keys: list, idx: np.ndarray) -> list:
     """``[keys[j] for j in idx]`` for increasing positions ``idx``, in C
     (``keys`` itself when ``idx`` is every position)."""
@@ -301,14 +315,12 @@ class UtilityPolicy:
         self.nghost = 0  # ghost records (places in the list)
         self.ghost_cap = max(1, int(p.ghost_factor * num_blocks))
         n = max(64, num_blocks + self.ghost_cap // 4)
-        self.state = np.zeros(n, np.int64)  # per slot: 0 free, 1 resident, 2 ghost
+        # per slot, one 64-byte row of _R (a slot's fields on one cache line; the names are column views):
+        # state (0 free, 1 resident, 2 ghost), last, cls, count, first, epoch_of, _nhold, _id_of_slot
+        self._bind_rows(_rows(n, len(_REC)))
         self._stamp = np.zeros(n, np.int64)  # per ghost slot: its position in _q
         self.key_of: list = [None] * n  # per slot: its record's hash
-        self.last = np.zeros(n, np.int64)
-        self.count = np.ones(n, np.int64)
-        self.cls = np.zeros(n, np.int64)
-        self.first = np.zeros(n, np.int64)
-        self.epoch_of = np.zeros(n, np.int64)
+        self.count[:] = 1
         self.cls[0] = self.nc  # the sentinel's class: the all-zero, never-changing row
         # the free slots, a stack (top last): slots 1, 2, ... are handed out first
         self._fs = np.arange(n - 1, -1, -1, dtype=np.int64)
@@ -327,11 +339,7 @@ class UtilityPolicy:
         self._table = None
         self._ids_ok = True  # False once set_record or a foreign batch made the map unsure
         m = max(16, num_blocks)
-        self._slot_of_id = np.zeros(m, np.int64)
-        self._pslot_of_id = np.zeros(m, np.int64)
-        self._pgen_of_id = np.zeros(m, np.int64)
-        self._nhold = np.zeros(n, np.int64)
-        self._id_of_slot = np.zeros(n, np.int64)
+        self._bind_ids(_rows(m, 4))  # per block id, one 32-byte row of _M: _slot_of_id, _pslot_of_id, _pgen_of_id
         self._gen = np.zeros(n, np.int64)
         self._scratch = np.full(n, -1, np.int64)
         self._orphans: dict = {}  # hash -> ids that held it when it lost its record (checked on use)
@@ -344,10 +352,11 @@ class UtilityPolicy:
             return
         n = len(self.last)
         grow = max(n, m)
-        for name in ("last", "count", "cls", "first", "epoch_of", "_nhold", "_id_of_slot", "_gen", "state",
-                     "_stamp"):
-            a = getattr(self, name)
-            setattr(self, name, np.concatenate([a, np.zeros(grow, np.int64)]))
+        r = _rows(n + grow, len(_REC))
+        r[:n] = self._R
+        self._bind_rows(r)
+        for name in ("_gen", "_stamp"):
+            setattr(self, name, np.concatenate([getattr(self, name), np.zeros(grow, np.int64)]))
         self._scratch = np.concatenate([self._scratch, np.full(grow, -1, np.int64)])
         self.key_of += [None] * grow
         fs = np.empty(n + grow, np.int64)
@@ -543,9 +552,30 @@ class UtilityPolicy:
         """Room for block ids up to ``top``."""
         m = len(self._slot_of_id)
         if top >= m:
-            add = max(m, top + 1 - m)
-            for name in ("_slot_of_id", "_pslot_of_id", "_pgen_of_id"):
-                setattr(self, name, np.concatenate([getattr(self, name), np.zeros(add, np.int64)]))
+            r = _rows(m + max(m, top + 1 - m), 4)
+            r[:m] = self._M
+            self._bind_ids(r)
+
+    def _bind_rows(self, r: np.ndarray) -> None:
+        """Make ``r`` the per-slot rows, its columns the record arrays (:data:`_REC`)."""
+        self._R = r
+        for j, name in enumerate(_REC):
+            setattr(self, name, r[:, j])
+
+    def _bind_ids(self, r: np.ndarray) -> None:
+        """Make ``r`` the per-block-id rows, its columns the id map (:data:`_IDS`)."""
+        self._M = r
+        for j, name in enumerate(_IDS):
+            setattr(self, name, r[:, j])
+
+    def __getstate__(self) -> dict:
+        # the column views are rebound on the copy's own rows (a copy would make them separate arrays)
+        return {k: v for k, v in self.__dict__.items() if k not in _REC and k not in _IDS}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._bind_rows(self._R)
+        self._bind_ids(self._M)
 
     def _own_table(self, blocks) -> bool:
         """Whether ``blocks`` is on the runtime's table (the first one seen);
@@ -563,11 +593,11 @@ class UtilityPolicy:
         ids = blocks.ids
         p0 = self._table.parent[int(ids[0])]  # a stored batch is one chain: the first block's parent comes before it
         p0 = -1 if p0 is None else self._res(p0, 0)
-        args = (ids, fin, p0, self._slot_of_id, self._nhold, self._id_of_slot, self._pslot_of_id, self._pgen_of_id,
-                self._gen)
-        if not _load_nb().map_stored(*args):  # an id beyond the map: room first
-            self._ids_grow(int(ids.max()))
-            _nb.map_stored(ids, fin, p0, self._slot_of_id, *args[4:])
+        for _ in range(2):
+            if _load_nb().map_stored(ids, fin, p0, self._slot_of_id, self._nhold, self._id_of_slot,
+                                     self._pslot_of_id, self._pgen_of_id, self._gen):
+                break
+            self._ids_grow(int(ids.max()))  # an id beyond the map: room first
         if self._orphans:
             self._attach(keys)
 
