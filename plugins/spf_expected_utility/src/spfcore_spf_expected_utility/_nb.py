@@ -70,6 +70,88 @@ def density_index(H, HR, total, lo, nb, rep):
 
 
 @_jit
+def index_table(hist, never, pooled, pooled_never, tot, prior_weight, prior, gap, use_gap, rep, lo, nb, per_kind,
+                decay):
+    """``UtilityPolicy._build``'s table from the histograms, the same float
+    operations as its numpy form, then the histograms decayed in place.
+
+    Per class ``c``: ``h = hist[c] (+ prior_weight * pooled / tot when
+    prior) (+ gap[c] when use_gap)``, ``nev = never[c] (+ prior_weight *
+    pooled_never / tot when prior)``; ``H``, ``HR``: prefix sums (numpy's
+    ``cumsum``: sequential) of ``h`` and ``h * rep`` after a zero; ``total =
+    H[-1] + nev``; the index by :func:`density_index`, one row per reuse class
+    ``c % per_kind`` for the classes without data (``hist`` row all zero,
+    ``never`` zero: the same ``h`` and ``nev``, so the same row).
+
+    Args:
+        hist, never: ``(classes, nb)``, ``(classes,)`` float64 (decayed: ``*= decay``).
+        pooled: ``hist.sum(0)``; pooled_never: ``never.sum()``; tot: ``pooled.sum() + pooled_never``.
+        gap: ``(classes, nb)`` gap prior; rep: ``(nb,)`` representative gap per bucket; lo: bucket edges.
+
+    Returns:
+        ``(index (classes, nb) float64, rep (classes,) int64: the class whose row each copies)``.
+    """
+    nc = hist.shape[0]
+    same = np.empty(nc, np.int64)
+    first = np.full(per_kind, -1, np.int64)
+    for c in range(nc):
+        e = never[c] == 0
+        if e:
+            for j in range(nb):
+                if hist[c, j] != 0:
+                    e = False
+                    break
+        same[c] = c
+        if e:
+            g = c % per_kind
+            if first[g] < 0:
+                first[g] = c
+            same[c] = first[g]
+    H = np.zeros((nc, nb + 1))
+    HR = np.zeros((nc, nb + 1))
+    total = np.empty(nc)
+    padd = np.empty(nb)
+    nadd = 0.0
+    if prior:  # (tot > 0)
+        for j in range(nb):
+            padd[j] = prior_weight * pooled[j] / tot
+        nadd = prior_weight * pooled_never / tot
+    for c in range(nc):
+        if same[c] != c:
+            continue
+        a = 0.0
+        ar = 0.0
+        for j in range(nb):
+            x = hist[c, j]
+            if prior:
+                x = x + padd[j]
+            if use_gap:
+                x = x + gap[c, j]
+            xr = x * rep[j]
+            if j == 0:
+                a = x
+                ar = xr
+            else:
+                a = a + x
+                ar = ar + xr
+            H[c, j + 1] = a
+            HR[c, j + 1] = ar
+        nv = never[c]
+        if prior:
+            nv = nv + nadd
+        total[c] = H[c, nb] + nv
+    for c in range(nc):
+        if same[c] != c:
+            total[c] = total[same[c]]
+    out = density_index(H, HR, total, lo, nb, same)
+    for c in range(nc):
+        for j in range(nb):
+            hist[c, j] *= decay
+        never[c] *= decay
+    return out, same
+
+
+@_jit
 def change_offsets(r, lo_int, rel_tol, cut, rep):
     """:func:`spfcore_spf_expected_utility.utility.change_offsets` (same
     comparisons): per ``(class, bucket i)`` the first integer age of the
@@ -622,6 +704,8 @@ def warm() -> None:
     lo = np.array([0.0, 1.0, 2.0, 4.0])
     two = np.array([0, 0], np.int64)
     idx = density_index(H, H, np.ones(2), lo, 3, two)
+    index_table(np.zeros((2, 3)), np.zeros(2), np.zeros(3), 0.0, 1.0, 0.3, True, np.zeros((2, 3)), True,
+                np.ones(3), lo, 3, 2, 0.999)
     change_offsets(idx, np.array([0, 1, 2, 4], np.int64), 0.0, np.inf, two)
     chain_cap(np.ones(3), np.array([1, 2, -1], np.int64), True)
     groups(1, np.arange(3, dtype=np.int64), 4, 2)

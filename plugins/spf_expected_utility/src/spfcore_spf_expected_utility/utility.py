@@ -287,6 +287,7 @@ class UtilityPolicy:
             gap = 2 ** ((g - 1) * p.gap_octaves)
             self.gap_prior[c, self.bucket_of[gap] if gap < len(self.bucket_of) else self.nb - 1] = p.gap_prior
         self._all_rows = np.arange(self.nc, dtype=np.int64)  # every index row computed (none known equal)
+        self._rep = (self.lo[:self.nb] + self.lo[1:self.nb + 1]) / 2.0  # representative gap of each bucket
         self._lo_f = np.array(self.lo)  # a writable copy for the compiled loops (one array type)
         self._cwf = [1.0]  # count term per access count (index 0 unused), grown on demand
         self._pw = [1.0]  # decay ** k, grown on demand (_decay_pow)
@@ -506,45 +507,26 @@ class UtilityPolicy:
         self._vals, self._offs = vals, offs
 
     def _build(self) -> None:
-        """Rebuild the per-class index table from the histograms (numpy,
-        O(classes x buckets^2)) and its change points, then decay the histograms."""
+        """Rebuild the per-class index table from the histograms (O(classes x
+        buckets^2), compiled: :func:`_nb.index_table`) and its change points,
+        then decay the histograms.
+
+        For start bucket ``i`` (age ``a = lo_i``) and horizon bucket ``j >= i``:
+        ``hits = H[j+1] - H[i]``, ``occ = sum_{x=i..j} h_x (rep_x - a) + tail_j
+        (hi_j - a)``; index = max over ``j`` of ``hits / occ`` (where ``occ > 0``),
+        at least 0; ``h`` = the class's histogram plus the priors."""
         p = self.params
-        h, nev = self.hist, self.never
-        # classes without data (no reuse, no never-reused) get the same prior rows when their reuse
-        # class (gap prior) is the same: one row computed per reuse class, copied to the others
-        same = self._all_rows.copy()
-        empty = np.flatnonzero(~h.any(1) & (nev == 0))
-        if len(empty):
-            g = empty % self.per_kind
-            first = np.full(self.per_kind, -1, np.int64)
-            first[g[::-1]] = empty[::-1]  # the first empty class of each reuse class
-            same[empty] = first[g]
-        nb = self.nb
-        lo = self.lo[:nb]
-        hi = self.lo[1:nb + 1]
-        rep = (lo + hi) / 2.0  # representative gap of each bucket
-        pooled = h.sum(0)
-        pooled_never = nev.sum()
+        pooled = self.hist.sum(0)  # (numpy's reductions, as before: their summation order)
+        pooled_never = self.never.sum()
         tot = pooled.sum() + pooled_never
-        if tot > 0 and p.prior_weight > 0:
-            h = h + p.prior_weight * pooled / tot
-            nev = nev + p.prior_weight * pooled_never / tot
-        if p.gap_prior > 0 and p.gap_classes:
-            h = h + self.gap_prior
-        # for start bucket i (age a = lo_i) and horizon bucket j >= i:
-        #   hits = H[j+1] - H[i];  occ = sum_{x=i..j} h_x (rep_x - a) + tail_j (hi_j - a)
-        #   index = max over j of hits / occ (where occ > 0), at least 0
-        # (compiled: _nb.density_index, the same float operations as the numpy form)
-        H = np.concatenate([np.zeros((self.nc, 1)), np.cumsum(h, 1)], 1)  # (nc, nb+1)
-        HR = np.concatenate([np.zeros((self.nc, 1)), np.cumsum(h * rep, 1)], 1)
-        total = H[:, -1] + nev  # (nc,)
-        idx = _load_nb().density_index(H, HR, total, self._lo_f, nb, same)
+        idx, same = _load_nb().index_table(
+            self.hist, self.never, pooled, float(pooled_never), float(tot), float(p.prior_weight),
+            bool(tot > 0 and p.prior_weight > 0), self.gap_prior, bool(p.gap_prior > 0 and p.gap_classes),
+            self._rep, self._lo_f, self.nb, self.per_kind, float(p.decay))
         cut = p.cut_factor * self.theta if self.theta > 0 else math.inf
         self._install(idx, cut, same)
         self.theta = self.theta_next
         self.theta_next = 0.0
-        self.hist *= p.decay
-        self.never *= p.decay
         self.epoch += 1
 
     # ------------------------------------------------------------ id map
@@ -714,11 +696,10 @@ class UtilityPolicy:
             fin = np.fromiter(map(self.rec.__getitem__, keys), np.int64, n)
         self._map_stored(blocks, keys, fin)
 
-    def _kinds(self, blocks, keys: list, n: int) -> np.ndarray:
-        """The kind of each stored block: the request's (:attr:`kind`) for a
-        prompt block, 0 (decode) otherwise; one entry when all are alike."""
-        ids = blocks.ids
-        d0 = int(blocks.table.depth[ids[0]])
+    def _kinds(self, keys: list, n: int, d0: int) -> np.ndarray:
+        """The kind of each stored block (hashes ``keys`` from depth ``d0``):
+        the request's (:attr:`kind`) for a prompt block, 0 (decode)
+        otherwise; one entry when all are alike."""
         pk = self._prompt_keys
         if list(pk[d0:d0 + n]) == keys:  # the prompt's own blocks (the usual store): one kind
             return np.array([self.kind], np.int64)
@@ -736,7 +717,9 @@ class UtilityPolicy:
         :func:`_nb.store_records`); returns the slot of each of ``keys``
         after it, or ``None`` where a hash twice among the new ones makes that
         a lookup."""
-        kinds = self._kinds(blocks, keys, n)
+        ids = blocks.ids
+        depth = blocks.table.depth  # (per block id)
+        kinds = self._kinds(keys, n, int(depth[ids[0]]))
         rec = self.rec
         slots = np.fromiter(map(rec.get, keys, repeat(-1)), np.int64, n) if n > 1 else \
             np.array([rec.get(keys[0], -1)], np.int64)  # -1: no record
@@ -744,7 +727,7 @@ class UtilityPolicy:
         p = self.params
         nb = _load_nb()
         fin, new, dup, back, self._nfree = nb.store_records(
-            slots, kinds, blocks.ids, self._table_depth(blocks), self.nd, p.depth_octaves, self.t, self.state,
+            slots, kinds, ids, depth, self.nd, p.depth_octaves, self.t, self.state,
             self.never, self.cls, self.epoch_of, self.epoch, self._decay_pow(self.epoch), self.last, self.count,
             self.first, self.hist, self._bucket_np, self.per_kind, p.max_count, p.gap_classes, p.gap_octaves,
             p.gap_mean, self._fs, self._nfree)
@@ -760,11 +743,6 @@ class UtilityPolicy:
                 key_of[j] = k
             dup = dup or len(rec) - b != m
         return None if dup else fin
-
-    @staticmethod
-    def _table_depth(blocks) -> np.ndarray:
-        """The depth column of ``blocks``' table (indexed by block id)."""
-        return blocks.table.depth
 
     def _decay_pow(self, top: int) -> np.ndarray:
         """``decay ** k`` for ``k = 0 .. top`` at least (Python's pow, each
