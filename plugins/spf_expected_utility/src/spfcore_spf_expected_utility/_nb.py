@@ -474,39 +474,36 @@ def score_ids(ids, slot_of_id, pslot_of_id, pgen_of_id, gen, scratch, last, cls,
     e = np.empty(n, np.int64)
     s = np.empty(n, np.int64)
     m = slot_of_id.shape[0]
+    stale = False  # (the passes of the plain form fused: the same checks, the same status)
+    ok = True
     for k in range(n):
         i = ids[k]
-        if i < 0 or i >= m:
-            return 1, x, e, False
-        v = slot_of_id[i]
-        if v == 0:
+        v = slot_of_id[i] if 0 <= i < m else 0
+        if v == 0:  # a block without a record
+            if cap:
+                for j in range(k):
+                    scratch[s[j]] = -1
             return 1, x, e, False
         s[k] = v
-    pi = np.empty(0, np.int64)
-    if cap:
-        for k in range(n):  # the parent's slot must still name its hash's record
-            i = ids[k]
+        if cap:
             ps = pslot_of_id[i]
-            if ps == 0 or (ps > 0 and gen[ps] != pgen_of_id[i]):
-                return 2, x, e, False
-        ok = True
-        for k in range(n):
-            if scratch[s[k]] >= 0:
+            if ps == 0 or (ps > 0 and gen[ps] != pgen_of_id[i]):  # the parent's slot must still name its record
+                stale = True
+            if scratch[v] >= 0:  # a slot twice
                 ok = False
-            scratch[s[k]] = k
-        if ok:
-            pi = np.empty(n, np.int64)
-            for k in range(n):
-                q = pslot_of_id[ids[k]]
-                pi[k] = scratch[q] if q > 0 else -1
+            scratch[v] = k
+    pi = np.empty(n if cap else 0, np.int64)
+    if cap and (stale or not ok):
         for k in range(n):
             scratch[s[k]] = -1
-        if not ok:
-            return 1, x, e, False
+        return (2 if stale else 1), x, e, False
     nbk = bucket.shape[0]
     expiring = False
     for k in range(n):
         sk = s[k]
+        if cap:
+            q = pslot_of_id[ids[k]]
+            pi[k] = scratch[q] if q > 0 else -1
         t0 = last[sk]
         a = t - t0
         b = bucket[a if a < nbk - 1 else nbk - 1]
@@ -520,8 +517,11 @@ def score_ids(ids, slot_of_id, pslot_of_id, pgen_of_id, gen, scratch, last, cls,
             z = t + max_ttl
             e[k] = y if y < z else z
             expiring = True
-    if cap and n > 1:
-        _cap_in_place(x, pi, depth[ids[0]] > depth[ids[n - 1]])
+    if cap:
+        for k in range(n):
+            scratch[s[k]] = -1
+        if n > 1:
+            _cap_in_place(x, pi, depth[ids[0]] > depth[ids[n - 1]])
     return 0, x, e, expiring
 
 
@@ -532,6 +532,9 @@ def _group(kind, d, nd, octaves):
     if nd == 1:
         return kind
     x = d + 1
+    sh = (nd - 1) * octaves
+    if sh < 63 and x >> sh > 0:  # bit_length(x) - 1 >= (nd - 1) * octaves: the last depth class
+        return kind * nd + nd - 1
     bl = 0
     while x > 0:
         bl += 1
