@@ -1,13 +1,20 @@
-"""The ``utility`` variant's table rebuild as numba-compiled loops.
+"""The ``utility`` variant's per-block work and table rebuild as numba-compiled loops.
 
 Imported by :class:`~spfcore_spf_expected_utility.utility.UtilityPolicy` on
 construction (through :func:`spfcore.evictor.prepare_numba`, which makes
-llvmlite safe for vLLM's module scan). Each loop performs, element by element,
-the same IEEE operations in the same order as the numpy expressions it
-replaces (no ``fastmath``: no reassociation, no fused multiply-add), so the
-tables are bit-identical; it only skips numpy's ``(classes, buckets,
-buckets)`` temporaries. ``cache=True``: compiled once into numba's on-disk
-cache (``scripts/setup.sh`` warms it, :func:`warm`).
+llvmlite safe for vLLM's module scan). Each hook's per-block work is one or
+two calls here (a store: :func:`store_records`, :func:`map_stored`; a hit:
+:func:`hit_ids`; an eviction: :func:`evict_records`; a score batch:
+:func:`score_ids`; a table rebuild: :func:`index_table`,
+:func:`change_offsets`), so a hook costs a few dispatches whatever its
+size. Each loop performs, element by element, the same IEEE operations in
+the same order as the numpy expressions it replaces (no ``fastmath``: no
+reassociation, no fused multiply-add), so records and tables are
+bit-identical; numpy's summation-order-dependent reductions stay in numpy.
+The record fields arrive as column views of the policy's row tables
+(non-contiguous 1-d arrays). ``cache=True``: compiled once into numba's
+on-disk cache (``scripts/setup.sh`` warms it, :func:`warm`, with the
+policy's layouts, so no hook compiles).
 """
 
 from __future__ import annotations

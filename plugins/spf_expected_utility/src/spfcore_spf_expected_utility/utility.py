@@ -73,24 +73,31 @@ Units: score value = expected hits per block per arrival of residence
 (x ``block_size`` tokens = expected prefill tokens saved per block-arrival).
 
 Costs (every hook takes the batch form, :class:`~spfcore.BlockBatch`): the
-records live in numpy arrays indexed by a slot per block hash; one dict
-(``rec``) maps each hash to the slot of its newest record, resident or ghost
-(a per-slot ``state`` tells which), and the ghost list's LRU order is a queue
-of stamped entries. So per block a hook does at most one dict operation in C
-(``map`` over ``BlockBatch.keys``): a store looks each hash up once, an
-eviction or a ghost coming back only flips states in numpy (no hash moves
-between dicts), and a hash leaves the dict only when its ghost falls off the
-list. The rest of a re-access (gap, histogram, count, new class) is one
-compiled pass (:func:`_nb.reaccess`); ghosts coming back, blocks hit without
-a record and hashes held twice take short Python paths. A score batch on the
+records live in numpy arrays indexed by a slot per block hash, a slot's fields
+in one 64-byte row (``_R``; the named arrays are its column views) and a block
+id's map entry in one 32-byte row (``_M``), so a record touched is one cache
+line; one dict (``rec``) maps each hash to the slot of its newest record,
+resident or ghost (a per-slot ``state`` tells which), and the ghost list's
+LRU order is a queue of stamped entries. A store and an eviction look each
+hash up once (``map`` over the keys, in C; hashing a 128-bit key is most of
+it) and do the rest in one compiled pass each (:func:`_nb.store_records` and
+:func:`_nb.map_stored`: ghosts coming back, new records, re-accesses, the id
+map; :func:`_nb.evict_records`: records to ghosts, the frontier, the id map);
+a hit whose blocks the id map names does no lookup at all
+(:func:`_nb.hit_ids`). An eviction or a ghost coming back only flips states
+in numpy (no hash moves between dicts), and a hash leaves the dict only when
+its ghost falls off the list. Blocks hit without a record, hashes held twice
+and ghosts of resident hashes take short Python paths. A score batch on the
 runtime's block table is one compiled pass over block ids
 (:func:`_nb.score_ids`: slots from the id map, two table gathers (value,
 re-score offset), the chain cap, the expiries); other batches go by hash.
 No per-block Python object. O(prompt blocks) per arrival (the seen prefix
 stops after ``root_blocks + 1`` blocks; the prompt's hash set),
 O(classes x buckets^2) compiled work per ``period`` arrivals (index table
-and change points; classes = 3 kinds x ``depth_classes`` x ``max_count`` =
-96 by default); the age-bucket layout is built once per
+and change points, :func:`_nb.index_table`; classes = 3 kinds x
+``depth_classes`` x ``max_count`` = 96 by default, but a class without data
+has the prior's row of its reuse class, computed once: 8 to 18 rows of 96
+on the seed's workload); the age-bucket layout is built once per
 (``buckets_per_octave``, ``max_age_log2``) and shared. Re-scores: every
 expiry fires where the block's index changes (``rel_tol`` 0), and on the
 seed's full-scale workload each of them does change the block's value
