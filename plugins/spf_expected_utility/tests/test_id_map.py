@@ -71,3 +71,37 @@ def test_id_map_under_a_thrashing_batch(checked, monkeypatch):
     simulate(wl, "spf_expected_utility", num_blocks=24, block_size=16, mode="concurrent", max_running=4,
              token_budget=64)
     assert checked["ids"] > 0 and sum(refreshed) > 0
+
+
+def _final_records(monkeypatch, shape, mode, seed, by_map: bool):
+    """The last policy's records after a replay, hits looked up through the id
+    map (the hook's usual path) or, with ``by_map`` False, by hash."""
+    pols = []
+    init = U.UtilityPolicy.__init__
+
+    def keep(self, *a, **k):
+        init(self, *a, **k)
+        pols.append(self)
+
+    with monkeypatch.context() as m:
+        m.setattr(U.UtilityPolicy, "__init__", keep)
+        if not by_map:
+            m.setattr(U._load_nb(), "hit_ids", lambda *a: False)
+        wl = make(shape, seed=seed)
+        prep = prepare(wl, 16)
+        nb = max(64, len({k for v in prep.views for k in v.block_keys}) // 3)
+        res = simulate(prep, "spf_expected_utility", num_blocks=nb, block_size=16, mode=mode)
+    pol = pols[-1]
+    recs = {k: pol.record(k) for k in pol.info}
+    return res["token_hit_rate"], recs, pol.hist.copy(), pol.never.copy()
+
+
+@pytest.mark.parametrize("shape,mode,seed", [("mix", "sequential", 7), ("mix", "concurrent", 3),
+                                             ("revisit", "sequential", 1), ("multiturn", "concurrent", 2)])
+def test_hits_through_the_id_map_equal_the_hash_lookup(monkeypatch, shape, mode, seed):
+    """A hit whose blocks the id map names (``_nb.hit_ids``) updates the same
+    records as the lookup by hash: same hits, records and histograms."""
+    a = _final_records(monkeypatch, shape, mode, seed, True)
+    b = _final_records(monkeypatch, shape, mode, seed, False)
+    assert a[0] == b[0] and a[1] == b[1]
+    assert np.array_equal(a[2], b[2]) and np.array_equal(a[3], b[3])

@@ -139,7 +139,7 @@ def test_reset_on_configure():
     c, pol = cache(30)
     cyclic(c, rounds=3)
     pol.spfcore_cache_configured(num_blocks=30, block_size=4)
-    assert not pol.info and not pol.ghost and pol.hist.sum() == 0 and len(pol._free) == len(pol.last) - 1
+    assert not pol.info and not pol.ghost and pol.hist.sum() == 0 and pol._nfree == len(pol.last) - 1
 
 
 # ---------------------------------------------------------------- cheap re-scoring
@@ -325,3 +325,48 @@ def test_compiled_groups_equal_the_numpy_form(depth_classes, depth_octaves):
         assert got.tolist() == [pol._grp(kind, int(d)) for d in depth]
     if (depth_classes, depth_octaves) == (4, 2):  # the defaults, by hand: depths 0-2, 3-14, 15-62, 63+
         assert pol._grps(2, depth)[[0, 2, 3, 14, 15, 62, 63, 5000]].tolist() == [8, 8, 9, 9, 10, 10, 11, 11]
+
+
+def _numpy_index_table(pol, hist, never):
+    """The index table as ``UtilityPolicy._build`` computed it in numpy (every
+    class, the priors added to whole arrays), for the compiled form to equal."""
+    from spfcore_spf_expected_utility import utility as U
+
+    p, nb = pol.params, pol.nb
+    h, nev = hist, never
+    lo, hi = pol.lo[:nb], pol.lo[1:nb + 1]
+    rep = (lo + hi) / 2.0
+    pooled = h.sum(0)
+    pooled_never = nev.sum()
+    tot = pooled.sum() + pooled_never
+    if tot > 0 and p.prior_weight > 0:
+        h = h + p.prior_weight * pooled / tot
+        nev = nev + p.prior_weight * pooled_never / tot
+    if p.gap_prior > 0 and p.gap_classes:
+        h = h + pol.gap_prior
+    H = np.concatenate([np.zeros((pol.nc, 1)), np.cumsum(h, 1)], 1)
+    HR = np.concatenate([np.zeros((pol.nc, 1)), np.cumsum(h * rep, 1)], 1)
+    total = H[:, -1] + nev
+    return U._load_nb().density_index(H, HR, total, pol._lo_f, nb, np.arange(pol.nc, dtype=np.int64))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_compiled_index_table_equals_the_numpy_form(seed):
+    """``_build``'s compiled table (one row per reuse class for the classes
+    without data, copied) is bit for bit the numpy form's, and the histograms
+    decay the same."""
+    rng = np.random.default_rng(seed)
+    kw = [{}, {"prior_weight": 0.0}, {"gap_prior": 0.0}, {"gap_classes": False}, {"prior_weight": 2},
+          {"decay": 0.9, "max_count": 3}][seed]
+    pol = UtilityPolicy(UtilityParams(**kw))
+    hist = rng.exponential(1.0, (pol.nc, pol.nb)) * (rng.random((pol.nc, pol.nb)) < 0.3)
+    hist[rng.random(pol.nc) < 0.7] = 0.0  # classes without data
+    never = rng.exponential(1.0, pol.nc) * (rng.random(pol.nc) < 0.5)
+    never[~hist.any(1)] *= rng.random(int((~hist.any(1)).sum())) < 0.5
+    if seed == 0:
+        hist[:], never[:] = 0.0, 0.0  # nothing at all: no pooled prior (tot 0)
+    want = _numpy_index_table(pol, hist, never)
+    pol.hist[:], pol.never[:] = hist, never
+    pol._build()
+    assert np.array_equal(pol._vals[:pol.nc], want, equal_nan=True)
+    assert np.array_equal(pol.hist, hist * pol.params.decay) and np.array_equal(pol.never, never * pol.params.decay)

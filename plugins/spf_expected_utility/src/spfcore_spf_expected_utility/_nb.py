@@ -1,13 +1,20 @@
-"""The ``utility`` variant's table rebuild as numba-compiled loops.
+"""The ``utility`` variant's per-block work and table rebuild as numba-compiled loops.
 
 Imported by :class:`~spfcore_spf_expected_utility.utility.UtilityPolicy` on
 construction (through :func:`spfcore.evictor.prepare_numba`, which makes
-llvmlite safe for vLLM's module scan). Each loop performs, element by element,
-the same IEEE operations in the same order as the numpy expressions it
-replaces (no ``fastmath``: no reassociation, no fused multiply-add), so the
-tables are bit-identical; it only skips numpy's ``(classes, buckets,
-buckets)`` temporaries. ``cache=True``: compiled once into numba's on-disk
-cache (``scripts/setup.sh`` warms it, :func:`warm`).
+llvmlite safe for vLLM's module scan). Each hook's per-block work is one or
+two calls here (a store: :func:`store_records`, :func:`map_stored`; a hit:
+:func:`hit_ids`; an eviction: :func:`evict_records`; a score batch:
+:func:`score_ids`; a table rebuild: :func:`index_table`,
+:func:`change_offsets`), so a hook costs a few dispatches whatever its
+size. Each loop performs, element by element, the same IEEE operations in
+the same order as the numpy expressions it replaces (no ``fastmath``: no
+reassociation, no fused multiply-add), so records and tables are
+bit-identical; numpy's summation-order-dependent reductions stay in numpy.
+The record fields arrive as column views of the policy's row tables
+(non-contiguous 1-d arrays). ``cache=True``: compiled once into numba's
+on-disk cache (``scripts/setup.sh`` warms it, :func:`warm`, with the
+policy's layouts, so no hook compiles).
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ _jit = numba.njit(cache=True, nogil=True)
 
 
 @_jit
-def density_index(H, HR, total, lo, nb):
+def density_index(H, HR, total, lo, nb, rep):
     """``idx[c, i] = max(0, max_{j >= i, occ > 0} hits / occ)`` with
     ``hits = H[c, j+1] - H[c, i]``, ``occ = (HR[c, j+1] - HR[c, i]) - hits *
     lo[i] + (total[c] - H[c, j+1]) * (lo[j+1] - lo[i])`` (see
@@ -31,6 +38,9 @@ def density_index(H, HR, total, lo, nb):
         total: ``(classes,)`` float64, reuses plus never-reused.
         lo: ``(nb + 1,)`` float64 bucket lower edges and the end, arrivals.
         nb: buckets.
+        rep: ``(classes,)`` int64: ``rep[c] < c`` names an earlier class
+            whose rows (``H``, ``HR``, ``total``) are equal to ``c``'s (its
+            row is copied, not computed again); ``rep[c] == c`` otherwise.
 
     Returns:
         ``(classes, nb)`` float64 index table.
@@ -38,6 +48,11 @@ def density_index(H, HR, total, lo, nb):
     nc = H.shape[0]
     out = np.zeros((nc, nb))
     for c in range(nc):
+        rc = rep[c]
+        if rc < c:
+            for i in range(nb):
+                out[c, i] = out[rc, i]
+            continue
         tc = total[c]
         for i in range(nb):
             a = lo[i]
@@ -62,7 +77,89 @@ def density_index(H, HR, total, lo, nb):
 
 
 @_jit
-def change_offsets(r, lo_int, rel_tol, cut):
+def index_table(hist, never, pooled, pooled_never, tot, prior_weight, prior, gap, use_gap, rep, lo, nb, per_kind,
+                decay):
+    """``UtilityPolicy._build``'s table from the histograms, the same float
+    operations as its numpy form, then the histograms decayed in place.
+
+    Per class ``c``: ``h = hist[c] (+ prior_weight * pooled / tot when
+    prior) (+ gap[c] when use_gap)``, ``nev = never[c] (+ prior_weight *
+    pooled_never / tot when prior)``; ``H``, ``HR``: prefix sums (numpy's
+    ``cumsum``: sequential) of ``h`` and ``h * rep`` after a zero; ``total =
+    H[-1] + nev``; the index by :func:`density_index`, one row per reuse class
+    ``c % per_kind`` for the classes without data (``hist`` row all zero,
+    ``never`` zero: the same ``h`` and ``nev``, so the same row).
+
+    Args:
+        hist, never: ``(classes, nb)``, ``(classes,)`` float64 (decayed: ``*= decay``).
+        pooled: ``hist.sum(0)``; pooled_never: ``never.sum()``; tot: ``pooled.sum() + pooled_never``.
+        gap: ``(classes, nb)`` gap prior; rep: ``(nb,)`` representative gap per bucket; lo: bucket edges.
+
+    Returns:
+        ``(index (classes, nb) float64, rep (classes,) int64: the class whose row each copies)``.
+    """
+    nc = hist.shape[0]
+    same = np.empty(nc, np.int64)
+    first = np.full(per_kind, -1, np.int64)
+    for c in range(nc):
+        e = never[c] == 0
+        if e:
+            for j in range(nb):
+                if hist[c, j] != 0:
+                    e = False
+                    break
+        same[c] = c
+        if e:
+            g = c % per_kind
+            if first[g] < 0:
+                first[g] = c
+            same[c] = first[g]
+    H = np.zeros((nc, nb + 1))
+    HR = np.zeros((nc, nb + 1))
+    total = np.empty(nc)
+    padd = np.empty(nb)
+    nadd = 0.0
+    if prior:  # (tot > 0)
+        for j in range(nb):
+            padd[j] = prior_weight * pooled[j] / tot
+        nadd = prior_weight * pooled_never / tot
+    for c in range(nc):
+        if same[c] != c:
+            continue
+        a = 0.0
+        ar = 0.0
+        for j in range(nb):
+            x = hist[c, j]
+            if prior:
+                x = x + padd[j]
+            if use_gap:
+                x = x + gap[c, j]
+            xr = x * rep[j]
+            if j == 0:
+                a = x
+                ar = xr
+            else:
+                a = a + x
+                ar = ar + xr
+            H[c, j + 1] = a
+            HR[c, j + 1] = ar
+        nv = never[c]
+        if prior:
+            nv = nv + nadd
+        total[c] = H[c, nb] + nv
+    for c in range(nc):
+        if same[c] != c:
+            total[c] = total[same[c]]
+    out = density_index(H, HR, total, lo, nb, same)
+    for c in range(nc):
+        for j in range(nb):
+            hist[c, j] *= decay
+        never[c] *= decay
+    return out, same
+
+
+@_jit
+def change_offsets(r, lo_int, rel_tol, cut, rep):
     """:func:`spfcore_spf_expected_utility.utility.change_offsets` (same
     comparisons): per ``(class, bucket i)`` the first integer age of the
     first later bucket ``j`` whose value differs by more than ``rel_tol``
@@ -74,6 +171,7 @@ def change_offsets(r, lo_int, rel_tol, cut):
         lo_int: ``(nb + 1,)`` int64 first integer age of each bucket and the end.
         rel_tol: float.
         cut: float (``inf``: no cut).
+        rep: ``(classes,)`` int64, as in :func:`density_index` (equal rows of ``r``).
 
     Returns:
         ``(classes, nb)`` int64.
@@ -82,6 +180,11 @@ def change_offsets(r, lo_int, rel_tol, cut):
     out = np.empty((nc, nb), np.int64)
     has_cut = cut != np.inf
     for c in range(nc):
+        q = rep[c]
+        if q < c:
+            for i in range(nb):
+                out[c, i] = out[q, i]
+            continue
         for i in range(nb):
             x = r[c, i]
             tol = rel_tol * abs(x)
@@ -159,16 +262,6 @@ def groups(kind, depth, nd, octaves):
         j = (bl - 1) // octaves
         out[k] = base + (j if j < nd - 1 else nd - 1)
     return out
-
-
-@_jit
-def take_back(never, cls, d):
-    """``never[cls[q]] = max(never[cls[q]] - d[q], 0)`` for each ``q`` in
-    order (ghosts coming back; ``d``: the decayed weight of each eviction)."""
-    for q in range(cls.shape[0]):
-        c = cls[q]
-        nv = never[c] - d[q]
-        never[c] = nv if nv > 0.0 else 0.0
 
 
 @_jit
@@ -388,39 +481,36 @@ def score_ids(ids, slot_of_id, pslot_of_id, pgen_of_id, gen, scratch, last, cls,
     e = np.empty(n, np.int64)
     s = np.empty(n, np.int64)
     m = slot_of_id.shape[0]
+    stale = False  # (the passes of the plain form fused: the same checks, the same status)
+    ok = True
     for k in range(n):
         i = ids[k]
-        if i < 0 or i >= m:
-            return 1, x, e, False
-        v = slot_of_id[i]
-        if v == 0:
+        v = slot_of_id[i] if 0 <= i < m else 0
+        if v == 0:  # a block without a record
+            if cap:
+                for j in range(k):
+                    scratch[s[j]] = -1
             return 1, x, e, False
         s[k] = v
-    pi = np.empty(0, np.int64)
-    if cap:
-        for k in range(n):  # the parent's slot must still name its hash's record
-            i = ids[k]
+        if cap:
             ps = pslot_of_id[i]
-            if ps == 0 or (ps > 0 and gen[ps] != pgen_of_id[i]):
-                return 2, x, e, False
-        ok = True
-        for k in range(n):
-            if scratch[s[k]] >= 0:
+            if ps == 0 or (ps > 0 and gen[ps] != pgen_of_id[i]):  # the parent's slot must still name its record
+                stale = True
+            if scratch[v] >= 0:  # a slot twice
                 ok = False
-            scratch[s[k]] = k
-        if ok:
-            pi = np.empty(n, np.int64)
-            for k in range(n):
-                q = pslot_of_id[ids[k]]
-                pi[k] = scratch[q] if q > 0 else -1
+            scratch[v] = k
+    pi = np.empty(n if cap else 0, np.int64)
+    if cap and (stale or not ok):
         for k in range(n):
             scratch[s[k]] = -1
-        if not ok:
-            return 1, x, e, False
+        return (2 if stale else 1), x, e, False
     nbk = bucket.shape[0]
     expiring = False
     for k in range(n):
         sk = s[k]
+        if cap:
+            q = pslot_of_id[ids[k]]
+            pi[k] = scratch[q] if q > 0 else -1
         t0 = last[sk]
         a = t - t0
         b = bucket[a if a < nbk - 1 else nbk - 1]
@@ -434,30 +524,219 @@ def score_ids(ids, slot_of_id, pslot_of_id, pgen_of_id, gen, scratch, last, cls,
             z = t + max_ttl
             e[k] = y if y < z else z
             expiring = True
-    if cap and n > 1:
-        _cap_in_place(x, pi, depth[ids[0]] > depth[ids[n - 1]])
+    if cap:
+        for k in range(n):
+            scratch[s[k]] = -1
+        if n > 1:
+            _cap_in_place(x, pi, depth[ids[0]] > depth[ids[n - 1]])
     return 0, x, e, expiring
 
 
+@_jit
+def _group(kind, d, nd, octaves):
+    """``UtilityPolicy._grp``: ``kind * nd + min((bit_length(d + 1) - 1) // octaves, nd - 1)``
+    (``kind`` when ``nd == 1``)."""
+    if nd == 1:
+        return kind
+    x = d + 1
+    sh = (nd - 1) * octaves
+    if sh < 63 and x >> sh > 0:  # bit_length(x) - 1 >= (nd - 1) * octaves: the last depth class
+        return kind * nd + nd - 1
+    bl = 0
+    while x > 0:
+        bl += 1
+        x >>= 1
+    j = (bl - 1) // octaves
+    return kind * nd + (j if j < nd - 1 else nd - 1)
+
+
+@_jit
+def store_records(slots, kinds, ids, depth, nd, octaves, t, state, never, cls, epoch_of, epoch, pw, last, count,
+                  first, hist, bucket, per_kind, max_count, gap_classes, gap_octaves, gap_mean, fs, nfree):
+    """The records' side of a store (``UtilityPolicy._store``) in one pass:
+    :func:`come_back`'s classification, the ghosts' :func:`take_back`, new
+    records for the rest (slots taken from the top of the free stack, in
+    order) and :func:`reaccess` of the records stored again, in that order,
+    with the same operations, so the records come out the same.
+
+    Args:
+        slots: ``(n,)`` int64 slot of each stored hash's record (``-1``: none).
+        kinds: ``(n,)`` or ``(1,)`` int64 kind of each block (one: every block's).
+        ids, depth: block ids and the table's depth per block id (the block's group, :func:`_group`).
+        pw: ``decay ** k`` for ``k = 0 .. epoch`` at least.
+        fs, nfree: the free-slot stack (``fs[:nfree]``, top last); ``nfree >= n``.
+        others: the record arrays and class parameters of :func:`reaccess`.
+
+    Returns:
+        ``(fin, new, dup, back, nfree)``: the slot of each hash's record after
+        the store (only where ``dup`` is False: else a hash came twice and the
+        dict decides), the positions given a new record (their slots:
+        ``fin[new]``), whether a ghost's hash came twice, ghosts made
+        resident, the new stack height.
+    """
+    n = slots.shape[0]
+    grp = np.empty(n, np.int64)
+    one = kinds.shape[0] == 1
+    for k in range(n):
+        grp[k] = _group(kinds[0] if one else kinds[k], depth[ids[k]], nd, octaves)
+    cat, dup = come_back(slots, state)
+    fin = slots.copy()
+    back = 0
+    m = 0
+    for k in range(n):
+        c = cat[k]
+        if c == 2:  # a ghost comes back: its eviction counted as "never"; take it back
+            s = slots[k]
+            cc = cls[s]
+            nv = never[cc] - pw[epoch - epoch_of[s]]
+            never[cc] = nv if nv > 0.0 else 0.0
+            back += 1
+        elif c == 0:
+            m += 1
+    new = np.empty(m, np.int64)
+    base = nfree - m
+    j = 0
+    for k in range(n):
+        if cat[k] == 0:  # a new record: one access, class 0 of its group
+            s = fs[base + j]
+            new[j] = k
+            j += 1
+            fin[k] = s
+            last[s] = t
+            count[s] = 1
+            cls[s] = grp[k] * per_kind
+            first[s] = t
+            state[s] = 1
+    if m < n:  # stored again in the same arrival (gap 0): not a reuse
+        rs = np.empty(n - m, np.int64)
+        og = np.empty(n - m, np.int64)
+        j = 0
+        for k in range(n):
+            if cat[k] > 0:
+                rs[j] = slots[k]
+                og[j] = grp[k]
+                j += 1
+        reaccess(rs, og, t, True, last, count, first, cls, hist, bucket, per_kind, max_count, gap_classes,
+                 gap_octaves, gap_mean)
+    return fin, new, dup, back, base
+
+
+@_jit
+def map_stored(ids, fin, p0, slot_of_id, nhold, id_of_slot, pslot_of_id, pgen_of_id, gen):
+    """The id map's side of a store (``UtilityPolicy._map_stored``): block
+    ``ids[k]`` holds record ``fin[k]`` (:func:`assign`); its parent's slot is
+    ``fin[k - 1]`` (``p0`` for the first block: ``-1`` at depth 0, ``0``
+    unknown), kept with that slot's generation. ``False`` (nothing done) if an
+    id lies beyond the map."""
+    n = ids.shape[0]
+    m = slot_of_id.shape[0]
+    for k in range(n):
+        if ids[k] < 0 or ids[k] >= m:
+            return False
+    assign(slot_of_id, nhold, id_of_slot, ids, fin)
+    for k in range(n):
+        ps = p0 if k == 0 else fin[k - 1]
+        i = ids[k]
+        pslot_of_id[i] = ps
+        pgen_of_id[i] = gen[ps if ps > 0 else 0]
+    return True
+
+
+@_jit
+def hit_ids(ids, slot_of_id, state, kind, depth, nd, octaves, t, last, count, first, cls, hist, bucket, per_kind,
+            max_count, gap_classes, gap_octaves, gap_mean):
+    """A hit on blocks whose records the id map names (each id mapped to a
+    resident record): :func:`reaccess` of those records, groups of ``kind``
+    at each block's depth (``UtilityPolicy.spfcore_blocks_hit``). ``False``
+    (nothing done) if an id is beyond the map or not mapped to a resident
+    record (the hook then goes by hash)."""
+    n = ids.shape[0]
+    m = slot_of_id.shape[0]
+    s = np.empty(n, np.int64)
+    for k in range(n):
+        i = ids[k]
+        if i < 0 or i >= m:
+            return False
+        v = slot_of_id[i]
+        if v <= 0 or state[v] != 1:
+            return False
+        s[k] = v
+    grp = np.empty(n, np.int64)
+    for k in range(n):
+        grp[k] = _group(kind, depth[ids[k]], nd, octaves)
+    reaccess(s, grp, t, False, last, count, first, cls, hist, bucket, per_kind, max_count, gap_classes,
+             gap_octaves, gap_mean)
+    return True
+
+
+@_jit
+def evict_records(slots, state, never, cls, epoch_of, epoch, q, qt, stamp, last, vals, bucket, t, ids_ok, nhold,
+                  slot_of_id, id_of_slot):
+    """The records' and the id map's side of an eviction
+    (``UtilityPolicy.spfcore_blocks_evicted``): the frontier candidate (the
+    index of the last victim, if its record is resident: ``vals[cls,
+    bucket of its age]``, else -1.0), :func:`evict_pass`, then (``ids_ok``)
+    each evicted record held by one block id unmapped (``UtilityPolicy._unmap_one``).
+
+    Returns:
+        ``(x, positions evicted, the ghost list's new end, positions of
+        records held by several ids (left mapped: the caller makes orphans))``.
+    """
+    n = slots.shape[0]
+    x = -1.0
+    s = slots[n - 1]
+    if s > 0 and state[s] == 1:
+        a = t - last[s]
+        top = bucket.shape[0] - 1
+        x = vals[cls[s], bucket[a if a < top else top]]
+    keep, qt = evict_pass(slots, state, never, cls, epoch_of, epoch, q, qt, stamp)
+    nm = 0
+    multi = np.empty(keep.shape[0], np.int64)
+    if ids_ok:
+        for j in range(keep.shape[0]):
+            r = slots[keep[j]]
+            h = nhold[r]
+            if h == 1:
+                slot_of_id[id_of_slot[r]] = 0
+                nhold[r] = 0
+            elif h > 1:
+                multi[nm] = j
+                nm += 1
+    return x, keep, qt, multi[:nm]
+
+
 def warm() -> None:
-    """Compile every loop (or load them from numba's cache) now, on tiny arrays."""
+    """Compile every loop (or load them from numba's cache) now, on tiny
+    arrays of the layouts the policy passes (its record fields and id map
+    are column views of row-major tables: non-contiguous 1-d arrays), so no
+    hook compiles."""
     H = np.zeros((2, 4))
     lo = np.array([0.0, 1.0, 2.0, 4.0])
-    idx = density_index(H, H, np.ones(2), lo, 3)
-    change_offsets(idx, np.array([0, 1, 2, 4], np.int64), 0.0, np.inf)
+    two = np.array([0, 0], np.int64)
+    idx = density_index(H, H, np.ones(2), lo, 3, two)
+    index_table(np.zeros((2, 3)), np.zeros(2), np.zeros(3), 0.0, 1.0, 0.3, True, np.zeros((2, 3)), True,
+                np.ones(3), lo, 3, 2, 0.999)
+    change_offsets(idx, np.array([0, 1, 2, 4], np.int64), 0.0, np.inf, two)
     chain_cap(np.ones(3), np.array([1, 2, -1], np.int64), True)
     groups(1, np.arange(3, dtype=np.int64), 4, 2)
-    take_back(np.ones(3), np.array([1, 2], np.int64), np.ones(2))
+    R = np.zeros((4, 8), np.int64)  # per slot: state, last, cls, count, first, epoch_of, nhold, id_of_slot
+    state, last, cls, count, first, epoch_of, nhold, id_of_slot = (R[:, j] for j in range(8))
+    M = np.zeros((4, 4), np.int64)  # per block id: slot, parent slot, parent generation
+    slot_of_id, pslot_of_id, pgen_of_id = (M[:, j] for j in range(3))
     z = np.zeros(4, np.int64)
-    assign(z, z.copy(), z.copy(), np.array([1], np.int64), np.array([2], np.int64))
-    parent_pos(np.array([1, 2], np.int64), np.array([2, -1], np.int64), np.full(4, -1, np.int64))
-    one = np.ones(4, np.int64)
-    st = np.ones(4, np.int64)
-    come_back(np.array([1, -1], np.int64), st.copy())
-    evict_pass(np.array([1, -1], np.int64), st, np.zeros(3), z.copy(), z.copy(), 1, z.copy(), 0, z.copy())
-    trim_pass(np.array([1, 2], np.int64), 0, 2, 1, st, z.copy())
-    reaccess(np.array([1, 2], np.int64), np.array([0, 1], np.int64), 3, True, z.copy(), one.copy(), z.copy(),
-             z.copy(), np.zeros((2, 3)), np.zeros(3, np.int64), 2, 2, True, 1, True)
-    score_ids(np.array([1, 2], np.int64), one, z.copy(), z.copy(), z.copy(), np.full(4, -1, np.int64), z.copy(),
-              z.copy(), np.zeros((2, 3)), np.full((2, 3), -1, np.int64), np.zeros(3, np.int64), z.copy(), 1, 8,
-              True, 2**62)
+    ids = np.array([1, 2], np.int64)
+    hist, vals, offs, bucket = np.zeros((2, 3)), np.zeros((2, 3)), np.full((2, 3), -1, np.int64), np.zeros(3, np.int64)
+    cls[:] = 1
+    assign(slot_of_id, nhold, id_of_slot, ids, two)
+    parent_pos(ids, np.array([2, -1], np.int64), np.full(4, -1, np.int64))
+    reaccess(ids, two, 3, True, last, count, first, cls, hist, bucket, 2, 2, True, 1, True)
+    score_ids(ids, slot_of_id, pslot_of_id, pgen_of_id, z.copy(), np.full(4, -1, np.int64), last, cls, vals, offs,
+              bucket, z.copy(), 1, 8, True, 2**62)
+    store_records(np.array([1, -1], np.int64), np.array([1], np.int64), ids, z.copy(), 4, 2, 3, state, np.zeros(3),
+                  cls, epoch_of, 1, np.ones(2), last, count, first, hist, bucket, 2, 2, True, 1, True,
+                  np.array([3, 2], np.int64), 2)
+    map_stored(ids, ids, -1, slot_of_id, nhold, id_of_slot, pslot_of_id, pgen_of_id, z.copy())
+    hit_ids(ids, slot_of_id, state, 1, z.copy(), 4, 2, 3, last, count, first, cls, hist, bucket, 2, 2, True, 1, True)
+    evict_records(np.array([1, -1], np.int64), state, np.zeros(3), cls, epoch_of, 1, z.copy(), 0, z.copy(), last,
+                  vals, bucket, 3, True, nhold, slot_of_id, id_of_slot)
+    trim_pass(np.array([1, 2], np.int64), 0, 2, 1, state, z.copy())

@@ -73,24 +73,31 @@ Units: score value = expected hits per block per arrival of residence
 (x ``block_size`` tokens = expected prefill tokens saved per block-arrival).
 
 Costs (every hook takes the batch form, :class:`~spfcore.BlockBatch`): the
-records live in numpy arrays indexed by a slot per block hash; one dict
-(``rec``) maps each hash to the slot of its newest record, resident or ghost
-(a per-slot ``state`` tells which), and the ghost list's LRU order is a queue
-of stamped entries. So per block a hook does at most one dict operation in C
-(``map`` over ``BlockBatch.keys``): a store looks each hash up once, an
-eviction or a ghost coming back only flips states in numpy (no hash moves
-between dicts), and a hash leaves the dict only when its ghost falls off the
-list. The rest of a re-access (gap, histogram, count, new class) is one
-compiled pass (:func:`_nb.reaccess`); ghosts coming back, blocks hit without
-a record and hashes held twice take short Python paths. A score batch on the
+records live in numpy arrays indexed by a slot per block hash, a slot's fields
+in one 64-byte row (``_R``; the named arrays are its column views) and a block
+id's map entry in one 32-byte row (``_M``), so a record touched is one cache
+line; one dict (``rec``) maps each hash to the slot of its newest record,
+resident or ghost (a per-slot ``state`` tells which), and the ghost list's
+LRU order is a queue of stamped entries. A store and an eviction look each
+hash up once (``map`` over the keys, in C; hashing a 128-bit key is most of
+it) and do the rest in one compiled pass each (:func:`_nb.store_records` and
+:func:`_nb.map_stored`: ghosts coming back, new records, re-accesses, the id
+map; :func:`_nb.evict_records`: records to ghosts, the frontier, the id map);
+a hit whose blocks the id map names does no lookup at all
+(:func:`_nb.hit_ids`). An eviction or a ghost coming back only flips states
+in numpy (no hash moves between dicts), and a hash leaves the dict only when
+its ghost falls off the list. Blocks hit without a record, hashes held twice
+and ghosts of resident hashes take short Python paths. A score batch on the
 runtime's block table is one compiled pass over block ids
 (:func:`_nb.score_ids`: slots from the id map, two table gathers (value,
 re-score offset), the chain cap, the expiries); other batches go by hash.
 No per-block Python object. O(prompt blocks) per arrival (the seen prefix
 stops after ``root_blocks + 1`` blocks; the prompt's hash set),
 O(classes x buckets^2) compiled work per ``period`` arrivals (index table
-and change points; classes = 3 kinds x ``depth_classes`` x ``max_count`` =
-96 by default); the age-bucket layout is built once per
+and change points, :func:`_nb.index_table`; classes = 3 kinds x
+``depth_classes`` x ``max_count`` = 96 by default, but a class without data
+has the prior's row of its reuse class, computed once: 8 to 18 rows of 96
+on the seed's workload); the age-bucket layout is built once per
 (``buckets_per_octave``, ``max_age_log2``) and shared. Re-scores: every
 expiry fires where the block's index changes (``rel_tol`` 0), and on the
 seed's full-scale workload each of them does change the block's value
@@ -107,6 +114,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import deque
 from itertools import repeat
 
 import numpy as np
@@ -217,6 +225,20 @@ def _age_buckets(buckets_per_octave: int, max_age_log2: int) -> tuple:
     return nb, lo, tuple(lo_int), tuple(bucket_of)
 
 
+#: The record fields of a slot, the columns of ``UtilityPolicy._R`` (8 x 8 bytes: one cache line per slot).
+_REC = ("state", "last", "cls", "count", "first", "epoch_of", "_nhold", "_id_of_slot")
+#: The id map's fields of a block id, columns 0-2 of ``UtilityPolicy._M``.
+_IDS = ("_slot_of_id", "_pslot_of_id", "_pgen_of_id")
+
+
+def _rows(n: int, k: int) -> np.ndarray:
+    """``(n, k)`` int64 zeros whose rows start on 64-byte boundaries (``k``
+    divides 8), so a row's fields share a cache line."""
+    buf = np.zeros(n * k + 8, np.int64)
+    off = (-buf.ctypes.data % 64) // 8
+    return buf[off:off + n * k].reshape(n, k)
+
+
 def _pick(keys: list, idx: np.ndarray) -> list:
     """``[keys[j] for j in idx]`` for increasing positions ``idx``, in C
     (``keys`` itself when ``idx`` is every position)."""
@@ -271,6 +293,8 @@ class UtilityPolicy:
                 continue
             gap = 2 ** ((g - 1) * p.gap_octaves)
             self.gap_prior[c, self.bucket_of[gap] if gap < len(self.bucket_of) else self.nb - 1] = p.gap_prior
+        self._all_rows = np.arange(self.nc, dtype=np.int64)  # every index row computed (none known equal)
+        self._rep = (self.lo[:self.nb] + self.lo[1:self.nb + 1]) / 2.0  # representative gap of each bucket
         self._lo_f = np.array(self.lo)  # a writable copy for the compiled loops (one array type)
         self._cwf = [1.0]  # count term per access count (index 0 unused), grown on demand
         self._pw = [1.0]  # decay ** k, grown on demand (_decay_pow)
@@ -299,16 +323,16 @@ class UtilityPolicy:
         self.nghost = 0  # ghost records (places in the list)
         self.ghost_cap = max(1, int(p.ghost_factor * num_blocks))
         n = max(64, num_blocks + self.ghost_cap // 4)
-        self.state = np.zeros(n, np.int64)  # per slot: 0 free, 1 resident, 2 ghost
+        # per slot, one 64-byte row of _R (a slot's fields on one cache line; the names are column views):
+        # state (0 free, 1 resident, 2 ghost), last, cls, count, first, epoch_of, _nhold, _id_of_slot
+        self._bind_rows(_rows(n, len(_REC)))
         self._stamp = np.zeros(n, np.int64)  # per ghost slot: its position in _q
         self.key_of: list = [None] * n  # per slot: its record's hash
-        self.last = np.zeros(n, np.int64)
-        self.count = np.ones(n, np.int64)
-        self.cls = np.zeros(n, np.int64)
-        self.first = np.zeros(n, np.int64)
-        self.epoch_of = np.zeros(n, np.int64)
+        self.count[:] = 1
         self.cls[0] = self.nc  # the sentinel's class: the all-zero, never-changing row
-        self._free = list(range(n - 1, 0, -1))
+        # the free slots, a stack (top last): slots 1, 2, ... are handed out first
+        self._fs = np.arange(n - 1, -1, -1, dtype=np.int64)
+        self._nfree = n - 1
         self.hist = np.zeros((self.nc, self.nb))
         self.never = np.zeros(self.nc)
         self._install([[0.0] * self.nb for _ in range(self.nc)], math.inf)
@@ -323,32 +347,44 @@ class UtilityPolicy:
         self._table = None
         self._ids_ok = True  # False once set_record or a foreign batch made the map unsure
         m = max(16, num_blocks)
-        self._slot_of_id = np.zeros(m, np.int64)
-        self._pslot_of_id = np.zeros(m, np.int64)
-        self._pgen_of_id = np.zeros(m, np.int64)
-        self._nhold = np.zeros(n, np.int64)
-        self._id_of_slot = np.zeros(n, np.int64)
+        self._bind_ids(_rows(m, 4))  # per block id, one 32-byte row of _M: _slot_of_id, _pslot_of_id, _pgen_of_id
         self._gen = np.zeros(n, np.int64)
         self._scratch = np.full(n, -1, np.int64)
         self._orphans: dict = {}  # hash -> ids that held it when it lost its record (checked on use)
 
     # ------------------------------------------------------------ records
+    def _room_slots(self, m: int) -> None:
+        """At least ``m`` free slots (the record arrays grow by doubling; the
+        new slots go to the bottom of the free stack)."""
+        if self._nfree >= m:
+            return
+        n = len(self.last)
+        grow = max(n, m)
+        r = _rows(n + grow, len(_REC))
+        r[:n] = self._R
+        self._bind_rows(r)
+        for name in ("_gen", "_stamp"):
+            setattr(self, name, np.concatenate([getattr(self, name), np.zeros(grow, np.int64)]))
+        self._scratch = np.concatenate([self._scratch, np.full(grow, -1, np.int64)])
+        self.key_of += [None] * grow
+        fs = np.empty(n + grow, np.int64)
+        fs[:grow] = np.arange(n + grow - 1, n - 1, -1)
+        fs[grow:grow + self._nfree] = self._fs[:self._nfree]
+        self._fs = fs
+        self._nfree += grow
+
     def _alloc(self, m: int) -> np.ndarray:
-        """``m`` free slots (the record arrays grow by doubling)."""
-        free = self._free
-        if len(free) < m:
-            n = len(self.last)
-            grow = max(n, m)
-            for name in ("last", "count", "cls", "first", "epoch_of", "_nhold", "_id_of_slot", "_gen", "state",
-                         "_stamp"):
-                a = getattr(self, name)
-                setattr(self, name, np.concatenate([a, np.zeros(grow, np.int64)]))
-            self._scratch = np.concatenate([self._scratch, np.full(grow, -1, np.int64)])
-            self.key_of += [None] * grow
-            free[:0] = range(n + grow - 1, n - 1, -1)
-        out = free[len(free) - m:]
-        del free[len(free) - m:]
-        return np.array(out, dtype=np.int64)
+        """``m`` free slots, from the top of the free stack."""
+        self._room_slots(m)
+        nf = self._nfree - m
+        self._nfree = nf
+        return self._fs[nf:nf + m].copy()
+
+    def _release_slots(self, sl) -> None:
+        """Slots ``sl`` (in order) back on top of the free stack."""
+        k = len(sl)
+        self._fs[self._nfree:self._nfree + k] = sl
+        self._nfree += k
 
     def _new(self, keys: list, grp: np.ndarray) -> np.ndarray:
         """Records for hashes seen the first time now: one access, class 0 of
@@ -406,6 +442,11 @@ class UtilityPolicy:
         self.last[s], self.count[s], self.cls[s], self.first[s] = last, count, cls, first
         self._ids_ok = False  # no block id named: score by hash from now on
 
+    @property
+    def table(self) -> list:
+        """The index table, ``(classes, buckets)`` nested lists of floats (tests, debugging)."""
+        return self._vals[:self.nc].tolist()
+
     # ------------------------------------------------------------ helpers
     def _bucket(self, age: int) -> int:
         bo = self.bucket_of
@@ -458,10 +499,10 @@ class UtilityPolicy:
             g = count - 1
         return grp * self.per_kind + np.where(count <= 1, 0, np.minimum(g, m - 1))
 
-    def _install(self, table, cut: float) -> None:
-        """Make ``table`` ((classes, buckets) index) the scores, with its re-score offsets."""
+    def _install(self, table, cut: float, same: np.ndarray | None = None) -> None:
+        """Make ``table`` ((classes, buckets) index) the scores, with its re-score offsets
+        (``same``: equal rows, the ``rep`` of :func:`_nb.density_index`; ``None``: none known)."""
         nb = self.nb
-        self.table = table if isinstance(table, list) else table.tolist()
         vals = np.zeros((self.nc + 1, nb))
         vals[:self.nc] = table
         offs = np.full((self.nc + 1, nb), -1, np.int64)
@@ -469,40 +510,30 @@ class UtilityPolicy:
             offs[:self.nc] = change_offsets(vals[:self.nc], self.lo_int, self.params.rel_tol, cut)
         else:
             offs[:self.nc] = _nb.change_offsets(vals[:self.nc], self._lo_int_np, float(self.params.rel_tol),
-                                                float(cut))
+                                                float(cut), self._all_rows if same is None else same)
         self._vals, self._offs = vals, offs
 
     def _build(self) -> None:
-        """Rebuild the per-class index table from the histograms (numpy,
-        O(classes x buckets^2)) and its change points, then decay the histograms."""
+        """Rebuild the per-class index table from the histograms (O(classes x
+        buckets^2), compiled: :func:`_nb.index_table`) and its change points,
+        then decay the histograms.
+
+        For start bucket ``i`` (age ``a = lo_i``) and horizon bucket ``j >= i``:
+        ``hits = H[j+1] - H[i]``, ``occ = sum_{x=i..j} h_x (rep_x - a) + tail_j
+        (hi_j - a)``; index = max over ``j`` of ``hits / occ`` (where ``occ > 0``),
+        at least 0; ``h`` = the class's histogram plus the priors."""
         p = self.params
-        h, nev = self.hist, self.never
-        nb = self.nb
-        lo = self.lo[:nb]
-        hi = self.lo[1:nb + 1]
-        rep = (lo + hi) / 2.0  # representative gap of each bucket
-        pooled = h.sum(0)
-        pooled_never = nev.sum()
+        pooled = self.hist.sum(0)  # (numpy's reductions, as before: their summation order)
+        pooled_never = self.never.sum()
         tot = pooled.sum() + pooled_never
-        if tot > 0 and p.prior_weight > 0:
-            h = h + p.prior_weight * pooled / tot
-            nev = nev + p.prior_weight * pooled_never / tot
-        if p.gap_prior > 0 and p.gap_classes:
-            h = h + self.gap_prior
-        # for start bucket i (age a = lo_i) and horizon bucket j >= i:
-        #   hits = H[j+1] - H[i];  occ = sum_{x=i..j} h_x (rep_x - a) + tail_j (hi_j - a)
-        #   index = max over j of hits / occ (where occ > 0), at least 0
-        # (compiled: _nb.density_index, the same float operations as the numpy form)
-        H = np.concatenate([np.zeros((self.nc, 1)), np.cumsum(h, 1)], 1)  # (nc, nb+1)
-        HR = np.concatenate([np.zeros((self.nc, 1)), np.cumsum(h * rep, 1)], 1)
-        total = H[:, -1] + nev  # (nc,)
-        idx = _load_nb().density_index(H, HR, total, self._lo_f, nb)
+        idx, same = _load_nb().index_table(
+            self.hist, self.never, pooled, float(pooled_never), float(tot), float(p.prior_weight),
+            bool(tot > 0 and p.prior_weight > 0), self.gap_prior, bool(p.gap_prior > 0 and p.gap_classes),
+            self._rep, self._lo_f, self.nb, self.per_kind, float(p.decay))
         cut = p.cut_factor * self.theta if self.theta > 0 else math.inf
-        self._install(idx, cut)
+        self._install(idx, cut, same)
         self.theta = self.theta_next
         self.theta_next = 0.0
-        self.hist *= p.decay
-        self.never *= p.decay
         self.epoch += 1
 
     # ------------------------------------------------------------ id map
@@ -510,9 +541,30 @@ class UtilityPolicy:
         """Room for block ids up to ``top``."""
         m = len(self._slot_of_id)
         if top >= m:
-            add = max(m, top + 1 - m)
-            for name in ("_slot_of_id", "_pslot_of_id", "_pgen_of_id"):
-                setattr(self, name, np.concatenate([getattr(self, name), np.zeros(add, np.int64)]))
+            r = _rows(m + max(m, top + 1 - m), 4)
+            r[:m] = self._M
+            self._bind_ids(r)
+
+    def _bind_rows(self, r: np.ndarray) -> None:
+        """Make ``r`` the per-slot rows, its columns the record arrays (:data:`_REC`)."""
+        self._R = r
+        for j, name in enumerate(_REC):
+            setattr(self, name, r[:, j])
+
+    def _bind_ids(self, r: np.ndarray) -> None:
+        """Make ``r`` the per-block-id rows, its columns the id map (:data:`_IDS`)."""
+        self._M = r
+        for j, name in enumerate(_IDS):
+            setattr(self, name, r[:, j])
+
+    def __getstate__(self) -> dict:
+        # the column views are rebound on the copy's own rows (a copy would make them separate arrays)
+        return {k: v for k, v in self.__dict__.items() if k not in _REC and k not in _IDS}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._bind_rows(self._R)
+        self._bind_ids(self._M)
 
     def _own_table(self, blocks) -> bool:
         """Whether ``blocks`` is on the runtime's table (the first one seen);
@@ -528,14 +580,13 @@ class UtilityPolicy:
         if not self._own_table(blocks):
             return
         ids = blocks.ids
-        self._ids_grow(int(ids.max()))
-        _load_nb().assign(self._slot_of_id, self._nhold, self._id_of_slot, ids, fin)
-        ps = np.empty(len(ids), np.int64)
-        ps[1:] = fin[:-1]  # a stored batch is one chain: its first block's parent comes before it
-        p0 = self._table.parent[int(ids[0])]
-        ps[0] = -1 if p0 is None else self._res(p0, 0)
-        self._pslot_of_id[ids] = ps
-        self._pgen_of_id[ids] = self._gen[np.maximum(ps, 0)]
+        p0 = self._table.parent[int(ids[0])]  # a stored batch is one chain: the first block's parent comes before it
+        p0 = -1 if p0 is None else self._res(p0, 0)
+        for _ in range(2):
+            if _load_nb().map_stored(ids, fin, p0, self._slot_of_id, self._nhold, self._id_of_slot,
+                                     self._pslot_of_id, self._pgen_of_id, self._gen):
+                break
+            self._ids_grow(int(ids.max()))  # an id beyond the map: room first
         if self._orphans:
             self._attach(keys)
 
@@ -561,29 +612,15 @@ class UtilityPolicy:
                 _load_nb().assign(self._slot_of_id, self._nhold, self._id_of_slot, np.array(held, np.int64),
                            np.full(len(held), s, np.int64))
 
-    def _unmap_one(self, s: int) -> None:
-        """:meth:`_unmap_evicted` of one record ``s`` held by one block at most."""
-        if self._ids_ok and self._nhold[s] == 1:
-            self._slot_of_id[self._id_of_slot[s]] = 0
-            self._nhold[s] = 0
-
-    def _unmap_evicted(self, keys: list, s: np.ndarray) -> None:
-        """Evicted hashes ``keys`` lost their records ``s``: unmap every block
-        id mapped to them (the victim; copies become orphans)."""
-        if not self._ids_ok:
-            return
-        nh = self._nhold[s]
-        if (nh == 1).all():  # the usual case: the victim is the one block holding each hash
-            self._slot_of_id[self._id_of_slot[s]] = 0
-            self._nhold[s] = 0
-            return
-        for k, sl, h in zip(keys, s.tolist(), nh.tolist()):
-            if h == 1:
-                self._slot_of_id[self._id_of_slot[sl]] = 0
-            elif h > 1:  # copies held elsewhere: unmapped, remembered until the hash gets a record
-                held = np.flatnonzero(self._slot_of_id == sl)
-                self._slot_of_id[held] = 0
-                self._orphans.setdefault(k, []).extend(held.tolist())
+    def _orphan(self, keys: list, s: np.ndarray) -> None:
+        """Evicted hashes ``keys`` lost their records ``s``, each mapped to
+        several block ids (the victim and copies): unmap them all; the copies
+        become orphans (:meth:`_attach`). Records held by one id are unmapped
+        by :func:`_nb.evict_records`."""
+        for k, sl in zip(keys, s.tolist()):
+            held = np.flatnonzero(self._slot_of_id == sl)
+            self._slot_of_id[held] = 0
+            self._orphans.setdefault(k, []).extend(held.tolist())
             self._nhold[sl] = 0
         if len(self._orphans) > len(self._slot_of_id):  # drop copies that no longer hold their hash
             key = self._table.key
@@ -626,10 +663,17 @@ class UtilityPolicy:
 
     @hookimpl
     def spfcore_blocks_hit(self, request, blocks, now):
+        if not len(blocks):
+            return
+        if self._ids_ok and blocks.table is self._table:  # every block's record from the id map: one compiled pass
+            p = self.params
+            if _load_nb().hit_ids(blocks.ids, self._slot_of_id, self.state, self.kind, self._table.depth, self.nd,
+                                  p.depth_octaves, self.t, self.last, self.count, self.first, self.cls, self.hist,
+                                  self._bucket_np, self.per_kind, p.max_count, p.gap_classes, p.gap_octaves,
+                                  p.gap_mean):
+                return
         keys = blocks.keys
         n = len(keys)
-        if not n:
-            return
         grp = self._grps(self.kind, blocks.depth)
         slots = np.fromiter(map(self.rec.get, keys, repeat(-1)), np.int64, n)
         st = self.state[slots]  # (slot -1: the last slot's state, not used)
@@ -659,53 +703,53 @@ class UtilityPolicy:
             fin = np.fromiter(map(self.rec.__getitem__, keys), np.int64, n)
         self._map_stored(blocks, keys, fin)
 
+    def _kinds(self, keys: list, n: int, d0: int) -> np.ndarray:
+        """The kind of each stored block (hashes ``keys`` from depth ``d0``):
+        the request's (:attr:`kind`) for a prompt block, 0 (decode)
+        otherwise; one entry when all are alike."""
+        pk = self._prompt_keys
+        if list(pk[d0:d0 + n]) == keys:  # the prompt's own blocks (the usual store): one kind
+            return np.array([self.kind], np.int64)
+        if n == 1:  # one lookup: a scan of the prompt's keys costs less than building their set
+            return np.array([self.kind if keys[0] in (pk if self.prompt is None else self.prompt) else 0], np.int64)
+        if self.prompt is None:
+            self.prompt = set(pk)
+        if self.prompt.issuperset(keys):
+            return np.array([self.kind], np.int64)
+        inp = np.fromiter(map(self.prompt.__contains__, keys), bool, n)
+        return np.where(inp, self.kind, 0).astype(np.int64)
+
     def _store(self, blocks, keys: list, n: int) -> np.ndarray | None:
-        """The records' side of a store; returns the slot of each of ``keys``
+        """The records' side of a store (one compiled pass,
+        :func:`_nb.store_records`); returns the slot of each of ``keys``
         after it, or ``None`` where a hash twice among the new ones makes that
         a lookup."""
-        if n == 1:  # one block (decode): the same steps on scalars
-            return self._store_one(keys[0], int(blocks.table.depth[blocks.ids[0]]))
-        depth = blocks.depth
-        d0 = int(depth[0])
-        if list(self._prompt_keys[d0:d0 + n]) == keys:  # the prompt's own blocks (the usual store): one kind
-            grp = self._grps(self.kind, depth)
-        else:
-            if self.prompt is None:
-                self.prompt = set(self._prompt_keys)
-            if self.prompt.issuperset(keys):
-                grp = self._grps(self.kind, depth)
-            else:
-                inp = np.fromiter(map(self.prompt.__contains__, keys), bool, n)
-                grp = self._grps(np.where(inp, self.kind, 0), depth)
+        ids = blocks.ids
+        depth = blocks.table.depth  # (per block id)
+        kinds = self._kinds(keys, n, int(depth[ids[0]]))
         rec = self.rec
-        before = len(rec)
-        slots = np.fromiter(map(rec.get, keys, repeat(-1)), np.int64, n)  # -1: no record
-        if slots.max() < 0:  # all seen the first time
-            s = self._new(keys, grp)
-            return s if len(rec) - before == n else None
-        # per block: 1 resident (a recomputed copy stored again), 2 a ghost coming back (now
-        # resident again, same record; its place in the ghost list lapses), 0 a new record
-        cat, dup = _load_nb().come_back(slots, self.state)
-        old = cat > 0
-        fin = slots.copy()
-        if not (cat == 1).all():
-            rj = np.flatnonzero(cat == 2)
-            if len(rj):  # ghosts come back: their eviction counted as "never"; take it back
-                rs = slots[rj]
-                k = self.epoch - self.epoch_of[rs]  # table builds (decays) since
-                _nb.take_back(self.never, self.cls[rs], self._decay_pow(int(k.max()))[k])
-                self.nghost -= len(rs)
-            new = np.flatnonzero(~old)
-            if len(new):
-                b = len(rec)
-                fin[new] = self._new(_pick(keys, new), grp[new])
-                dup = dup or len(rec) - b != len(new)
-            if dup:  # a hash twice: its later record counts
-                fin = None
-            slots, grp = slots[old], grp[old]
-        if len(slots):  # stored again in the same arrival (gap 0): not a reuse
-            self._reaccess(slots, grp, True)
-        return fin
+        slots = np.fromiter(map(rec.get, keys, repeat(-1)), np.int64, n) if n > 1 else \
+            np.array([rec.get(keys[0], -1)], np.int64)  # -1: no record
+        self._room_slots(n)
+        p = self.params
+        nb = _load_nb()
+        fin, new, dup, back, self._nfree = nb.store_records(
+            slots, kinds, ids, depth, self.nd, p.depth_octaves, self.t, self.state,
+            self.never, self.cls, self.epoch_of, self.epoch, self._decay_pow(self.epoch), self.last, self.count,
+            self.first, self.hist, self._bucket_np, self.per_kind, p.max_count, p.gap_classes, p.gap_octaves,
+            p.gap_mean, self._fs, self._nfree)
+        self.nghost -= back
+        m = len(new)
+        if m:
+            nk = keys if m == n else _pick(keys, new)
+            sl = fin[new].tolist()
+            b = len(rec)
+            rec.update(zip(nk, sl))
+            key_of = self.key_of
+            for j, k in zip(sl, nk):  # (a plain loop: about half the time of map over the bound __setitem__)
+                key_of[j] = k
+            dup = dup or len(rec) - b != m
+        return None if dup else fin
 
     def _decay_pow(self, top: int) -> np.ndarray:
         """``decay ** k`` for ``k = 0 .. top`` at least (Python's pow, each
@@ -717,37 +761,6 @@ class UtilityPolicy:
             self._pw_np = np.array(pw)
         return self._pw_np
 
-    def _store_one(self, k, depth: int) -> np.ndarray:
-        """:meth:`_store` of one block (hash ``k`` at ``depth``) in scalar
-        steps: the same records, classes and float operations as the batch
-        form, without its numpy calls (a decode block is stored alone)."""
-        if list(self._prompt_keys[depth:depth + 1]) == [k]:
-            kind = self.kind
-        else:  # one lookup: a scan of the prompt's keys costs less than building their set
-            kind = self.kind if k in (self._prompt_keys if self.prompt is None else self.prompt) else 0
-        grp = self._grp(kind, depth)
-        s = self.rec.get(k)
-        if s is None:  # seen the first time
-            return self._new([k], np.array([grp], np.int64))
-        if self.state[s] == 2:  # a ghost comes back: its eviction counted as "never"; take it back
-            c = self.cls[s]
-            nv = self.never[c] - self.params.decay ** (self.epoch - int(self.epoch_of[s]))
-            self.never[c] = nv if nv > 0.0 else 0.0
-            self.state[s] = 1
-            self.nghost -= 1
-        t = self.t
-        gap = t - int(self.last[s])
-        count = int(self.count[s])
-        if gap > 0:
-            self.hist[self.cls[s], self._bucket(gap)] += 1.0
-            count += 1
-        self.count[s] = count
-        self.last[s] = t
-        if self.params.gap_mean and count > 1:
-            gap = (t - int(self.first[s])) // max(count - 1, 1)
-        self.cls[s] = self._cls(grp, count, gap)
-        return np.array([s], np.int64)
-
     @hookimpl
     def spfcore_blocks_evicted(self, keys, now):
         n = len(keys)
@@ -756,21 +769,19 @@ class UtilityPolicy:
         rec, state = self.rec, self.state
         slots = np.fromiter(map(rec.get, keys, repeat(-1)), np.int64, n) if n > 1 else \
             np.array([rec.get(keys[0], -1)], np.int64)
-        s = int(slots[-1])
-        if s > 0 and state[s] == 1:  # the eviction frontier: the last victim ranked highest
-            x = self.table[int(self.cls[s])][self._bucket(self.t - int(self.last[s]))]
-            if x > self.theta_next:
-                self.theta_next = x
         self._room(n)
-        j, self._qt = _load_nb().evict_pass(slots, state, self.never, self.cls, self.epoch_of, self.epoch, self._q,
-                                            self._qt, self._stamp)
+        # one compiled pass: the frontier candidate, records to ghosts, the id map unmapped
+        x, j, self._qt, multi = _load_nb().evict_records(
+            slots, state, self.never, self.cls, self.epoch_of, self.epoch, self._q, self._qt, self._stamp, self.last,
+            self._vals, self._bucket_np, self.t, self._ids_ok, self._nhold, self._slot_of_id, self._id_of_slot)
+        if x > self.theta_next:  # the eviction frontier: the last victim ranked highest
+            self.theta_next = x
         if len(j) < n:  # a copy whose hash was evicted before, or a hash twice (its first copy counts)
             if not len(j):
                 return
             keys, slots = _pick(keys, j), slots[j]
         self.nghost += len(slots)
-        free = self._free
-        nfree = len(free)
+        nfree = self._nfree
         if self._dual:  # a resident hash with a ghost record: the new ghost takes the old one's place
             dual, stamp = self._dual, self._stamp
             for k, r in zip(keys, slots.tolist()):
@@ -779,17 +790,15 @@ class UtilityPolicy:
                     stamp[r] = p = stamp[g]
                     self._q[p] = r
                     state[g] = 0
-                    free.append(g)
+                    self._release_slots([g])
                     self.nghost -= 1
-        if len(slots) == 1 and self._nhold[slots[0]] <= 1:  # one victim (a decode allocation)
-            self._unmap_one(int(slots[0]))
-        else:
-            self._unmap_evicted(keys, slots)
+        if len(multi):  # copies held elsewhere: unmapped, remembered until the hash gets a record
+            self._orphan(_pick(keys, multi), slots[multi])
         over = self.nghost - self.ghost_cap
         if over > 0:  # the oldest ghosts leave, oldest first
             self._trim(over)
-        if len(free) > nfree:  # freed slots name no record any more
-            self._gen[free[nfree:]] += 1
+        if self._nfree > nfree:  # freed slots name no record any more
+            self._gen[self._fs[nfree:self._nfree]] += 1
 
     def _room(self, m: int) -> None:
         """Room for ``m`` more entries at the end of the ghost list: entries
@@ -822,10 +831,8 @@ class UtilityPolicy:
                 else:
                     del dual[k]
         else:
-            rec = self.rec
-            for k in ks:
-                del rec[k]
-        self._free += tr
+            deque(map(self.rec.pop, ks), maxlen=0)  # (dict.pop: a builtin method, in C)
+        self._release_slots(tr)
         self.nghost -= len(tr)
 
     @hookimpl
