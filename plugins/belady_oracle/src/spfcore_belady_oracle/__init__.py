@@ -239,18 +239,24 @@ class BeladyOraclePolicy:
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
         ids = self._ids(blocks.keys)
-        nu = self._next[ids].astype(np.int64)
-        nu[nu == self._never] = NEVER
+        nu = self._next[ids]
+        never = nu == self._never
+        nu = nu.astype(np.int64)
         wait = None
         if self.waiting:
             w = self._waiting_min()[ids]
             wait = w < NEVER
             if wait.any():
-                nu = np.where(wait, w, nu)
+                never &= ~wait
+                nu[wait] = w[wait]
             else:
                 wait = None
-        values = -(nu * DEPTH_SLOTS + np.minimum(blocks.depth, DEPTH_SLOTS - 1)).astype(np.float64)
-        exp_a = np.where(nu < NEVER, nu + 1, NEVER_ARRIVAL)
+        exp_a = nu + 1
+        exp_a[never] = NEVER_ARRIVAL
+        nu[never] = NEVER
+        nu *= DEPTH_SLOTS
+        nu += np.minimum(blocks.depth, DEPTH_SLOTS - 1)
+        values = np.negative(nu, dtype=np.float64)  # exact: below 2**53
         if wait is None:
             return Scores(values, expires_at_arrival=exp_a)
         return Scores(values, expires_at=np.where(wait, float(now), np.inf), expires_at_arrival=exp_a)
