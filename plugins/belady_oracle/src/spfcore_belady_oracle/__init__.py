@@ -98,7 +98,8 @@ class BeladyOraclePolicy:
                 (``after.dtype``'s max: none); its dtype is the next uses'.
             first: ``(ids, arrivals)`` of each id's first use, when the caller has them.
         """
-        self._rk, self._roff, self._after = ids, off, after
+        self._rk, self._after = ids, after
+        self._roff = off.tolist()  # (Python ints: slicing with numpy scalars is slower)
         self._never = int(np.iinfo(after.dtype).max)  # "no next use" in _after and _next
         n = len(self._kid) + 1
         self._next = np.full(n, self._never, after.dtype)  # id -> its first use strictly after ``_at``
@@ -165,7 +166,7 @@ class BeladyOraclePolicy:
         rk = self._rk[start:]
         if len(rk):
             u, first = np.unique(rk, return_index=True)
-            arrival = np.repeat(np.arange(len(off) - 1), np.diff(off))[start:]
+            arrival = np.repeat(np.arange(len(off) - 1), np.diff(np.asarray(off)))[start:]
             nxt[u] = arrival[first]
         self._at = pos
 
