@@ -11,8 +11,8 @@ not yet arrived, or one that arrived and waits for its prefix-cache lookup
 
 from __future__ import annotations
 
+from itertools import count, repeat
 from operator import itemgetter
-from itertools import repeat
 
 import attrs
 import numpy as np
@@ -123,10 +123,12 @@ class BeladyOraclePolicy:
             extend(ks)
             arrivals.append(r.arrival_index)
             counts.append(len(ks))
-        kid = dict.fromkeys(keys)  # every hash once, in order of first use (passes at C speed)
-        kid = self._kid = dict(zip(kid, range(1, len(kid) + 1)))
-        ids = np.fromiter(map(kid.__getitem__, keys), np.int32 if len(kid) < 2**31 else np.int64, len(keys))
+        # one pass at C speed: each use -> the position of its hash's first use; ids dense in that order
+        kid: dict = {}
+        first = np.fromiter(map(kid.setdefault, keys, count()), np.int64, len(keys))
         del keys
+        ids = np.cumsum(first == np.arange(len(first)), dtype=np.int32 if len(kid) < 2**31 else np.int64)[first]
+        kid = self._kid = dict(zip(kid, range(1, len(kid) + 1)))
         arr = np.array(arrivals, np.int64)
         a = np.repeat(arr, counts)
         if len(arr) and arr.min() < 0:
