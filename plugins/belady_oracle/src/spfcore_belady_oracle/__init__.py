@@ -71,8 +71,8 @@ class BeladyOraclePolicy:
     runtime refuses to run this policy (capability ``needs-future``).
 
     Memory: 8 bytes per (request, distinct block hash) use (two int32 arrays;
-    int64 past 2**31 ids or arrivals), 8 per arrival index, 12 per distinct
-    hash plus the hash -> id dict.
+    int64 past 2**31 ids or arrivals), about 40 per arrival index (its
+    offset, a Python int), 12 per distinct hash plus the hash -> id dict.
     """
 
     name = "belady_oracle"
@@ -115,6 +115,13 @@ class BeladyOraclePolicy:
 
     @hookimpl
     def spfcore_future_requests(self, requests):
+        """Build the index (see the class). O(uses) time, the uses' ids hashed
+        once, sorted once (twice if requests are out of arrival order).
+
+        Raises:
+            ValueError: arrival indices negative or sparse (more than 4 per
+                request): they must be positions in the stream.
+        """
         keys: list = []
         extend = keys.extend
         arrivals, counts = [], []
@@ -130,14 +137,15 @@ class BeladyOraclePolicy:
         ids = np.cumsum(first == np.arange(len(first)), dtype=np.int32 if len(kid) < 2**31 else np.int64)[first]
         kid = self._kid = dict(zip(kid, range(1, len(kid) + 1)))
         arr = np.array(arrivals, np.int64)
-        a = np.repeat(arr, counts)
-        if len(arr) and arr.min() < 0:
-            raise ValueError(f"arrival_index {int(arr.min())} < 0: arrival indices are positions in the stream")
+        span = int(arr.max()) + 1 if len(arr) else 0
+        if len(arr) and (arr.min() < 0 or span > 4 * len(arr) + 1024):
+            raise ValueError(f"arrival indices {int(arr.min())}..{span - 1} for {len(arr)} requests: "
+                             "they must be the requests' positions in the stream (0, 1, ...)")
+        adt = np.int32 if span < 2**31 - 1 else np.int64
+        a = np.repeat(arr.astype(adt), counts)
         if len(arr) > 1 and (arr[1:] < arr[:-1]).any():  # not in arrival order: made so
             o = np.argsort(a, kind="stable")
             a, ids = a[o], ids[o]
-        span = int(arr.max()) + 1 if len(arr) else 0
-        adt = np.int32 if span < 2**31 - 1 else np.int64
         # each id's uses together, arrivals ascending; a hash held twice at one arrival counts once
         o = np.argsort(ids, kind="stable")
         si, sa = ids[o], a[o]
