@@ -95,3 +95,33 @@ def test_requests_waiting_for_their_lookup_are_in_the_future():
     p.spfcore_blocks_hit(views[1], BlockBatch.of([]), 3.5)  # a repeated lookup (preemption) changes nothing
     p.spfcore_blocks_hit(views[2], BlockBatch.of([]), 4.0)
     assert p.next_use("p0") == NEVER
+
+
+def test_next_use_matches_its_definition_on_any_arrival_order():
+    # The index is advanced arrival by arrival; arrivals that skip indices, go back, repeat or
+    # outrun the stream, a hash held twice by one request and unseen hashes must all read as the
+    # definition: the earliest waiting arrival holding the hash, else the first arrival after the position.
+    import random
+
+    rng = random.Random(7)
+    for case in range(30):
+        future = [tuple(rng.choice("abcdefgh") for _ in range(rng.randint(0, 4))) for _ in range(rng.randint(1, 9))]
+        views = [RequestView(f"r{i}", None, i, float(i), 9, k) for i, k in enumerate(future)]
+        p = BeladyOraclePolicy()
+        p.spfcore_future_requests(iter(views) if case % 2 else views)
+        waiting = {}
+        for step in range(12):
+            i = rng.choice([rng.randint(0, len(future) + 1), min(p.position + 1, len(future))])
+            v = views[i] if i < len(views) else RequestView(f"x{i}", None, i, float(i), 9, ("z",))
+            p.spfcore_request_arrived(v, float(step))
+            waiting[v.request_id] = (i, v.block_keys)
+            if rng.random() < 0.6:
+                rid = rng.choice(sorted(waiting))
+                p.spfcore_blocks_hit(RequestView(rid, None, waiting.pop(rid)[0], 0.0, 9, ()), BlockBatch.of([]), 0.0)
+            for k in "abcdefghz":
+                held = [a for a, ks in waiting.values() if k in ks]
+                after = [j for j, ks in enumerate(future) if j > i and k in ks]
+                want = min(held) if held else (after[0] if after else NEVER)
+                assert p.next_use(k) == want, (future, i, k)
+            got = score_columns(p.spfcore_score_blocks(BlockBatch.of([_block(k, 0) for k in "abcz"]), 1.0), 4)
+            assert got[0] == [-(p.next_use(k) * DEPTH_SLOTS + 0.0) for k in "abcz"]

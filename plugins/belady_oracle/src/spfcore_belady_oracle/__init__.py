@@ -11,8 +11,8 @@ not yet arrived, or one that arrived and waits for its prefix-cache lookup
 
 from __future__ import annotations
 
-from array import array
-from itertools import repeat
+from itertools import count, repeat
+from operator import itemgetter
 
 import attrs
 import numpy as np
@@ -35,21 +35,25 @@ class BeladyOraclePolicy:
     """Evict the block whose next use is furthest in the future.
 
     The runner hands the whole request stream to :meth:`spfcore_future_requests`
-    before the first arrival; the policy builds, per block hash, the sorted
-    arrival indices of the requests whose prompt contains it. The current
-    position is the ``arrival_index`` of the latest
-    :meth:`spfcore_request_arrived`. The future is every request not yet
-    *served*: those after the position, and those that arrived but whose
-    lookup (:meth:`spfcore_blocks_hit`, called once per lookup, hit or not)
-    has not happened yet. The next use of a block is the smallest arrival
-    index among the waiting requests that hold its hash, else the first
-    arrival index strictly after the position (one ``searchsorted`` per
-    batch over every future use, O(log m) per block, no per-block Python). In sequential mode nothing waits when blocks are scored, so this
-    is the classic order; under continuous batching, without the waiting
-    requests, a prefix needed by requests queued behind a long one read as
-    "never used again" and was evicted first (issue 15). A preempted request
-    looks its prefix up again; no hook tells the policy of a preemption, so
-    that second lookup is not in its future (a known gap).
+    before the first arrival; the policy numbers each block hash (a dense id)
+    and keeps, per arrival index, the ids its request holds and, for each of
+    those uses, the id's following use. The current position is the
+    ``arrival_index`` of the latest :meth:`spfcore_request_arrived`, and the
+    policy keeps every id's next use strictly after it in one array: an
+    arrival overwrites the entries of its own ids with their following uses
+    (one numpy assignment over the request's blocks), so scoring a batch is
+    one dict lookup per block hash (its id) and array reads, no search. The
+    future is every request not yet *served*: those after the position, and
+    those that arrived but whose lookup (:meth:`spfcore_blocks_hit`, called
+    once per lookup, hit or not) has not happened yet. The next use of a
+    block is the smallest arrival index among the waiting requests that hold
+    its hash, else the first arrival index strictly after the position. In
+    sequential mode nothing waits when blocks are scored, so this is the
+    classic order; under continuous batching, without the waiting requests, a
+    prefix needed by requests queued behind a long one read as "never used
+    again" and was evicted first (issue 15). A preempted request looks its
+    prefix up again; no hook tells the policy of a preemption, so that second
+    lookup is not in its future (a known gap).
 
     Score value = ``-(next_use * 2**16 + min(depth, 2**16 - 1))``: blocks never
     used again go first (``next_use = 2**36``), then the furthest next use;
@@ -65,6 +69,10 @@ class BeladyOraclePolicy:
     Decisions depend on arrival indices only, so the simulator and the engine
     evict the same blocks in sequential mode. Without a future stream the
     runtime refuses to run this policy (capability ``needs-future``).
+
+    Memory: 8 bytes per (request, distinct block hash) use (two int32 arrays;
+    int64 past 2**31 ids or arrivals), about 40 per arrival index (its
+    offset, a Python int), 12 per distinct hash plus the hash -> id dict.
     """
 
     name = "belady_oracle"
@@ -75,94 +83,194 @@ class BeladyOraclePolicy:
 
     def __init__(self, params: BeladyParams | None = None) -> None:
         self.params = params or BeladyParams()
-        # The future index: block hash -> dense id, and every (id, arrival index) use as one
-        # sorted int64 ``id * span + arrival`` (grouped by id, arrivals ascending): the next
-        # use of a batch is one ``searchsorted``. 8 bytes per use plus the hash map.
-        self._kid: dict[object, int] = {}
-        self._uses = np.zeros(0, np.int64)
-        self._span = 1
+        self._kid: dict[object, int] = {}  # block hash -> dense id >= 1 (0: a hash no request holds)
+        self._index(np.zeros(0, np.int32), np.zeros(1, np.int64), np.zeros(0, np.int32))
+        #: Requests arrived but not yet looked up: request id -> [arrival index, block hashes, their ids or None].
+        self.waiting: dict[object, list] = {}
+
+    def _index(self, ids: np.ndarray, off: np.ndarray, after: np.ndarray, first=None) -> None:
+        """Install a future index, the position at the stream's start (-1).
+
+        Args:
+            ids: id of each use (int array), grouped by arrival index.
+            off: int64, ``len(arrivals) + 1``: arrival ``j``'s uses are ``ids[off[j]:off[j + 1]]``.
+            after: per use, the same id's next use strictly after that arrival
+                (``after.dtype``'s max: none); its dtype is the next uses'.
+            first: ``(ids, arrivals)`` of each id's first use, when the caller has them.
+        """
+        self._rk, self._after = ids, after
+        self._roff = off.tolist()  # (Python ints: slicing with numpy scalars is slower)
+        self._never = int(np.iinfo(after.dtype).max)  # "no next use" in _after and _next
+        n = len(self._kid) + 1
+        self._next = np.full(n, self._never, after.dtype)  # id -> its first use strictly after ``_at``
+        self._wmin = np.full(n, NEVER, np.int64)  # id -> the earliest waiting arrival holding it
+        self._wset: list = []  # the id arrays written into _wmin (reset before a rebuild)
+        self._wdirty = False  # the waiting set changed since _wmin was built
         self.position = -1
-        #: Requests arrived but not yet looked up: request id -> (arrival index, block hashes).
-        self.waiting: dict[object, tuple[int, tuple]] = {}
-        self._wait_first: dict | None = {}  # block hash -> earliest waiting arrival holding it (None: rebuild)
+        if first is None:
+            self._rewind(-1)
+        else:
+            self._next[first[0]] = first[1]
+            self._at = -1
 
     @hookimpl
     def spfcore_future_requests(self, requests):
-        kid: dict[object, int] = {}
-        ids, arrivals = array("q"), array("q")
-        setdefault = kid.setdefault
+        """Build the index (see the class). O(uses) time, the uses' ids hashed
+        once, sorted once (twice if requests are out of arrival order).
+
+        Raises:
+            ValueError: arrival indices negative or sparse (more than 4 per
+                request): they must be positions in the stream.
+        """
+        keys: list = []
+        extend = keys.extend
+        arrivals, counts = [], []
         for r in requests:
-            i = r.arrival_index
-            ks = dict.fromkeys(r.block_keys)  # once per request
-            ids.extend([setdefault(k, len(kid)) for k in ks])
-            arrivals.extend(repeat(i, len(ks)))
-        a = np.frombuffer(arrivals, np.int64)
-        self._span = span = int(a.max()) + 2 if len(a) else 1
-        self._uses = np.sort(np.frombuffer(ids, np.int64) * span + a)
-        self._kid = kid
-        self.position = -1
-        self.waiting, self._wait_first = {}, {}
+            ks = r.block_keys
+            extend(ks)
+            arrivals.append(r.arrival_index)
+            counts.append(len(ks))
+        # one pass at C speed: each use -> the position of its hash's first use; ids dense in that order
+        kid: dict = {}
+        first = np.fromiter(map(kid.setdefault, keys, count()), np.int64, len(keys))
+        del keys
+        ids = np.cumsum(first == np.arange(len(first)), dtype=np.int32 if len(kid) < 2**31 else np.int64)[first]
+        kid = self._kid = dict(zip(kid, range(1, len(kid) + 1)))
+        arr = np.array(arrivals, np.int64)
+        span = int(arr.max()) + 1 if len(arr) else 0
+        if len(arr) and (arr.min() < 0 or span > 4 * len(arr) + 1024):
+            raise ValueError(f"arrival indices {int(arr.min())}..{span - 1} for {len(arr)} requests: "
+                             "they must be the requests' positions in the stream (0, 1, ...)")
+        adt = np.int32 if span < 2**31 - 1 else np.int64
+        a = np.repeat(arr.astype(adt), counts)
+        if len(arr) > 1 and (arr[1:] < arr[:-1]).any():  # not in arrival order: made so
+            o = np.argsort(a, kind="stable")
+            a, ids = a[o], ids[o]
+        # each id's uses together, arrivals ascending; a hash held twice at one arrival counts once
+        o = np.argsort(ids, kind="stable")
+        si, sa = ids[o], a[o]
+        same = si[1:] == si[:-1]
+        dup = same & (sa[1:] == sa[:-1])
+        if dup.any():
+            keep = np.ones(len(a), bool)
+            keep[o[1:][dup]] = False
+            a, ids = a[keep], ids[keep]
+            o = np.argsort(ids, kind="stable")
+            si, sa = ids[o], a[o]
+            same = si[1:] == si[:-1]
+        nxt = np.full(len(a), np.iinfo(adt).max, adt)  # per use in id order: the same id's next use
+        nxt[:-1][same] = sa[1:][same]
+        after = np.empty(len(a), adt)
+        after[o] = nxt
+        head = np.ones(len(a), bool)  # each id's first use
+        head[1:] = ~same
+        self._index(ids, np.searchsorted(a, np.arange(span + 1)), after, (si[head], sa[head]))
+        self.waiting = {}
+
+    def _rewind(self, pos: int) -> None:
+        """Set every id's next use to its first use strictly after ``pos``
+        (a position that went back, or a fresh index): O(uses after ``pos``)."""
+        nxt, off = self._next, self._roff
+        nxt.fill(self._never)
+        start = int(off[min(max(pos + 1, 0), len(off) - 1)])
+        rk = self._rk[start:]
+        if len(rk):
+            u, first = np.unique(rk, return_index=True)
+            arrival = np.repeat(np.arange(len(off) - 1), np.diff(np.asarray(off)))[start:]
+            nxt[u] = arrival[first]
+        self._at = pos
 
     @hookimpl
     def spfcore_request_arrived(self, request, now):
-        self.position = request.arrival_index
-        self.waiting[request.request_id] = (request.arrival_index, request.block_keys)
-        self._wait_first = None
+        i = self.position = request.arrival_index
+        self.waiting[request.request_id] = [i, request.block_keys, None]
+        self._wdirty = True
+        at, off = self._at, self._roff
+        if i == at + 1 and i < len(off) - 1:  # the stream's next arrival: its uses pass
+            s, e = off[i], off[i + 1]
+            self._next[self._rk[s:e]] = self._after[s:e]
+            self._at = i
+        elif i > at:  # arrivals skipped: their uses pass too, in order
+            after, rk, nxt = self._after, self._rk, self._next
+            for j in range(at + 1, min(i + 1, len(off) - 1)):
+                s, e = off[j], off[j + 1]
+                nxt[rk[s:e]] = after[s:e]
+            self._at = i
+        elif i < at:
+            self._rewind(i)
 
     @hookimpl
     def spfcore_blocks_hit(self, request, blocks, now):
         if self.waiting.pop(request.request_id, None) is not None:  # else a repeated lookup (a preempted
-            self._wait_first = None                                   # request's): already served once
+            self._wdirty = True                                      # request's): already served once
 
-    def _waiting_first(self) -> dict:
-        """Block hash -> the earliest arrival index among the waiting requests
-        that hold it, rebuilt after the waiting set changed (C-speed dict
-        updates, latest arrival first so the earliest writes last)."""
-        d = self._wait_first
-        if d is None:
-            d = {}
-            for i, keys in sorted(self.waiting.values(), key=lambda w: w[0], reverse=True):
-                d.update(dict.fromkeys(keys, i))
-            self._wait_first = d
-        return d
+    def _ids(self, keys, intern: bool = False) -> np.ndarray:
+        """Ids of block hashes ``keys`` (intp): 0 for a hash no future request
+        holds, or with ``intern`` a new id (never used after the position)."""
+        kid = self._kid
+        ids = np.fromiter(map(kid.get, keys, repeat(0)), np.intp, len(keys))
+        if intern and not ids.all():
+            for j in np.flatnonzero(ids == 0).tolist():
+                ids[j] = kid.setdefault(keys[j], len(kid) + 1)
+            grow = len(kid) + 1 - len(self._next)
+            self._next = np.concatenate([self._next, np.full(grow, self._never, self._next.dtype)])
+            self._wmin = np.concatenate([self._wmin, np.full(grow, NEVER, np.int64)])
+        return ids
+
+    def _waiting_min(self) -> np.ndarray:
+        """Id -> the earliest arrival index among the waiting requests that
+        hold it (:data:`NEVER`: none), int64; rebuilt after the waiting set
+        changed (one assignment per waiting request, latest arrival first so
+        the earliest writes last)."""
+        if self._wdirty:
+            entries = sorted(self.waiting.values(), key=itemgetter(0), reverse=True)
+            for w in entries:
+                if w[2] is None:
+                    w[2] = self._ids(w[1], intern=True)
+            wm = self._wmin
+            for ids in self._wset:
+                wm[ids] = NEVER
+            for w in entries:
+                wm[w[2]] = w[0]
+            self._wset = [w[2] for w in entries]
+            self._wdirty = False
+        return self._wmin
 
     def next_use(self, key) -> int:
         """Arrival index of the next use of block hash ``key``: the earliest
         waiting request that holds it, else the first request after the
         current position; :data:`NEVER` if none."""
-        i = self._waiting_first().get(key)
-        if i is not None:
-            return i
-        return int(self._next_uses([key])[0])
-
-    def _next_uses(self, keys) -> np.ndarray:
-        """First arrival index strictly after the position of each hash
-        (:data:`NEVER` if none), int64: one ``searchsorted`` over the index."""
-        span, uses = self._span, self._uses
-        kid = np.fromiter(map(self._kid.get, keys, repeat(-1)), np.int64, len(keys))
-        pos = min(self.position, span - 2)  # past the last arrival: nothing after it
-        x = np.searchsorted(uses, kid * span + pos, side="right")
-        hit = np.minimum(x, len(uses) - 1)
-        found = (kid >= 0) & (x < len(uses))
-        if len(uses):
-            found &= uses[hit] // span == kid
-        return np.where(found, uses[hit] % span if len(uses) else 0, NEVER)
+        if self.waiting:
+            w = int(self._waiting_min()[self._kid.get(key, 0)])
+            if w < NEVER:
+                return w
+        n = int(self._next[self._kid.get(key, 0)])
+        return NEVER if n == self._never else n
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
-        keys = blocks.keys
-        wait = self._waiting_first() if self.waiting else None
-        waiting = list(map(wait.get, keys)) if wait else None  # earliest waiting arrival, or None
-        nu = self._next_uses(keys)
-        if waiting is not None and waiting.count(None) != len(waiting):
-            w = np.array([-1 if x is None else x for x in waiting], np.int64)
-            nu = np.where(w >= 0, w, nu)
-        values = -(nu * DEPTH_SLOTS + np.minimum(blocks.depth, DEPTH_SLOTS - 1)).astype(np.float64)
-        exp_a = np.where(nu < NEVER, nu + 1, NEVER_ARRIVAL)
-        if waiting is None or waiting.count(None) == len(waiting):
+        ids = self._ids(blocks.keys)
+        nu = self._next[ids]
+        never = nu == self._never
+        nu = nu.astype(np.int64)
+        wait = None
+        if self.waiting:
+            w = self._waiting_min()[ids]
+            wait = w < NEVER
+            if wait.any():
+                never &= ~wait
+                nu[wait] = w[wait]
+            else:
+                wait = None
+        exp_a = nu + 1
+        exp_a[never] = NEVER_ARRIVAL
+        nu[never] = NEVER
+        nu *= DEPTH_SLOTS
+        nu += np.minimum(blocks.depth, DEPTH_SLOTS - 1)
+        values = np.negative(nu, dtype=np.float64)  # exact: below 2**53
+        if wait is None:
             return Scores(values, expires_at_arrival=exp_a)
-        exp_t = np.where(np.fromiter((w is not None for w in waiting), bool, len(waiting)), float(now), np.inf)
-        return Scores(values, expires_at=exp_t, expires_at_arrival=exp_a)
+        return Scores(values, expires_at=np.where(wait, float(now), np.inf), expires_at_arrival=exp_a)
 
 
 __all__ = ["BeladyOraclePolicy", "BeladyParams", "NEVER", "DEPTH_SLOTS"]
