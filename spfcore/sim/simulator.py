@@ -485,6 +485,7 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
 #: hooks (same decisions and counts, 13-20x slower).
 REPLAY_ENV = "SPFCORE_SIM_REPLAY"
 _nb = None  # spfcore.sim._replay_nb, once loaded
+_nbf = None  # spfcore.sim._replay_freq_nb, once loaded
 
 
 def replay_mode() -> str:
@@ -521,17 +522,39 @@ def _compiled_kind(rt: PolicyRuntime) -> str | None:
     cls = type(next(iter(plugins))) if len(plugins) == 1 else None
     if cls is not None and (cls.__module__, cls.__qualname__) == ("spfcore_belady_oracle", "BeladyOraclePolicy"):
         return "belady"
+    if cls is not None and (cls.__module__, cls.__qualname__) == ("spfcore_frequency", "FrequencyPolicy"):
+        return "frequency" if _frequency_params(rt) is not None else None
     return None
 
 
-def _load_nb():
-    global _nb
+def _frequency_params(rt: PolicyRuntime) -> tuple[int, int] | None:
+    """``(min_count, ghost_cap)`` of ``rt``'s shipped ``frequency`` policy:
+    its params' ``min_count`` and ``ghost_factor * num_blocks`` (the ghost
+    list's bound, entries), or ``None`` for values the compiled replay does
+    not take (not plain ints, ``min_count < 1``, ``ghost_factor < 0``, or
+    beyond int64)."""
+    p = getattr(next(iter(rt.pm.get_plugins())), "params", None)
+    m, g = getattr(p, "min_count", None), getattr(p, "ghost_factor", None)
+    if type(m) is not int or type(g) is not int or m < 1 or g < 0 or m >= 2**62 or g * rt.num_blocks >= 2**62:
+        return None
+    return m, g * rt.num_blocks
+
+
+def _load_nb(kind: str = "lru"):
+    """:mod:`spfcore.sim._replay_nb` (its kernels compiled or loaded from
+    numba's cache, once a process) and, for ``kind`` ``"frequency"``,
+    :mod:`spfcore.sim._replay_freq_nb` too (kept in ``_nbf``)."""
+    global _nb, _nbf
     if _nb is None:
         from spfcore.evictor import _scannable_llvmlite
         from spfcore.sim import _replay_nb
         _scannable_llvmlite()
         _replay_nb.warm()
         _nb = _replay_nb
+    if kind == "frequency" and _nbf is None:
+        from spfcore.sim import _replay_freq_nb
+        _replay_freq_nb.warm()
+        _nbf = _replay_freq_nb
     return _nb
 
 
@@ -604,13 +627,16 @@ class _CompiledReplay:
     """The pool of a compiled replay (see :mod:`spfcore.sim._replay_nb`), fed
     chunk by chunk; ``victims``, when a list, receives every block id handed
     out, in order (as ``PolicyRuntime.evict`` returns them). ``kind``:
-    ``"lru"``, or ``"belady"`` with its future index ``(uses, uses_off)``."""
+    ``"lru"``, ``"belady"`` with its future index ``(uses, uses_off)``, or
+    ``"frequency"`` with ``params = (min_count, ghost_cap)``
+    (:func:`_frequency_params`)."""
 
     def __init__(self, num_blocks: int, kind: str = "lru", victims: list | None = None,
-                 future: tuple | None = None) -> None:
+                 future: tuple | None = None, params: tuple | None = None) -> None:
         if num_blocks >= 2**31:
             raise ValueError(f"num_blocks must be < 2**31 for the compiled replay, got {num_blocks}")
-        self.nb = nb = _load_nb()
+        self.nb = nb = _load_nb(kind)
+        self.ghost_cap = 0  # (frequency) the ghost list's bound: key ids it may keep beyond the cache's
         i64 = np.int64
         self.num_blocks, self.kind, self.victims = num_blocks, kind, victims
         self.key_of, self.dn, self.dp = (np.full(num_blocks, -1, i64) for _ in range(3))
@@ -626,6 +652,12 @@ class _CompiledReplay:
             self.mark = np.empty(0, i64)  # per key id: the arrival index whose request waits holding it (-2: none)
             cap = 4 * num_blocks + 1024
             self.heaps = [np.zeros(cap, i64) for _ in range(8)]  # order heap and expiry heap (see replay_belady)
+        elif kind == "frequency":
+            self.min_count, self.ghost_cap = params
+            st = _nbf.state(num_blocks, 0)
+            self.key_of, self.kh, self.kt, self.dn, self.dp, self.hs, self.inn, self.ordr = st[:8]
+            self.cnt, self.gv, self.gn, self.gp = st[8:12]  # per key id: count, ghost count, ghost list links
+            self.heaps, self.c = list(st[12:16]), st[16]
 
     def run(self, flat: tuple, nkeys: int, first_id: int = 0) -> np.ndarray:
         """Replay one chunk (:func:`_flatten`'s arrays, key ids < ``nkeys``;
@@ -635,6 +667,8 @@ class _CompiledReplay:
         Raises:
             ValueError: a request needs more blocks than the cache has
                 (its arrival index named).
+            KeyError: (frequency) a lookup found a block twice (a prompt
+                whose block keys repeat), as the reference loop's ``touch``.
         """
         if nkeys > len(self.kh):  # room for every key id of the chunk
             grow = max(nkeys, 2 * len(self.kh), 1024) - len(self.kh)
@@ -642,6 +676,13 @@ class _CompiledReplay:
             self.kt = np.concatenate([self.kt, np.full(grow, -1, np.int32)])
             if self.kind == "belady":
                 self.mark = np.concatenate([self.mark, np.full(grow, -2, np.int64)])
+            elif self.kind == "frequency":
+                if len(self.kh) >= 2**31:
+                    raise ValueError(f"{len(self.kh)} key ids: the compiled frequency replay takes < 2**31")
+                self.cnt = np.concatenate([self.cnt, np.zeros(grow, np.int64)])
+                self.gv = np.concatenate([self.gv, np.zeros(grow, np.int64)])
+                self.gn = np.concatenate([self.gn, np.full(grow, -1, np.int32)])
+                self.gp = np.concatenate([self.gp, np.full(grow, -1, np.int32)])
         n_total = flat[7]
         n = len(n_total)
         hits = np.empty(n, np.int64)
@@ -653,7 +694,11 @@ class _CompiledReplay:
         c[nb.NVICT] = 0
         blocks = np.empty(int(n_total.max()), np.int64)
         flat = tuple(map(_readonly, flat))  # one compiled signature for maps (read-only) and fresh arrays
-        if self.kind == "belady":
+        if self.kind == "frequency":
+            bad = _nbf.replay_frequency(*flat, self.min_count, self.ghost_cap, self.key_of, self.kh, self.kt,
+                                        self.dn, self.dp, self.hs, self.inn, self.ordr, self.cnt, self.gv,
+                                        self.gn, self.gp, *self.heaps, c, blocks, hits, victims)
+        elif self.kind == "belady":
             bad = nb.replay_belady(*flat, _readonly(self.uses), _readonly(self.uses_off), first_id, self.key_of,
                                    self.kh, self.kt, self.dn, self.dp, self.hs, self.depth, self.ordr, self.ver,
                                    self.inn, self.mark, *self.heaps, c, blocks, np.empty(self.num_blocks, np.int64),
@@ -663,32 +708,51 @@ class _CompiledReplay:
                             blocks, hits, victims)
         if rec:
             self.victims.extend(victims[: c[nb.NVICT]].tolist())
+        if bad < -1:  # (frequency) a lookup found a block twice: the reference loop's touch raises
+            raise KeyError(f"block {int(c[_nbf.TWICE])} is not free")
         if bad >= 0:
             raise ValueError(f"request #{first_id + bad} needs {int(n_total[bad])} blocks but the cache has "
                              f"{self.num_blocks - 1} usable (num_blocks={self.num_blocks} includes the null block)")
         return hits
 
     def compact(self, ids: dict) -> dict:
-        """(``lru``) Renumber the keys still cached densely from 0 and forget
-        the others (bounds ``ids`` by the cache, not the trace); returns the
-        new key -> id map."""
+        """(``lru``, ``frequency``) Renumber the keys still cached (and, for
+        ``frequency``, those counted or on the ghost list) densely from 0 and
+        forget the others (bounds ``ids`` by the cache and the ghost list,
+        not the trace); returns the new key -> id map."""
         kh = self.kh
-        live = {k: i for k, i in ids.items() if kh[i] >= 0}
+        keep = kh >= 0
+        if self.kind == "frequency":
+            keep |= (self.cnt > 0) | (self.gv > 0)
+        live = {k: i for k, i in ids.items() if keep[i]}
         old = np.fromiter(live.values(), np.int64, len(live))
         remap = np.full(len(kh), -1, np.int64)
         remap[old] = np.arange(len(old))
         held = self.key_of >= 0
         self.key_of[held] = remap[self.key_of[held]]
-        kh2, kt2 = np.full(len(kh), -1, np.int32), np.full(len(kh), -1, np.int32)
-        kh2[: len(old)], kt2[: len(old)] = kh[old], self.kt[old]
-        self.kh, self.kt = kh2, kt2
-        return dict(zip(live, range(len(old))))
+        m = len(old)
+
+        def moved(a: np.ndarray, fill: int, links: bool = False) -> np.ndarray:
+            b = np.full(len(a), fill, a.dtype)
+            v = a[old]
+            b[:m] = np.where(v >= 0, remap[v], -1) if links else v
+            return b
+        self.kh, self.kt = moved(kh, -1), moved(self.kt, -1)
+        if self.kind == "frequency":
+            self.cnt, self.gv = moved(self.cnt, 0), moved(self.gv, 0)
+            self.gn, self.gp = moved(self.gn, -1, True), moved(self.gp, -1, True)
+            c, f = self.c, _nbf
+            for j in (f.GHEAD, f.GTAIL):
+                if c[j] >= 0:
+                    c[j] = remap[c[j]]
+        return dict(zip(live, range(m)))
 
     def stats(self, rt: PolicyRuntime, seconds: float) -> None:
         """Put the replay's counts into ``rt`` as the reference replay would
-        have: ``evictions``, ``evict_calls`` and (belady) ``hook_calls``: its
+        have: ``evictions``, ``evict_calls`` and ``hook_calls``: (belady) its
         arrival, hit and score calls and the future hand-over
-        (``spfcore_future_requests``). ``policy_seconds`` and
+        (``spfcore_future_requests``); (frequency) its hit, stored, evicted,
+        admit and score calls (see :mod:`spfcore.sim._replay_freq_nb`). ``policy_seconds`` and
         ``evict_seconds`` get the compiled replay's whole time (the pool's,
         the free queue's and the policy's work are one loop there);
         ``hook_seconds`` stays what ``rt``'s construction took."""
@@ -697,6 +761,8 @@ class _CompiledReplay:
         rt.evict_calls += int(c[nb.EVICT_CALLS])
         if self.kind == "belady":
             rt.hook_calls += int(c[nb.HOOK_CALLS]) + 1
+        elif self.kind == "frequency":
+            rt.hook_calls += int(c[_nbf.HOOK_CALLS])
         rt.policy_seconds += seconds
         rt.evict_seconds += seconds
 
@@ -709,9 +775,11 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
     counters (:meth:`_CompiledReplay.stats`); ``rt``'s block table is not
     kept. ``plans``: a :class:`Prepared` (its keys interned once and kept on
     it) or an iterable of plans, read ``chunk`` requests at a time. ``lru``
-    keeps the interned keys bounded by the cache: once more than ``limit``
-    (default ``4 * num_blocks + 65536``) are held, those no longer cached are
-    forgotten (:meth:`_CompiledReplay.compact`). ``belady`` on a stream needs
+    and ``frequency`` keep the interned keys bounded by the cache (and
+    frequency's ghost list): once more than ``limit`` (default ``4 *
+    num_blocks + ghost_cap + 65536``) are held, those no longer cached (nor
+    counted, nor ghosts) are forgotten (:meth:`_CompiledReplay.compact`).
+    ``frequency`` reads its params from ``rt``'s policy. ``belady`` on a stream needs
     ``stream_future = (ids, (uses, uses_off))`` of :func:`_future_of_stream`.
     A :class:`~spfcore.sim.prepared.PreparedStream` is replayed in one call
     over its mapped key ids (and, for ``belady``, its mapped future index).
@@ -721,6 +789,7 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
     """
     t0 = time.perf_counter()
     totals = [0, 0, 0, 0]
+    params = _frequency_params(rt) if kind == "frequency" else None
 
     def account(pls, hits: np.ndarray) -> None:
         totals[0] += len(pls)
@@ -743,10 +812,10 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
             if len(plans._flat) == 1:
                 plans._flat.append(_future_index(flat[0], flat[1], nkeys))
             future = plans._flat[1]
-        st = _CompiledReplay(num_blocks, kind, victims, future)
+        st = _CompiledReplay(num_blocks, kind, victims, future, params)
         account(plans.plans, st.run(flat, nkeys))
     elif isinstance(plans, PreparedStream):
-        st = _CompiledReplay(num_blocks, kind, victims, plans.future() if kind == "belady" else None)
+        st = _CompiledReplay(num_blocks, kind, victims, plans.future() if kind == "belady" else None, params)
         hits = st.run(plans.flat(), plans.num_keys)
         totals[:3] = plans.totals()
         totals[3] = int(hits.sum())
@@ -754,14 +823,14 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
             rows.extend(plans.rows(hits))
     else:
         ids, future = stream_future if kind == "belady" else ({}, None)
-        st = _CompiledReplay(num_blocks, kind, victims, future)
+        st = _CompiledReplay(num_blocks, kind, victims, future, params)
         it = iter(plans)
         first = 0
-        limit = 4 * num_blocks + 65536 if limit is None else limit
+        limit = 4 * num_blocks + st.ghost_cap + 65536 if limit is None else limit
         while pls := list(islice(it, chunk)):
             account(pls, st.run(_flatten(pls, ids), len(ids), first))
             first += len(pls)
-            if kind == "lru" and len(ids) > limit:
+            if kind in ("lru", "frequency") and len(ids) > limit:
                 ids = st.compact(ids)
     st.stats(rt, time.perf_counter() - t0)
     return tuple(totals)
@@ -1029,7 +1098,7 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
             rt.set_future(prep.views)
         rows: list = []
         if kind is not None:
-            _load_nb()  # numba and the cached kernels load outside the timed replay (~1 s, once a process)
+            _load_nb(kind)  # numba and the cached kernels load outside the timed replay (~1 s, once a process)
         with _no_gc():
             t = time.perf_counter()
             if kind is not None:
@@ -1138,7 +1207,7 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
             rt.set_future(iter_views(requests, block_size))
     rows: list | None = [] if per_request else None
     if kind is not None:
-        _load_nb()  # outside the timed replay, as in simulate
+        _load_nb(kind)  # outside the timed replay, as in simulate
     with _no_gc():
         t = time.perf_counter()
         if prepared and kind is not None:  # the compiled replay reads the maps; the request iter_plans stops at:
