@@ -11,7 +11,7 @@ process copies them), and :func:`spfcore.sim.simulator.simulate_stream`
 replays a :class:`PreparedStream` as it replays the trace itself, with the
 same decisions and the same record (timings aside):
 
-* the compiled replays (``lru``, ``belady_oracle``) read the interned key
+* the compiled replays (``lru``, ``belady_oracle``, ``frequency``) read the interned key
   ids straight from the maps (``belady_oracle`` its future index too);
 * a policy driven through its hooks gets, request by request, the same
   :class:`~spfcore.views.RequestView` objects and block hashes (Python

@@ -45,15 +45,18 @@ cache and the policy's state; :func:`scan` sizes and checks a stream in one
 pass without keeping keys. Concurrent mode holds the prepared workload.
 
 Compiled replays: in sequential mode, an arm whose policy implements no hook
-(``lru``: vLLM's own order) and the shipped ``belady_oracle`` run as one
-numba-compiled loop over interned int arrays (:mod:`spfcore.sim._replay_nb`):
-the same decisions, per-request records and counters as the reference loop
-:func:`_run_sequential` through the policy's hooks (tests compare every field
-and the victim sequence), 13-20x faster (CPU seconds, Mooncake trace: see
-results/sim-speed-compiled); the interned keys are kept on the
+(``lru``: vLLM's own order), the shipped ``belady_oracle`` and the shipped
+``frequency`` (any ``min_count``, ``ghost_factor``) run as one numba-compiled
+loop over interned int arrays (:mod:`spfcore.sim._replay_nb`,
+:mod:`spfcore.sim._replay_freq_nb`): the same decisions, per-request records
+and counters as the reference loop :func:`_run_sequential` through the
+policy's hooks (tests compare every field and the victim sequence), 13-20x
+faster (CPU seconds, Mooncake trace: see results/sim-speed-compiled and
+results/sim-speed-frequency-compiled); the interned keys are kept on the
 :class:`Prepared`. ``SPFCORE_SIM_REPLAY=python`` (:data:`REPLAY_ENV`) runs the
 reference loop instead. Their cells' ``policy_seconds`` and ``evict_seconds``
-are the compiled loop's whole time.
+are the compiled loop's whole time, and ``hook_seconds`` stays the policy's
+construction (its hooks are not called).
 
 Time: sequential mode uses a virtual clock of one second per request
 (``now = arrival index``); policies should decide by arrival index anyway.
@@ -480,7 +483,7 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
 
 
 #: Environment variable choosing the sequential replay of the arms that have a
-#: compiled one (:mod:`spfcore.sim._replay_nb`): ``auto`` (default) runs it,
+#: compiled one (:mod:`spfcore.sim._replay_nb`, :mod:`spfcore.sim._replay_freq_nb`): ``auto`` (default) runs it,
 #: ``python`` the reference loop :func:`_run_sequential` through the policy's
 #: hooks (same decisions and counts, 13-20x slower).
 REPLAY_ENV = "SPFCORE_SIM_REPLAY"
@@ -505,6 +508,9 @@ def _compiled_kind(rt: PolicyRuntime) -> str | None:
     ``"lru"`` for a policy implementing no hook but ``spfcore_cache_configured``
     (vLLM's own order, nothing to observe), ``"belady"`` for the shipped
     ``belady_oracle`` plugin (its decisions in :func:`~spfcore.sim._replay_nb.replay_belady`),
+    ``"frequency"`` for the shipped ``frequency`` plugin's own class (not a
+    subclass) with params the replay takes (:func:`_frequency_params`; its
+    decisions in :func:`~spfcore.sim._replay_freq_nb.replay_frequency`),
     else ``None``; always ``None`` with :data:`REPLAY_ENV` = ``python`` or
     with hook calls monitored (``SPFCORE_TRACE_HOOKS``).
 
@@ -540,22 +546,29 @@ def _frequency_params(rt: PolicyRuntime) -> tuple[int, int] | None:
     return m, g * rt.num_blocks
 
 
-def _load_nb(kind: str = "lru"):
-    """:mod:`spfcore.sim._replay_nb` (its kernels compiled or loaded from
-    numba's cache, once a process) and, for ``kind`` ``"frequency"``,
-    :mod:`spfcore.sim._replay_freq_nb` too (kept in ``_nbf``)."""
-    global _nb, _nbf
+def _load_nb():
+    global _nb
     if _nb is None:
         from spfcore.evictor import _scannable_llvmlite
         from spfcore.sim import _replay_nb
         _scannable_llvmlite()
         _replay_nb.warm()
         _nb = _replay_nb
+    return _nb
+
+
+def _load_kernels(kind: str):
+    """The compiled replay of ``kind`` (see :func:`_compiled_kind`), its
+    kernels compiled or loaded from numba's cache once a process: returns
+    :mod:`spfcore.sim._replay_nb` (:func:`_load_nb`); for ``"frequency"``
+    also loads :mod:`spfcore.sim._replay_freq_nb` (kept in ``_nbf``)."""
+    global _nbf
+    nb = _load_nb()
     if kind == "frequency" and _nbf is None:
         from spfcore.sim import _replay_freq_nb
         _replay_freq_nb.warm()
         _nbf = _replay_freq_nb
-    return _nb
+    return nb
 
 
 def _flatten(plans, ids: dict) -> tuple:
@@ -635,7 +648,7 @@ class _CompiledReplay:
                  future: tuple | None = None, params: tuple | None = None) -> None:
         if num_blocks >= 2**31:
             raise ValueError(f"num_blocks must be < 2**31 for the compiled replay, got {num_blocks}")
-        self.nb = nb = _load_nb(kind)
+        self.nb = nb = _load_kernels(kind)
         self.ghost_cap = 0  # (frequency) the ghost list's bound: key ids it may keep beyond the cache's
         i64 = np.int64
         self.num_blocks, self.kind, self.victims = num_blocks, kind, victims
@@ -1063,7 +1076,7 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
             fails the arm with a PolicyError), or None: see
             :meth:`PolicyRuntime.for_policy`.
 
-    Sequential ``lru`` and ``belady_oracle`` run compiled unless
+    Sequential ``lru``, ``belady_oracle`` and ``frequency`` run compiled unless
     ``SPFCORE_SIM_REPLAY=python`` (see the module doc; same results).
 
     Returns:
@@ -1098,7 +1111,7 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
             rt.set_future(prep.views)
         rows: list = []
         if kind is not None:
-            _load_nb(kind)  # numba and the cached kernels load outside the timed replay (~1 s, once a process)
+            _load_kernels(kind)  # numba and the cached kernels load outside the timed replay (~1 s, once a process)
         with _no_gc():
             t = time.perf_counter()
             if kind is not None:
@@ -1162,9 +1175,11 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
         per_request: Keep the per-request records (``requests`` in the
             result; memory then grows by one record per request).
 
-    ``lru`` and ``belady_oracle`` run compiled unless ``SPFCORE_SIM_REPLAY=python``
-    (see the module doc; same results): ``lru``'s interned keys are bounded by
-    the cache; ``belady_oracle`` builds its future index in one pass first.
+    ``lru``, ``belady_oracle`` and ``frequency`` run compiled unless
+    ``SPFCORE_SIM_REPLAY=python`` (see the module doc; same results): ``lru``'s
+    interned keys are bounded by the cache, ``frequency``'s by the cache and
+    its ghost list (``ghost_factor * num_blocks`` keys; 32 bytes of arrays per
+    key id); ``belady_oracle`` builds its future index in one pass first.
 
     Returns:
         :func:`simulate`'s sequential cell record (``requests`` only with
@@ -1207,7 +1222,7 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
             rt.set_future(iter_views(requests, block_size))
     rows: list | None = [] if per_request else None
     if kind is not None:
-        _load_nb(kind)  # outside the timed replay, as in simulate
+        _load_kernels(kind)  # outside the timed replay, as in simulate
     with _no_gc():
         t = time.perf_counter()
         if prepared and kind is not None:  # the compiled replay reads the maps; the request iter_plans stops at:
