@@ -679,10 +679,12 @@ class _CompiledReplay:
 
         Raises:
             ValueError: a request needs more blocks than the cache has
-                (its arrival index named).
+                (its arrival index named); (frequency) ``nkeys >= 2**31``.
             KeyError: (frequency) a lookup found a block twice (a prompt
                 whose block keys repeat), as the reference loop's ``touch``.
         """
+        if self.kind == "frequency" and nkeys >= 2**31:  # (its ghost list links key ids as int32)
+            raise ValueError(f"{nkeys} key ids: the compiled frequency replay takes < 2**31")
         if nkeys > len(self.kh):  # room for every key id of the chunk
             grow = max(nkeys, 2 * len(self.kh), 1024) - len(self.kh)
             self.kh = np.concatenate([self.kh, np.full(grow, -1, np.int32)])
@@ -690,8 +692,6 @@ class _CompiledReplay:
             if self.kind == "belady":
                 self.mark = np.concatenate([self.mark, np.full(grow, -2, np.int64)])
             elif self.kind == "frequency":
-                if len(self.kh) >= 2**31:
-                    raise ValueError(f"{len(self.kh)} key ids: the compiled frequency replay takes < 2**31")
                 self.cnt = np.concatenate([self.cnt, np.zeros(grow, np.int64)])
                 self.gv = np.concatenate([self.gv, np.zeros(grow, np.int64)])
                 self.gn = np.concatenate([self.gn, np.full(grow, -1, np.int32)])
