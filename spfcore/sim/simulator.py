@@ -741,7 +741,7 @@ class _CompiledReplay:
             return dict(zip(compress(names, kept.tolist()), new[kept].tolist()))
         return renumber(ids, km), renumber(sids, sm)
 
-    def run_mapped(self, flat: tuple, sid: np.ndarray, nkeys: int, nnames: int, chunk: int = 1 << 16,
+    def run_mapped(self, flat: tuple, sid: np.ndarray, nkeys: int, nnames: int, chunk: int = 4096,
                    limit: int | None = None) -> np.ndarray:
         """(``session_ttl``) Replay a prepared stream's arrays (key ids <
         ``nkeys``, session ids indices < ``nnames`` into its name table, -1
@@ -880,7 +880,7 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
         st = _CompiledReplay(num_blocks, kind, victims, plans.future() if kind == "belady" else None, ttl)
         if ttl:
             a = plans.arrays
-            hits = st.run_mapped(plans.flat(), a["sid"], plans.num_keys, len(a["name_off"]) - 1, limit=limit)
+            hits = st.run_mapped(plans.flat(), a["sid"], plans.num_keys, len(a["name_off"]) - 1, chunk, limit)
         else:
             hits = st.run(plans.flat(), plans.num_keys)
         totals[:3] = plans.totals()
