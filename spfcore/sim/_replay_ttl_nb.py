@@ -42,8 +42,9 @@ every call; ``nb`` = ``num_blocks``, ``K`` / ``S`` = key-id / session-id
 capacity, ``E`` = edge capacity, ``H`` = hash slots, a power of two >= 2E):
 
 * ``bl`` int64 ``(BROWS, nb)``, per block: key id (-1: none), next / previous
-  block of the same key, release order, score version, order-heap stamp, free
-  (cached, in the order), pinned; row ``HS`` is the hashless stack.
+  block of the same key, release order, score version, order-heap stamp (-1:
+  no live entry), free (cached, in the order), pinned, next / previous block
+  of the release queue, in it; row ``HS`` is the hashless stack.
 * ``kk`` int64 ``(KROWS, K)``, per key id: first / last cached block
   (insertion order; a lookup takes the first), ``own``, ``until``, first /
   last owner edge.
@@ -54,9 +55,23 @@ capacity, ``E`` = edge capacity, ``H`` = hash slots, a power of two >= 2E):
   chained through ``ESN`` from ``c[EFREE]``.
 * ``ht`` int64 ``(H,)``: open-addressing (linear probing) hash of edges by
   (session, key), -1 empty; deletions shift back (no tombstones).
-* Order heap ``ov, oo, ob, ox`` (pinned, release order, block, stamp) and
-  expiry heap ``xv, xo, xb, xx`` (expiry, version, block, version), binary
-  min-heaps with lazy deletion (:mod:`spfcore.sim._replay_nb`'s helpers).
+* The order: blocks released unpinned wait in the release queue, a doubly
+  linked list in release order (block 0, never free, its sentinel: ``LN[0]``
+  the oldest), O(1) a release, hit or victim (a trace without sessions never
+  leaves it); the others (pinned, or unpinned after a pin lapsed, at their old
+  release order) on the order heap ``ov, oo, ob, ox`` (pinned, release order,
+  block, stamp), a binary min-heap with lazy deletion
+  (:mod:`spfcore.sim._replay_nb`'s helpers). A victim is the older of the
+  queue's head and the heap's top unless the top is pinned.
+* Expiries, keyed by ``(expiry, version)``. Every expiry lies within a TTL
+  of the clock (``arrival < until <= arrival + ttl_arrivals``), so with a TTL
+  below :data:`QMAX` they wait in a calendar of ``W`` buckets (a power of two
+  above the TTL), one per arrival, each a chain of entries in push order
+  (version order): ``qe`` int64 ``(3, cap)`` (version, block, next entry; -1
+  end), ``qb`` int64 ``(2, W)`` (first and last entry; -1 empty); an expiry
+  round reads the due buckets in turn, no sort. Otherwise (``W`` = 0) on the
+  expiry heap ``xv, xo, xb, xx`` (expiry, version, block, version). An entry
+  is live iff its block is free and its version is the block's.
 * ``c``: int64 counters (:mod:`spfcore.sim._replay_nb`'s, then those below).
 
 Session ids and key ids are dense labels chosen by the caller; decisions do not
@@ -72,8 +87,8 @@ from spfcore.sim._replay_nb import (EVICT_CALLS, EVICTIONS, HN, HOOK_CALLS, HSN,
                                     _compact, _drop, _insert, _jit, _o_pop, _o_up)
 
 #: Rows of ``bl`` (per block), ``kk`` (per key id), ``ss`` (per session id), ``ee`` (per edge).
-KEY, DN, DP, ORD, VER, HST, IN, PIN, HS = range(9)
-BROWS = 9
+KEY, DN, DP, ORD, VER, HST, IN, PIN, HS, LN, LP, INL = range(12)
+BROWS = 12
 KH, KT, OWN, UNTIL, OH, OT = range(6)
 KROWS = 6
 SH, ST, SN, SP, SX, ALIVE = range(6)
@@ -84,7 +99,11 @@ EROWS = 6
 #: handed out, live sessions, first / last session in activity order, free-edge
 #: chain head, live edges.
 NPIN, REFUSED, HSEQ, NSESS, AH, AT, EFREE, NEDGE = range(10, 18)
-NCOUNTERS = 18
+#: (calendar) first arrival not drained yet, free-entry chain head, entries ever used.
+QBASE, QFREE, QTOP = range(18, 21)
+NCOUNTERS = 21
+#: Most calendar buckets: a TTL below it keeps its expiries in the calendar, a longer one on the heap.
+QMAX = 1 << 16
 
 
 # ------------------------------------------------------------ (session, key) hash
@@ -295,9 +314,64 @@ def _touch(s, keys, a, b, end, maxs, kk, ss, ee, ht, c):
             _e_new(s, k, kk, ss, ee, ht, c)
 
 
+# ------------------------------------------------------------ the arrivals calendar
+@_jit
+def _q_push(x, v, b, bl, qe, qb, c):
+    """Append expiry entry ``(version v, block b)`` to the bucket of arrival
+    ``x`` (``c[QBASE] <= x < c[QBASE] + W``: every expiry lies within a TTL of
+    the clock). The pool full: the stale entries are unlinked first."""
+    e = c[QFREE]
+    if e < 0 and c[QTOP] == qe.shape[1]:
+        _q_compact(bl, qe, qb, c)
+        e = c[QFREE]
+    if e >= 0:
+        c[QFREE] = qe[2, e]
+    else:
+        e = c[QTOP]
+        c[QTOP] = e + 1
+    qe[0, e], qe[1, e], qe[2, e] = v, b, -1
+    q = x & (qb.shape[1] - 1)
+    if qb[0, q] < 0:
+        qb[0, q] = e
+    else:
+        qe[2, qb[1, q]] = e
+    qb[1, q] = e
+
+
+@_jit
+def _q_compact(bl, qe, qb, c):
+    """Unlink the stale entries of every bucket (order kept) onto the free chain."""
+    for q in range(qb.shape[1]):
+        e = qb[0, q]
+        qb[0, q] = qb[1, q] = -1
+        while e >= 0:
+            nx = qe[2, e]
+            b = qe[1, e]
+            if bl[IN, b] and bl[VER, b] == qe[0, e]:
+                qe[2, e] = -1
+                if qb[0, q] < 0:
+                    qb[0, q] = e
+                else:
+                    qe[2, qb[1, q]] = e
+                qb[1, q] = e
+            else:
+                qe[2, e] = c[QFREE]
+                c[QFREE] = e
+            e = nx
+
+
 # ------------------------------------------------------------ the evictor's order
 @_jit
-def _place(b, pos, order, cap, bl, kk, ov, oo, ob, ox, xv, xo, xb, xx, c):
+def _l_unlink(b, bl):
+    """Block ``b`` leaves the release queue."""
+    p, q = bl[LP, b], bl[LN, b]
+    bl[LN, p] = q
+    bl[LP, q] = p
+    bl[INL, b] = 0
+
+
+@_jit
+def _place(b, pos, order, cap, bl, kk, ov, oo, ob, ox, xv, xo, xb, xx, qe, qb, c):
     """Score block ``b`` at arrival ``pos`` and (re-)place it (``Evictor._place``
     of one block: a new version, the expiry registered, the pin granted or
     refused, an entry at its rank unless it stays where it is); ``order``: its
@@ -308,12 +382,15 @@ def _place(b, pos, order, cap, bl, kk, ov, oo, ob, ox, xv, xo, xb, xx, c):
     want = u > pos
     pin = False
     if want:
-        if c[XN] == len(xv):
-            c[XN] = _compact(xv, xo, xb, xx, c[XN], bl[IN], bl[VER])
-        n = c[XN]
-        xv[n], xo[n], xb[n], xx[n] = u, v, b, v
-        c[XN] = n + 1
-        _o_up(xv, xo, xb, xx, n)
+        if qb.shape[1]:
+            _q_push(u, v, b, bl, qe, qb, c)
+        else:
+            if c[XN] == len(xv):
+                c[XN] = _compact(xv, xo, xb, xx, c[XN], bl[IN], bl[VER])
+            n = c[XN]
+            xv[n], xo[n], xb[n], xx[n] = u, v, b, v
+            c[XN] = n + 1
+            _o_up(xv, xo, xb, xx, n)
         if c[NPIN] < cap or bl[PIN, b]:
             pin = True
         else:
@@ -335,6 +412,17 @@ def _place(b, pos, order, cap, bl, kk, ov, oo, ob, ox, xv, xo, xb, xx, c):
     elif was:
         bl[PIN, b] = 0
         c[NPIN] -= 1
+    elif not bl[INL, b]:  # released unpinned: the release queue's tail (release orders only grow)
+        bl[HST, b] = -1  # no order-heap entry of it is live
+        bl[INL, b] = 1
+        t = bl[LP, 0]
+        bl[LN, t] = b
+        bl[LP, b] = t
+        bl[LN, b] = 0
+        bl[LP, 0] = b
+        return
+    if bl[INL, b]:  # pinned now: out of the release queue, onto the heap
+        _l_unlink(b, bl)
     if c[HN] == len(ov):
         c[HN] = _compact(ov, oo, ob, ox, c[HN], bl[IN], bl[HST])
     c[HSEQ] += 1
@@ -346,41 +434,67 @@ def _place(b, pos, order, cap, bl, kk, ov, oo, ob, ox, xv, xo, xb, xx, c):
 
 
 @_jit
-def _rescore_due(pos, cap, due_buf, bl, kk, ov, oo, ob, ox, xv, xo, xb, xx, c):
+def _rescore_due(pos, cap, due_buf, bl, kk, ov, oo, ob, ox, xv, xo, xb, xx, qe, qb, c):
     """Re-score every free block whose score expired by ``pos``, in
-    ``(expiry, version)`` order (one score call if any)."""
+    ``(expiry, version)`` order (one score call if any); every expiry entry
+    due by ``pos`` is dropped."""
     m = 0
-    while c[XN] and xv[0] <= pos:
-        b, x = xb[0], xx[0]
-        c[XN] = _o_pop(xv, xo, xb, xx, c[XN])
-        if bl[IN, b] and x == bl[VER, b]:
-            due_buf[m] = b
-            m += 1
+    if qb.shape[1]:
+        w = qb.shape[1] - 1
+        for x in range(c[QBASE], pos + 1):
+            q = x & w
+            h = qb[0, q]
+            if h < 0:
+                continue
+            e = h
+            while True:
+                b = qe[1, e]
+                if bl[IN, b] and qe[0, e] == bl[VER, b]:
+                    due_buf[m] = b
+                    m += 1
+                if qe[2, e] < 0:
+                    break
+                e = qe[2, e]
+            qe[2, e] = c[QFREE]  # the bucket's chain onto the free chain
+            c[QFREE] = h
+            qb[0, q] = qb[1, q] = -1
+        if pos + 1 > c[QBASE]:
+            c[QBASE] = pos + 1
+    else:
+        while c[XN] and xv[0] <= pos:
+            b, x = xb[0], xx[0]
+            c[XN] = _o_pop(xv, xo, xb, xx, c[XN])
+            if bl[IN, b] and x == bl[VER, b]:
+                due_buf[m] = b
+                m += 1
     if m:
         c[HOOK_CALLS] += 1
         for j in range(m):
-            _place(due_buf[j], pos, 0, cap, bl, kk, ov, oo, ob, ox, xv, xo, xb, xx, c)
+            _place(due_buf[j], pos, 0, cap, bl, kk, ov, oo, ob, ox, xv, xo, xb, xx, qe, qb, c)
 
 
 @_jit
-def _alloc(n, pos, cap, blocks, at, due_buf, bl, kk, ss, ee, ht, ov, oo, ob, ox, xv, xo, xb, xx, c, victims):
+def _alloc(n, pos, cap, blocks, at, due_buf, bl, kk, ss, ee, ht, ov, oo, ob, ox, xv, xo, xb, xx, qe, qb, c, victims):
     """``PolicyRuntime.evict(n)``: expired scores re-scored first when cached
     blocks are taken, then ``n`` victims into ``blocks[at:]``; their keys leave
     the prefix cache, ``by_key`` and the policy (one evicted-hook call if any)."""
     c[EVICT_CALLS] += 1
-    if n > c[HSN] and c[XN] and xv[0] <= pos:
-        _rescore_due(pos, cap, due_buf, bl, kk, ov, oo, ob, ox, xv, xo, xb, xx, c)
+    if n > c[HSN] and (c[QBASE] <= pos if qb.shape[1] else c[XN] and xv[0] <= pos):
+        _rescore_due(pos, cap, due_buf, bl, kk, ov, oo, ob, ox, xv, xo, xb, xx, qe, qb, c)
     keyed = False
     for j in range(n):
         if c[HSN] > 0:
             c[HSN] -= 1
             b = bl[HS, c[HSN]]
         else:
-            while True:
-                b, x = ob[0], ox[0]
+            while c[HN] and not (bl[IN, ob[0]] and ox[0] == bl[HST, ob[0]]):  # stale tops
                 c[HN] = _o_pop(ov, oo, ob, ox, c[HN])
-                if bl[IN, b] and x == bl[HST, b]:
-                    break
+            b = bl[LN, 0]
+            if b != 0 and (c[HN] == 0 or ov[0] != 0 or bl[ORD, b] < oo[0]):
+                _l_unlink(b, bl)
+            else:
+                b = ob[0]
+                c[HN] = _o_pop(ov, oo, ob, ox, c[HN])
             bl[IN, b] = 0
             c[LRUN] -= 1
             if bl[PIN, b]:
@@ -404,7 +518,7 @@ def _alloc(n, pos, cap, blocks, at, due_buf, bl, kk, ss, ee, ht, ov, oo, ob, ox,
 
 @_jit
 def replay_ttl(start, first_arrival, bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, sid,
-               ttl, cap, maxs, bl, kk, ss, ee, ht, ov, oo, ob, ox, xv, xo, xb, xx, c,
+               ttl, cap, maxs, bl, kk, ss, ee, ht, ov, oo, ob, ox, xv, xo, xb, xx, qe, qb, c,
                blocks, due_buf, hits, victims):
     """Replay requests ``r = start .. len(n_prompt)-1`` in order
     (:func:`spfcore.sim._replay_nb.replay`'s arrays, plus ``sid[r]``: request
@@ -447,8 +561,8 @@ def replay_ttl(start, first_arrival, bk, bk_off, nf_, n_look, dk, dk_off, n_prom
                 if kk[UNTIL, k] < end:
                     kk[UNTIL, k] = end
                 e = ee[ESN, e]
-        if c[XN] and xv[0] <= pos:
-            _rescore_due(pos, cap, due_buf, bl, kk, ov, oo, ob, ox, xv, xo, xb, xx, c)
+        if c[QBASE] <= pos if qb.shape[1] else c[XN] and xv[0] <= pos:
+            _rescore_due(pos, cap, due_buf, bl, kk, ov, oo, ob, ox, xv, xo, xb, xx, qe, qb, c)
         if live:
             m = 0
             e = ss[SH, s]
@@ -461,7 +575,7 @@ def replay_ttl(start, first_arrival, bk, bk_off, nf_, n_look, dk, dk_off, n_prom
             if m:
                 c[HOOK_CALLS] += 1
                 for j in range(m):
-                    _place(due_buf[j], pos, 0, cap, bl, kk, ov, oo, ob, ox, xv, xo, xb, xx, c)
+                    _place(due_buf[j], pos, 0, cap, bl, kk, ov, oo, ob, ox, xv, xo, xb, xx, qe, qb, c)
         # lookup: the longest cached chain (earliest inserted block per key)
         h = 0
         while h < n_look[r]:
@@ -474,12 +588,14 @@ def replay_ttl(start, first_arrival, bk, bk_off, nf_, n_look, dk, dk_off, n_prom
         _touch(s, bk, f0, f0 + h, end, maxs, kk, ss, ee, ht, c)
         for j in range(h):  # hit blocks leave the free order
             b = blocks[j]
+            if bl[INL, b]:
+                _l_unlink(b, bl)
             bl[IN, b] = 0
             c[LRUN] -= 1
             if bl[PIN, b]:
                 bl[PIN, b] = 0
                 c[NPIN] -= 1
-        _alloc(np_ - h, pos, cap, blocks, h, due_buf, bl, kk, ss, ee, ht, ov, oo, ob, ox, xv, xo, xb, xx, c,
+        _alloc(np_ - h, pos, cap, blocks, h, due_buf, bl, kk, ss, ee, ht, ov, oo, ob, ox, xv, xo, xb, xx, qe, qb, c,
                victims)
         for j in range(h, nf):  # newly computed full prompt blocks; the later block owns a hash twice stored
             b = blocks[j]
@@ -503,7 +619,7 @@ def replay_ttl(start, first_arrival, bk, bk_off, nf_, n_look, dk, dk_off, n_prom
                     _touch(s, dk, q, q + 1, end, maxs, kk, ss, ee, ht, c)
                     done += 1
                 if j < nt:
-                    _alloc(1, pos, cap, blocks, nb_, due_buf, bl, kk, ss, ee, ht, ov, oo, ob, ox, xv, xo, xb, xx,
+                    _alloc(1, pos, cap, blocks, nb_, due_buf, bl, kk, ss, ee, ht, ov, oo, ob, ox, xv, xo, xb, xx, qe, qb,
                            c, victims)
                     nb_ += 1
         # release, tail first: cached blocks scored (one call) with new release orders; hashless on top
@@ -513,7 +629,7 @@ def replay_ttl(start, first_arrival, bk, bk_off, nf_, n_look, dk, dk_off, n_prom
             if bl[KEY, b] >= 0:
                 cached += 1
                 c[ORDER] += 1
-                _place(b, pos, c[ORDER], cap, bl, kk, ov, oo, ob, ox, xv, xo, xb, xx, c)
+                _place(b, pos, c[ORDER], cap, bl, kk, ov, oo, ob, ox, xv, xo, xb, xx, qe, qb, c)
         if cached:
             c[HOOK_CALLS] += 1
         for j in range(nb_):
@@ -525,15 +641,16 @@ def replay_ttl(start, first_arrival, bk, bk_off, nf_, n_look, dk, dk_off, n_prom
     return -1
 
 
-def new_state(num_blocks: int, nkeys: int, nsessions: int, nedges: int) -> dict:
+def new_state(num_blocks: int, ttl: int, nkeys: int, nsessions: int, nedges: int) -> dict:
     """A fresh pool (every usable block hashless and free, block 1 on top) and
-    empty policy for ``num_blocks`` blocks, room for ``nkeys`` key ids,
-    ``nsessions`` session ids and ``nedges`` edges, as a dict of the arrays
-    :func:`replay_ttl` takes (``bl, kk, ss, ee, ht``, the heaps ``heaps``: a
-    list of 8, capacity ``4 * num_blocks + 1024``, and ``c``)."""
+    empty policy for ``num_blocks`` blocks and ``ttl_arrivals`` ``ttl``, room
+    for ``nkeys`` key ids, ``nsessions`` session ids and ``nedges`` edges, as a
+    dict of the arrays :func:`replay_ttl` takes (``bl, kk, ss, ee, ht``, the
+    heaps ``heaps``: a list of 8, capacity ``4 * num_blocks + 1024``, the
+    calendar ``qe, qb``: as many entries, ``W`` buckets or none, and ``c``)."""
     i64 = np.int64
     bl = np.zeros((BROWS, num_blocks), i64)
-    bl[KEY], bl[DN], bl[DP], bl[HST] = -1, -1, -1, -1
+    bl[KEY], bl[DN], bl[DP], bl[HST] = -1, -1, -1, -1  # (the release queue: empty, block 0 its sentinel)
     c = np.zeros(NCOUNTERS, i64)
     n = num_blocks - 1
     bl[HS, :n] = np.arange(num_blocks - 1, 0, -1)
@@ -542,6 +659,10 @@ def new_state(num_blocks: int, nkeys: int, nsessions: int, nedges: int) -> dict:
     st = {"bl": bl, "kk": np.full((KROWS, 0), -1, i64), "ss": np.full((SROWS, 0), -1, i64),
           "ee": np.full((EROWS, 0), -1, i64), "ht": np.full(1, -1, i64), "c": c,
           "heaps": [np.zeros(4 * num_blocks + 1024, i64) for _ in range(8)]}
+    w = 1 << int(ttl).bit_length() if ttl + 1 <= QMAX else 0  # a power of two > ttl
+    st["qb"] = np.full((2, w), -1, i64)
+    st["qe"] = np.zeros((3, 4 * num_blocks + 1024 if w else 0), i64)
+    c[QFREE] = -1
     c[EFREE] = -1
     grow(st, nkeys, nsessions, nedges)
     return st
@@ -632,7 +753,7 @@ def run(st: dict, flat: tuple, sid: np.ndarray, first_arrival: int, ttl: int, ca
     r = 0
     while True:
         r = replay_ttl(r, first_arrival, *flat, sid, ttl, cap, maxs, bl, st["kk"], st["ss"], st["ee"], st["ht"],
-                       *st["heaps"], st["c"], blocks, due_buf, hits, victims)
+                       *st["heaps"], st["qe"], st["qb"], st["c"], blocks, due_buf, hits, victims)
         if r >= -1:
             return r
         r = -2 - r
@@ -649,6 +770,7 @@ def warm() -> None:
     sid = a([0, 0], i64)
     for x in (*flat, sid):  # the input arrays are passed read-only (memory maps of prepared streams, or views)
         x.flags.writeable = False
-    st = new_state(8, 4, 1, 4)
-    run(st, flat, sid, 0, 2, 4, 8, np.empty(2, i64), np.empty(8, i64))
-    remap(st, st["kk"][KH] >= 0, st["ss"][ALIVE] != 0)
+    for ttl in (2, QMAX):  # the calendar, the expiry heap
+        st = new_state(8, ttl, 4, 1, 4)
+        run(st, flat, sid, 0, ttl, 4, 8, np.empty(2, i64), np.empty(8, i64))
+        remap(st, st["kk"][KH] >= 0, st["ss"][ALIVE] != 0)

@@ -654,7 +654,7 @@ class _CompiledReplay:
         elif kind == "session_ttl":
             _load_nb(kind)
             self.ttl_arrivals, self.pin_cap, self.max_sessions = ttl
-            self.st = _ttl_nb.new_state(num_blocks, 1024, 256, 1024)
+            self.st = _ttl_nb.new_state(num_blocks, self.ttl_arrivals, 1024, 256, 4 * num_blocks)
 
     def run(self, flat: tuple, nkeys: int, first_id: int = 0, sid: np.ndarray | None = None,
             nsessions: int = 0) -> np.ndarray:
