@@ -619,8 +619,8 @@ def replay_ttl(start, first_arrival, bk, bk_off, nf_, n_look, dk, dk_off, n_prom
                     _touch(s, dk, q, q + 1, end, maxs, kk, ss, ee, ht, c)
                     done += 1
                 if j < nt:
-                    _alloc(1, pos, cap, blocks, nb_, due_buf, bl, kk, ss, ee, ht, ov, oo, ob, ox, xv, xo, xb, xx, qe, qb,
-                           c, victims)
+                    _alloc(1, pos, cap, blocks, nb_, due_buf, bl, kk, ss, ee, ht, ov, oo, ob, ox, xv, xo, xb, xx,
+                           qe, qb, c, victims)
                     nb_ += 1
         # release, tail first: cached blocks scored (one call) with new release orders; hashless on top
         cached = 0

@@ -45,12 +45,14 @@ cache and the policy's state; :func:`scan` sizes and checks a stream in one
 pass without keeping keys. Concurrent mode holds the prepared workload.
 
 Compiled replays: in sequential mode, an arm whose policy implements no hook
-(``lru``: vLLM's own order) and the shipped ``belady_oracle`` run as one
-numba-compiled loop over interned int arrays (:mod:`spfcore.sim._replay_nb`):
-the same decisions, per-request records and counters as the reference loop
-:func:`_run_sequential` through the policy's hooks (tests compare every field
-and the victim sequence), 13-20x faster (CPU seconds, Mooncake trace: see
-results/sim-speed-compiled); the interned keys are kept on the
+(``lru``: vLLM's own order), the shipped ``belady_oracle`` and the shipped
+``session_ttl`` in arrivals mode (``ttl_seconds`` unset) run as one
+numba-compiled loop over interned int arrays (:mod:`spfcore.sim._replay_nb`,
+:mod:`spfcore.sim._replay_ttl_nb`): the same decisions, per-request records
+and counters as the reference loop :func:`_run_sequential` through the
+policy's hooks (tests compare every field and the victim sequence), 13-20x
+faster (CPU seconds, Mooncake trace: see results/sim-speed-compiled and
+results/sim-speed-session-ttl-compiled); the interned keys are kept on the
 :class:`Prepared`. ``SPFCORE_SIM_REPLAY=python`` (:data:`REPLAY_ENV`) runs the
 reference loop instead. Their cells' ``policy_seconds`` and ``evict_seconds``
 are the compiled loop's whole time.
@@ -480,7 +482,7 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
 
 
 #: Environment variable choosing the sequential replay of the arms that have a
-#: compiled one (:mod:`spfcore.sim._replay_nb`): ``auto`` (default) runs it,
+#: compiled one (:mod:`spfcore.sim._replay_nb`, :mod:`spfcore.sim._replay_ttl_nb`): ``auto`` (default) runs it,
 #: ``python`` the reference loop :func:`_run_sequential` through the policy's
 #: hooks (same decisions and counts, 13-20x slower).
 REPLAY_ENV = "SPFCORE_SIM_REPLAY"
@@ -504,8 +506,11 @@ def _compiled_kind(rt: PolicyRuntime) -> str | None:
     ``"lru"`` for a policy implementing no hook but ``spfcore_cache_configured``
     (vLLM's own order, nothing to observe), ``"belady"`` for the shipped
     ``belady_oracle`` plugin (its decisions in :func:`~spfcore.sim._replay_nb.replay_belady`),
-    else ``None``; always ``None`` with :data:`REPLAY_ENV` = ``python`` or
-    with hook calls monitored (``SPFCORE_TRACE_HOOKS``).
+    ``"session_ttl"`` for the shipped ``session_ttl`` plugin in arrivals mode
+    (``ttl_seconds`` None, ``ttl_arrivals`` < 2**52; its decisions in
+    :func:`~spfcore.sim._replay_ttl_nb.replay_ttl`), else ``None``; always
+    ``None`` with :data:`REPLAY_ENV` = ``python`` or with hook calls monitored
+    (``SPFCORE_TRACE_HOOKS``).
 
     Raises:
         ValueError: :data:`REPLAY_ENV` is neither ``auto`` nor ``python``.
@@ -523,8 +528,8 @@ def _compiled_kind(rt: PolicyRuntime) -> str | None:
     if cls is not None and (cls.__module__, cls.__qualname__) == ("spfcore_belady_oracle", "BeladyOraclePolicy"):
         return "belady"
     if (cls is not None and (cls.__module__, cls.__qualname__) == ("spfcore_session_ttl", "SessionTTLPolicy")
-            and inst.params.ttl_seconds is None):  # arrivals mode (seconds mode: the Python loop)
-        return "session_ttl"
+            and inst.params.ttl_seconds is None and inst.params.ttl_arrivals < 2**52):
+        return "session_ttl"  # arrivals mode, ``until`` exact in float64 (seconds mode: the Python loop)
     return None
 
 
@@ -805,7 +810,9 @@ class _CompiledReplay:
         """Put the replay's counts into ``rt`` as the reference replay would
         have: ``evictions``, ``evict_calls`` and (belady) ``hook_calls``: its
         arrival, hit and score calls and the future hand-over
-        (``spfcore_future_requests``). ``policy_seconds`` and
+        (``spfcore_future_requests``); (session_ttl) ``hook_calls`` (arrival,
+        re-score keys, hit, store, evicted and score calls) and the evictor's
+        ``pins_refused``. ``policy_seconds`` and
         ``evict_seconds`` get the compiled replay's whole time (the pool's,
         the free queue's and the policy's work are one loop there);
         ``hook_seconds`` stays what ``rt``'s construction took."""
@@ -836,10 +843,14 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
     it) or an iterable of plans, read ``chunk`` requests at a time. ``lru``
     keeps the interned keys bounded by the cache: once more than ``limit``
     (default ``4 * num_blocks + 65536``) are held, those no longer cached are
-    forgotten (:meth:`_CompiledReplay.compact`). ``belady`` on a stream needs
+    forgotten (:meth:`_CompiledReplay.compact`); ``session_ttl`` its key ids
+    and session ids alike (:meth:`_CompiledReplay.compact_ttl`: keys not
+    cached, sessions not live). ``belady`` on a stream needs
     ``stream_future = (ids, (uses, uses_off))`` of :func:`_future_of_stream`.
     A :class:`~spfcore.sim.prepared.PreparedStream` is replayed in one call
-    over its mapped key ids (and, for ``belady``, its mapped future index).
+    over its mapped key ids (and, for ``belady``, its mapped future index);
+    ``session_ttl`` reads them ``chunk`` requests at a time, renumbered
+    (:meth:`_CompiledReplay.run_mapped`), so that its state stays bounded by the cache.
 
     Raises:
         ValueError: a request does not fit in the cache (as :func:`_run_sequential`).
@@ -1132,8 +1143,8 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
             fails the arm with a PolicyError), or None: see
             :meth:`PolicyRuntime.for_policy`.
 
-    Sequential ``lru`` and ``belady_oracle`` run compiled unless
-    ``SPFCORE_SIM_REPLAY=python`` (see the module doc; same results).
+    Sequential ``lru``, ``belady_oracle`` and ``session_ttl`` (arrivals mode) run
+    compiled unless ``SPFCORE_SIM_REPLAY=python`` (see the module doc; same results).
 
     Returns:
         A cell record: ``arm, seed, status`` (``"ok"``), ``mode, num_blocks, block_size, num_requests,
@@ -1231,9 +1242,10 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
         per_request: Keep the per-request records (``requests`` in the
             result; memory then grows by one record per request).
 
-    ``lru`` and ``belady_oracle`` run compiled unless ``SPFCORE_SIM_REPLAY=python``
-    (see the module doc; same results): ``lru``'s interned keys are bounded by
-    the cache; ``belady_oracle`` builds its future index in one pass first.
+    ``lru``, ``belady_oracle`` and ``session_ttl`` (arrivals mode) run compiled
+    unless ``SPFCORE_SIM_REPLAY=python`` (see the module doc; same results):
+    ``lru``'s interned keys and ``session_ttl``'s key and session ids are
+    bounded by the cache; ``belady_oracle`` builds its future index in one pass first.
 
     Returns:
         :func:`simulate`'s sequential cell record (``requests`` only with
