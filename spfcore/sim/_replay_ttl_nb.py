@@ -745,8 +745,22 @@ def remap(st: dict, keep_keys: np.ndarray | None, keep_sessions: np.ndarray | No
 
 def run(st: dict, flat: tuple, sid: np.ndarray, first_arrival: int, ttl: int, cap: int, maxs: int,
         hits: np.ndarray, victims: np.ndarray) -> int:
-    """:func:`replay_ttl` of one chunk, growing the edges as it asks. Returns
-    -1, or the index of a request that needs more blocks than are free."""
+    """:func:`replay_ttl` of one chunk, growing the edges (and their hash) as it asks.
+
+    Args:
+        st: :func:`new_state`'s arrays, with room for every key id and session
+            id of the chunk (:func:`grow`).
+        flat: the chunk's 8 request arrays (:func:`spfcore.sim._replay_nb.replay`).
+        sid: int64 ``(n,)``, each request's session id (-1: none).
+        first_arrival: arrival index of the chunk's first request.
+        ttl, cap, maxs: ``ttl_arrivals``, the pin cap (blocks), ``max_sessions``.
+        hits: int64 ``(n,)``, written: hit blocks per request.
+        victims: int64, every victim appended at ``st["c"][NVICT]`` (empty: none kept).
+
+    Returns:
+        -1, or the index of a request that needs more blocks than are free
+        (the requests before it were replayed).
+    """
     bl = st["bl"]
     blocks = np.empty(max(int(flat[7].max()) if len(flat[7]) else 1, 1), np.int64)
     due_buf = np.empty(bl.shape[1], np.int64)
