@@ -6,9 +6,10 @@ Each arm is replayed ``--repeat`` times on a cache of ``--num-blocks`` usable
 blocks (default 9,139 = 5% of the trace's unique blocks), the arms interleaved
 (one round runs every arm once); the best run counts (``M refs/s``), the
 median is printed beside it (``median``, M refs/s) to show the noise, and the
-first run's time (``first s``: for ``lru``'s compiled replay it includes
-loading numba and interning the trace's keys, kept on the prepared workload
-for later runs). Each time covers the whole ``simulate`` call: the policy's
+first run's time (``first s``: for the first compiled replay of the process
+(``lru``, ``belady_oracle``, ``frequency``) it includes loading numba and
+interning the trace's keys, kept on the prepared workload for later runs;
+``frequency``'s first run also loads its own kernel). Each time covers the whole ``simulate`` call: the policy's
 construction and, for ``belady_oracle``, building its future index.
 Reading the trace and precomputing keys (``spfcore.sim.prepare``, once per
 workload) are timed separately. Targets: >= 3M refs/s for lru, >= 1M/s for

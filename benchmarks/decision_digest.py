@@ -2,7 +2,7 @@
 arm): hit counts and a SHA-256 of the victim sequence (every block id
 ``PolicyRuntime.evict`` hands out, in order). Run it on two trees and compare
 the files: identical decisions give identical files (issue 11: speed work must
-not change a decision). The compiled replays (``lru``, ``belady_oracle``) run
+not change a decision). The compiled replays (``lru``, ``belady_oracle``, ``frequency``) run
 as ``simulate`` chooses (``SPFCORE_SIM_REPLAY``), its victims recorded too.
 
     PYTHONPATH=<tree>:<its plugins> python benchmarks/decision_digest.py out.json [--trace-requests 3000]
@@ -43,7 +43,7 @@ def main() -> None:
         victims.extend(ids)
         return ids
     runtime.PolicyRuntime.evict = recording
-    replay = getattr(simulator, "_replay_compiled", None)  # a tree with compiled replays (lru, belady_oracle)
+    replay = getattr(simulator, "_replay_compiled", None)  # a tree with compiled replays (lru, belady_oracle, ...)
     if replay is not None:  # it hands its victims out without PolicyRuntime.evict: record them there
         simulator._replay_compiled = lambda *args, **kw: replay(*args, victims=victims, **kw)
 

@@ -1,15 +1,16 @@
 """The compiled sequential replays (spfcore.sim._replay_nb: hook-less arms such as lru, and
-belady_oracle; spfcore.sim._replay_ttl_nb: session_ttl in arrivals mode) against the reference
-loop (_run_sequential through PolicyRuntime and the plugin's hooks): every field of the cell,
-every per-request record and the victim sequence, on the Mooncake trace's head, generated
-workloads and random traces."""
+belady_oracle; spfcore.sim._replay_ttl_nb: session_ttl in arrivals mode; spfcore.sim._replay_freq_nb:
+frequency) against the reference loop (_run_sequential through PolicyRuntime and the plugin's
+hooks): every field of the cell, every per-request record and the victim sequence, on the
+Mooncake trace's head, generated workloads and random traces (frequency and session_ttl with
+non-default params too)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from spfcore import runtime
@@ -28,7 +29,13 @@ def strip(rec: dict) -> dict:
     return {k: v for k, v in rec.items() if k not in TIMING}
 
 
-ARMS = ("lru", "belady_oracle", "session_ttl")
+ARMS = ("lru", "belady_oracle", "session_ttl", "frequency")
+#: frequency's non-default params (options as the CLI gives them): admit all, stricter admission
+#: with a short ghost list, no ghosts
+FREQ_OPTIONS = ({"min_count": "1"}, {"min_count": "3", "ghost_factor": "1"}, {"ghost_factor": "0"},
+                {"min_count": "3", "ghost_factor": "0"})
+CASES = [(arm, None) for arm in ARMS] + [("frequency", o) for o in FREQ_OPTIONS]
+CASE_IDS = [arm if o is None else "frequency-" + "-".join(f"{k}{v}" for k, v in o.items()) for arm, o in CASES]
 
 
 def reference(monkeypatch, prep, nb: int, bs: int, arm: str = "lru", options: dict | None = None) -> tuple[dict, list]:
@@ -84,10 +91,10 @@ def assert_same(monkeypatch, wl, nb: int, bs: int, arm: str = "lru", options: di
 
 
 @pytest.mark.skipif(not TRACE.exists(), reason="Mooncake trace not present")
-@pytest.mark.parametrize("arm", ARMS)
-def test_trace_head_identical(monkeypatch, arm):
+@pytest.mark.parametrize("arm,options", CASES, ids=CASE_IDS)
+def test_trace_head_identical(monkeypatch, arm, options):
     wl = read_mooncake(TRACE, limit=1500)
-    ref = assert_same(monkeypatch, wl, 700, 512, arm)
+    ref = assert_same(monkeypatch, wl, 700, 512, arm, options)
     assert ref["evictions"] > 10_000 and 0 < ref["block_hit_rate"] < 1  # a cache under pressure
 
 
@@ -97,13 +104,13 @@ def test_trace_head_identical(monkeypatch, arm):
     ("mix", {}, 16, 2.3),
     ("revisit", dict(sessions=4, prefix_tokens=256, noise_tokens=256, query_tokens=16, output_tokens=20), 8, 3.0),
 ])
-@pytest.mark.parametrize("arm", ARMS)
-def test_generated_identical(monkeypatch, name, flags, bs, pressure, arm):
+@pytest.mark.parametrize("arm,options", CASES, ids=CASE_IDS)
+def test_generated_identical(monkeypatch, name, flags, bs, pressure, arm, options):
     wl = make(name, seed=3, **flags)
     prep = prepare(wl, bs)
     distinct = len({k for v in prep.views for k in v.block_keys})
     nb = max(max(prep.blocks_needed) + 1, int(distinct / pressure))
-    ref = assert_same(monkeypatch, wl, nb, bs, arm)
+    ref = assert_same(monkeypatch, wl, nb, bs, arm, options)
     assert ref["evictions"] > 0 and ref["hit_blocks"] > 0
 
 
@@ -119,16 +126,110 @@ def random_workload(draw):
         out = draw(st.integers(1, 6))
         outs = draw(st.one_of(st.just(()), st.lists(st.integers(0, 1), min_size=out, max_size=out).map(tuple)))
         reqs.append(Request(f"r{i}", 0.0, tuple(prompt), out, session_id=f"s{i % 3}", output_token_ids=outs))
-    return Workload("random", {}, reqs), bs, draw(st.integers(0, 5)), draw(st.sampled_from(ARMS))
+    return Workload("random", {}, reqs), bs, draw(st.integers(0, 5)), *draw(arms())
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+def arms():
+    """An arm and its options: frequency's params drawn too (ghost lists of 0, 1 or 4 pool sizes)."""
+    freq = st.fixed_dictionaries({"min_count": st.sampled_from(["1", "2", "3"]),
+                                  "ghost_factor": st.sampled_from(["0", "1", "4"])})
+    return st.one_of(st.tuples(st.sampled_from(ARMS), st.none()), st.tuples(st.just("frequency"), freq))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                     HealthCheck.function_scoped_fixture])
 @given(random_workload())
 def test_random_identical(monkeypatch, case):
-    wl, bs, extra, arm = case
+    wl, bs, extra, arm, options = case
     nb = max(prepare(wl, bs).blocks_needed) + 1 + extra
-    assert_same(monkeypatch, wl, nb, bs, arm)
+    assert_same(monkeypatch, wl, nb, bs, arm, options)
+
+
+@st.composite
+def hash_id_workload(draw):
+    """Hash-id requests (a trace's, at its block size) over 3 ids: ids repeated within a
+    prompt and shared prefixes (the chained keys of a repeated id differ by its prefix)."""
+    bs = draw(st.sampled_from([1, 2, 4]))
+    reqs = []
+    for i in range(draw(st.integers(1, 16))):
+        ids = tuple(draw(st.lists(st.integers(0, 2), min_size=1, max_size=8)))
+        p = draw(st.integers((len(ids) - 1) * bs + 1, len(ids) * bs))  # the last block may be partial
+        reqs.append(Request(f"h{i}", 0.0, (), draw(st.integers(1, 6)), session_id=f"s{i % 2}", hash_ids=ids,
+                            hash_block_tokens=bs, num_prompt_tokens=p))
+    return Workload("hash-ids", {}, reqs), bs, draw(st.integers(0, 5)), *draw(arms())
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                    HealthCheck.function_scoped_fixture])
+@given(hash_id_workload())
+def test_random_hash_ids_identical(monkeypatch, case):
+    wl, bs, extra, arm, options = case
+    nb = max(prepare(wl, bs).blocks_needed) + 1 + extra
+    assert_same(monkeypatch, wl, nb, bs, arm, options)
+
+
+def _flat_keys(req, bs):
+    """Block keys without the chain: a block's key is its first token (keys repeat within a
+    prompt; no shipped key function does that, vLLM's hashes chain)."""
+    t = req.prompt_token_ids
+    return tuple((1 << 100) + t[i] for i in range(0, len(t) - len(t) % bs, bs))
+
+
+@st.composite
+def flat_workload(draw):
+    """Token requests for :func:`_flat_keys` (a key per token value, up to 14): keys repeated
+    within a prompt and across requests, caches of a few blocks; frequency's params drawn."""
+    bs = draw(st.sampled_from([1, 2]))
+    vocab = draw(st.integers(2, 14))
+    reqs = []
+    for i in range(draw(st.integers(1, 40))):
+        prompt = draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=8))
+        reqs.append(Request(f"r{i}", 0.0, tuple(prompt), draw(st.integers(1, 3))))
+    options = draw(st.fixed_dictionaries({"min_count": st.sampled_from(["1", "2", "3"]),
+                                          "ghost_factor": st.sampled_from(["0", "1", "4"])}))
+    return Workload("flat", {}, reqs), bs, draw(st.integers(0, 3)), options
+
+
+def assert_same_flat(monkeypatch, wl, bs: int, extra: int, options: dict) -> dict | None:
+    """frequency's compiled replay against the reference on :func:`_flat_keys`: the same cell
+    and victims, or the same KeyError (returns None then)."""
+    monkeypatch.setattr(simulator, "block_keys", _flat_keys)
+    prep = prepare(wl, bs)
+    nb = max(prep.blocks_needed) + 1 + extra
+    try:
+        ref, ref_victims = reference(monkeypatch, prep, nb, bs, "frequency", options)
+    except KeyError as exc:
+        with pytest.raises(KeyError, match=str(exc.args[0])):
+            compiled(monkeypatch, prep, nb, bs, "frequency", options=options)
+        return None
+    got, got_victims = compiled(monkeypatch, prep, nb, bs, "frequency", options=options)
+    assert strip(got) == strip(ref)
+    assert got_victims == ref_victims
+    return ref
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                    HealthCheck.function_scoped_fixture])
+@given(flat_workload())
+def test_frequency_keys_repeated_within_a_prompt(monkeypatch, case):
+    """frequency with keys that repeat within a prompt: stores, evictions and releases with a
+    key twice in one batch (duplicate blocks), counted as the plugin does; a lookup that finds
+    one block twice makes the reference loop's touch raise KeyError, and the compiled replay
+    raises the same."""
+    ref = assert_same_flat(monkeypatch, *case)
+    event("a lookup finds a block twice" if ref is None else f"replayed, evictions: {bool(ref['evictions'])}")
+
+
+def test_frequency_a_ghost_evicted_again_moves_to_the_newest_end(monkeypatch):
+    """Key 1 twice in request 1's prompt (two blocks): one is evicted (its count to the ghost
+    list), the other hit (counted from 1 again) and evicted: the ghost entry moves to the
+    newest end, so a later trim keeps it (found by a search against a replay that left it in
+    place; the random tests rarely reach it)."""
+    items = [((8, 6), 1), ((1, 6, 2, 1), 2), ((6, 8, 7), 1), ((7, 6, 5, 2), 1), ((2, 3, 6, 4), 1),
+             ((5, 4, 3, 6), 1), ((7, 5, 1), 2), ((2, 5, 8, 7), 1), ((1, 0), 1)]
+    wl = Workload("flat", {}, [Request(f"r{i}", 0.0, p, o) for i, (p, o) in enumerate(items)])
+    ref = assert_same_flat(monkeypatch, wl, 1, 1, {"ghost_factor": "1", "min_count": "2"})  # 7 blocks
+    assert ref is not None and ref["num_blocks"] == 7 and ref["hit_blocks"] > 0
 
 
 TTL_OPTIONS = [{"ttl_arrivals": "1"}, {"ttl_arrivals": "100000"}, {"pin_cap_fraction": "0"},
@@ -241,7 +342,7 @@ def test_session_ttl_stream_chunks_and_forgotten_ids_identical(monkeypatch, tmp_
         remaps = []
         remap = simulator._ttl_nb.remap if simulator._ttl_nb else None
         if remap is None:
-            simulator._load_nb("session_ttl")
+            simulator._load_kernels("session_ttl")
             remap = simulator._ttl_nb.remap
         with monkeypatch.context() as m:
             m.setattr(simulator._ttl_nb, "remap", lambda *a: remaps.append(1) or remap(*a))
@@ -292,17 +393,63 @@ def test_chunks_and_forgotten_keys_identical(monkeypatch):
     assert (rt.evictions, rt.evict_calls) == (ref["evictions"], ref["evict_calls"])
 
 
+@pytest.mark.parametrize("options", [None, {"ghost_factor": "1"}, {"min_count": "3", "ghost_factor": "0"}])
+def test_frequency_chunks_and_forgotten_keys_identical(monkeypatch, options):
+    """frequency streamed in chunks of 5 requests with the interned keys compacted after each
+    chunk: its counts and ghost list survive the renumbering (the same victims, records and
+    counters as the reference loop), and the keys kept are bounded by the cache and the ghost
+    list (cached, counted or ghost keys only)."""
+    # 120 requests, 336 keys, 59 blocks: hits and ghost counts coming back (ghost_factor 1: 564 hit
+    # blocks, 0: 168), more keys than the cache and the ghost list hold
+    wl = make("personas", seed=5, personas=6, prefix_tokens=256, sessions=40, turns=3, query_tokens=32,
+              output_tokens=8)
+    bs = 16
+    prep = prepare(wl, bs)
+    nb = max(prep.blocks_needed) + 40
+    ref, ref_victims = reference(monkeypatch, prep, nb, bs, "frequency", options)
+    assert ref["hit_blocks"] > 100
+    rt = PolicyRuntime.for_policy("frequency", nb, bs, options)
+    kept = []
+    compact = simulator._CompiledReplay.compact
+
+    def recording(self, ids):
+        new = compact(self, ids)
+        kept.append((len(ids), len(new), self.ghost_cap))
+        return new
+    monkeypatch.setattr(simulator._CompiledReplay, "compact", recording)
+    rows, victims = [], []
+    totals = simulator._replay_compiled(iter_plans(wl.requests, bs, nb), rt, nb, "frequency", rows, victims, chunk=5,
+                                        limit=1)
+    assert victims == ref_victims
+    assert [h * bs for *_, h in rows] == [r["cached_tokens"] for r in ref["requests"]]
+    assert totals == (ref["num_requests"], ref["prompt_tokens"], ref["block_refs"], ref["hit_blocks"])
+    assert (rt.evictions, rt.evict_calls, rt.hook_calls) == (ref["evictions"], ref["evict_calls"], ref["hook_calls"])
+    assert len(kept) > 10 and all(new <= nb - 1 + cap for _, new, cap in kept)
+    assert any(new < old for old, new, _ in kept)  # keys were forgotten
+
+
 def test_which_arms_compile_and_the_switch(monkeypatch, tmp_path):
     monkeypatch.setenv(simulator.REPLAY_ENV, "auto")
     kind = simulator._compiled_kind
     assert kind(PolicyRuntime.for_policy("lru", 16, 4)) == "lru"
     assert kind(PolicyRuntime.for_policy("belady_oracle", 16, 4)) == "belady"
     assert kind(PolicyRuntime.for_policy("session_ttl", 16, 4)) == "session_ttl"
-    assert kind(PolicyRuntime.for_policy("frequency", 16, 4)) is None
+    assert kind(PolicyRuntime.for_policy("frequency", 16, 4)) == "frequency"
+    assert kind(PolicyRuntime.for_policy("frequency", 16, 4, {"min_count": "3", "ghost_factor": "0"})) == "frequency"
+    assert simulator._frequency_params(PolicyRuntime.for_policy("frequency", 16, 4, {"min_count": "3"})) == (3, 64)
+    from spfcore import registry
+    from spfcore_frequency import FrequencyPolicy
+
+    class Subclass(FrequencyPolicy):  # another policy built on it: its own decisions, the Python loop
+        pass
+    pm = registry.new_plugin_manager()
+    pm.register(Subclass(), name="sub")
+    assert kind(PolicyRuntime(pm, 16, 4, policy_name="sub")) is None
     monkeypatch.setenv(simulator.REPLAY_ENV, "python")
     assert kind(PolicyRuntime.for_policy("lru", 16, 4)) is None
     assert kind(PolicyRuntime.for_policy("belady_oracle", 16, 4)) is None
     assert kind(PolicyRuntime.for_policy("session_ttl", 16, 4)) is None
+    assert kind(PolicyRuntime.for_policy("frequency", 16, 4)) is None
     monkeypatch.setenv(simulator.REPLAY_ENV, "auto")
     monkeypatch.setenv("SPFCORE_TRACE_HOOKS", str(tmp_path / "hooks.log"))  # hook calls watched: every one made
     assert kind(PolicyRuntime.for_policy("belady_oracle", 16, 4)) is None

@@ -577,9 +577,9 @@ def test_cells_run_longest_expected_first_with_the_same_results(tmp_path, trace,
     big, mid, small = {"fraction": 0.5}, {"blocks": 120}, {"blocks": 40}
     # hook-driven policies first, larger caches first, grid order on ties; then the compiled arms
     assert [(c["policy"], c["size"]) for c in seen[0]] == [
-        ("frequency", big), ("sieve", big), ("frequency", mid), ("sieve", mid), ("frequency", small),
-        ("sieve", small), ("infinite", {"infinite": True}), ("lru", big), ("belady_oracle", big), ("lru", mid),
-        ("belady_oracle", mid), ("lru", small), ("belady_oracle", small)]
+        ("sieve", big), ("sieve", mid), ("sieve", small), ("infinite", {"infinite": True}), ("lru", big),
+        ("frequency", big), ("belady_oracle", big), ("lru", mid), ("frequency", mid), ("belady_oracle", mid),
+        ("lru", small), ("frequency", small), ("belady_oracle", small)]
     # the order changes no result: the grid's own order gives the same records
     monkeypatch.setattr(sweep, "expected_cost_rank", lambda config, facts=None: 0)
     sweep.run_sweep(grid, tmp_path / "b")

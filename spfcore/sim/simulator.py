@@ -46,16 +46,19 @@ pass without keeping keys. Concurrent mode holds the prepared workload.
 
 Compiled replays: in sequential mode, an arm whose policy implements no hook
 (``lru``: vLLM's own order), the shipped ``belady_oracle`` and the shipped
-``session_ttl`` in arrivals mode (``ttl_seconds`` unset) run as one
-numba-compiled loop over interned int arrays (:mod:`spfcore.sim._replay_nb`,
-:mod:`spfcore.sim._replay_ttl_nb`): the same decisions, per-request records
-and counters as the reference loop :func:`_run_sequential` through the
-policy's hooks (tests compare every field and the victim sequence), 13-20x
-faster (CPU seconds, Mooncake trace: see results/sim-speed-compiled and
-results/sim-speed-session-ttl-compiled); the interned keys are kept on the
+``session_ttl`` in arrivals mode (``ttl_seconds`` unset) and the shipped
+``frequency`` (any ``min_count``, ``ghost_factor``) run as one numba-compiled
+loop over interned int arrays (:mod:`spfcore.sim._replay_nb`,
+:mod:`spfcore.sim._replay_ttl_nb`, :mod:`spfcore.sim._replay_freq_nb`): the
+same decisions, per-request records and counters as the reference loop
+:func:`_run_sequential` through the policy's hooks (tests compare every field
+and the victim sequence), 9-20x faster (CPU seconds, Mooncake trace: see
+results/sim-speed-compiled, results/sim-speed-session-ttl-compiled and
+results/sim-speed-frequency-compiled); the interned keys are kept on the
 :class:`Prepared`. ``SPFCORE_SIM_REPLAY=python`` (:data:`REPLAY_ENV`) runs the
 reference loop instead. Their cells' ``policy_seconds`` and ``evict_seconds``
-are the compiled loop's whole time.
+are the compiled loop's whole time, and ``hook_seconds`` stays the policy's
+construction (its hooks are not called).
 
 Time: sequential mode uses a virtual clock of one second per request
 (``now = arrival index``); policies should decide by arrival index anyway.
@@ -482,11 +485,14 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
 
 
 #: Environment variable choosing the sequential replay of the arms that have a
-#: compiled one (:mod:`spfcore.sim._replay_nb`, :mod:`spfcore.sim._replay_ttl_nb`): ``auto`` (default) runs it,
+#: compiled one (:mod:`spfcore.sim._replay_nb`, :mod:`spfcore.sim._replay_ttl_nb`,
+#: :mod:`spfcore.sim._replay_freq_nb`): ``auto`` (default) runs it,
 #: ``python`` the reference loop :func:`_run_sequential` through the policy's
 #: hooks (same decisions and counts, 13-20x slower).
 REPLAY_ENV = "SPFCORE_SIM_REPLAY"
 _nb = None  # spfcore.sim._replay_nb, once loaded
+_nbf = None  # spfcore.sim._replay_freq_nb, once loaded
+_ttl_nb = None  # spfcore.sim._replay_ttl_nb, once loaded
 
 
 def replay_mode() -> str:
@@ -508,9 +514,12 @@ def _compiled_kind(rt: PolicyRuntime) -> str | None:
     ``belady_oracle`` plugin (its decisions in :func:`~spfcore.sim._replay_nb.replay_belady`),
     ``"session_ttl"`` for the shipped ``session_ttl`` plugin in arrivals mode
     (``ttl_seconds`` None, ``ttl_arrivals`` < 2**52; its decisions in
-    :func:`~spfcore.sim._replay_ttl_nb.replay_ttl`), else ``None``; always
-    ``None`` with :data:`REPLAY_ENV` = ``python`` or with hook calls monitored
-    (``SPFCORE_TRACE_HOOKS``).
+    :func:`~spfcore.sim._replay_ttl_nb.replay_ttl`), ``"frequency"`` for the
+    shipped ``frequency`` plugin's own class (not a subclass) with params the
+    replay takes (:func:`_frequency_params`; its decisions in
+    :func:`~spfcore.sim._replay_freq_nb.replay_frequency`), else ``None``;
+    always ``None`` with :data:`REPLAY_ENV` = ``python`` or with hook calls
+    monitored (``SPFCORE_TRACE_HOOKS``).
 
     Raises:
         ValueError: :data:`REPLAY_ENV` is neither ``auto`` nor ``python``.
@@ -530,28 +539,54 @@ def _compiled_kind(rt: PolicyRuntime) -> str | None:
     if (cls is not None and (cls.__module__, cls.__qualname__) == ("spfcore_session_ttl", "SessionTTLPolicy")
             and inst.params.ttl_seconds is None and inst.params.ttl_arrivals < 2**52):
         return "session_ttl"  # arrivals mode, ``until`` exact in float64 (seconds mode: the Python loop)
+    if cls is not None and (cls.__module__, cls.__qualname__) == ("spfcore_frequency", "FrequencyPolicy"):
+        return "frequency" if _frequency_params(rt) is not None else None
     return None
 
 
-def _load_nb(kind: str | None = None):
+def _frequency_params(rt: PolicyRuntime) -> tuple[int, int] | None:
+    """``(min_count, ghost_cap)`` of ``rt``'s shipped ``frequency`` policy:
+    its params' ``min_count`` and ``ghost_factor * num_blocks`` (the ghost
+    list's bound, entries), or ``None`` for values the compiled replay does
+    not take (not plain ints, ``min_count < 1``, ``ghost_factor < 0``, or
+    beyond int64)."""
+    p = getattr(next(iter(rt.pm.get_plugins())), "params", None)
+    m, g = getattr(p, "min_count", None), getattr(p, "ghost_factor", None)
+    if type(m) is not int or type(g) is not int or m < 1 or g < 0 or m >= 2**62 or g * rt.num_blocks >= 2**62:
+        return None
+    return m, g * rt.num_blocks
+
+
+def _load_nb():
     """:mod:`spfcore.sim._replay_nb` (numba loaded, its kernels compiled or
-    read from numba's cache), once a process; with ``kind`` ``"session_ttl"``
-    :mod:`spfcore.sim._replay_ttl_nb`'s kernels are warmed too."""
-    global _nb, _ttl_nb
+    read from numba's cache), once a process."""
+    global _nb
     if _nb is None:
         from spfcore.evictor import _scannable_llvmlite
         from spfcore.sim import _replay_nb
         _scannable_llvmlite()
         _replay_nb.warm()
         _nb = _replay_nb
+    return _nb
+
+
+def _load_kernels(kind: str | None):
+    """The compiled replay of ``kind`` (see :func:`_compiled_kind`), its
+    kernels compiled or loaded from numba's cache once a process: returns
+    :mod:`spfcore.sim._replay_nb` (:func:`_load_nb`); for ``"frequency"``
+    also loads :mod:`spfcore.sim._replay_freq_nb` (kept in ``_nbf``), for
+    ``"session_ttl"`` :mod:`spfcore.sim._replay_ttl_nb` (kept in ``_ttl_nb``)."""
+    global _nbf, _ttl_nb
+    nb = _load_nb()
+    if kind == "frequency" and _nbf is None:
+        from spfcore.sim import _replay_freq_nb
+        _replay_freq_nb.warm()
+        _nbf = _replay_freq_nb
     if kind == "session_ttl" and _ttl_nb is None:
         from spfcore.sim import _replay_ttl_nb
         _replay_ttl_nb.warm()
         _ttl_nb = _replay_ttl_nb
-    return _nb
-
-
-_ttl_nb = None  # spfcore.sim._replay_ttl_nb, once loaded
+    return nb
 
 
 def _flatten(plans, ids: dict) -> tuple:
@@ -633,14 +668,17 @@ class _CompiledReplay:
     chunk by chunk; ``victims``, when a list, receives every block id handed
     out, in order (as ``PolicyRuntime.evict`` returns them). ``kind``:
     ``"lru"``, ``"belady"`` with its future index ``(uses, uses_off)``, or
-    ``"session_ttl"`` with ``ttl = (ttl_arrivals, pin cap in blocks,
-    max_sessions)`` (its state in :mod:`spfcore.sim._replay_ttl_nb`)."""
+    ``"session_ttl"`` with ``params = (ttl_arrivals, pin cap in blocks,
+    max_sessions)`` (its state in :mod:`spfcore.sim._replay_ttl_nb`), or
+    ``"frequency"`` with ``params = (min_count, ghost_cap)``
+    (:func:`_frequency_params`)."""
 
     def __init__(self, num_blocks: int, kind: str = "lru", victims: list | None = None,
-                 future: tuple | None = None, ttl: tuple | None = None) -> None:
+                 future: tuple | None = None, params: tuple | None = None) -> None:
         if num_blocks >= 2**31:
             raise ValueError(f"num_blocks must be < 2**31 for the compiled replay, got {num_blocks}")
-        self.nb = nb = _load_nb()
+        self.nb = nb = _load_kernels(kind)
+        self.ghost_cap = 0  # (frequency) the ghost list's bound: key ids it may keep beyond the cache's
         i64 = np.int64
         self.num_blocks, self.kind, self.victims = num_blocks, kind, victims
         self.key_of, self.dn, self.dp = (np.full(num_blocks, -1, i64) for _ in range(3))
@@ -657,9 +695,14 @@ class _CompiledReplay:
             cap = 4 * num_blocks + 1024
             self.heaps = [np.zeros(cap, i64) for _ in range(8)]  # order heap and expiry heap (see replay_belady)
         elif kind == "session_ttl":
-            _load_nb(kind)
-            self.ttl_arrivals, self.pin_cap, self.max_sessions = ttl
+            self.ttl_arrivals, self.pin_cap, self.max_sessions = params
             self.st = _ttl_nb.new_state(num_blocks, self.ttl_arrivals, 1024, 256, 4 * num_blocks)
+        elif kind == "frequency":
+            self.min_count, self.ghost_cap = params
+            st = _nbf.state(num_blocks, 0)
+            self.key_of, self.kh, self.kt, self.dn, self.dp, self.hs, self.inn, self.ordr = st[:8]
+            self.cnt, self.gv, self.gn, self.gp = st[8:12]  # per key id: count, ghost count, ghost list links
+            self.heaps, self.c = list(st[12:16]), st[16]
 
     def run(self, flat: tuple, nkeys: int, first_id: int = 0, sid: np.ndarray | None = None,
             nsessions: int = 0) -> np.ndarray:
@@ -670,16 +713,25 @@ class _CompiledReplay:
 
         Raises:
             ValueError: a request needs more blocks than the cache has
-                (its arrival index named).
+                (its arrival index named); (frequency) ``nkeys >= 2**31``.
+            KeyError: (frequency) a lookup found a block twice (a prompt
+                whose block keys repeat), as the reference loop's ``touch``.
         """
         if self.kind == "session_ttl":
             return self._run_ttl(flat, nkeys, first_id, sid, nsessions)
+        if self.kind == "frequency" and nkeys >= 2**31:  # (its ghost list links key ids as int32)
+            raise ValueError(f"{nkeys} key ids: the compiled frequency replay takes < 2**31")
         if nkeys > len(self.kh):  # room for every key id of the chunk
             grow = max(nkeys, 2 * len(self.kh), 1024) - len(self.kh)
             self.kh = np.concatenate([self.kh, np.full(grow, -1, np.int32)])
             self.kt = np.concatenate([self.kt, np.full(grow, -1, np.int32)])
             if self.kind == "belady":
                 self.mark = np.concatenate([self.mark, np.full(grow, -2, np.int64)])
+            elif self.kind == "frequency":
+                self.cnt = np.concatenate([self.cnt, np.zeros(grow, np.int64)])
+                self.gv = np.concatenate([self.gv, np.zeros(grow, np.int64)])
+                self.gn = np.concatenate([self.gn, np.full(grow, -1, np.int32)])
+                self.gp = np.concatenate([self.gp, np.full(grow, -1, np.int32)])
         n_total = flat[7]
         n = len(n_total)
         hits = np.empty(n, np.int64)
@@ -691,7 +743,11 @@ class _CompiledReplay:
         c[nb.NVICT] = 0
         blocks = np.empty(int(n_total.max()), np.int64)
         flat = tuple(map(_readonly, flat))  # one compiled signature for maps (read-only) and fresh arrays
-        if self.kind == "belady":
+        if self.kind == "frequency":
+            bad = _nbf.replay_frequency(*flat, self.min_count, self.ghost_cap, self.key_of, self.kh, self.kt,
+                                        self.dn, self.dp, self.hs, self.inn, self.ordr, self.cnt, self.gv,
+                                        self.gn, self.gp, *self.heaps, c, blocks, hits, victims)
+        elif self.kind == "belady":
             bad = nb.replay_belady(*flat, _readonly(self.uses), _readonly(self.uses_off), first_id, self.key_of,
                                    self.kh, self.kt, self.dn, self.dp, self.hs, self.depth, self.ordr, self.ver,
                                    self.inn, self.mark, *self.heaps, c, blocks, np.empty(self.num_blocks, np.int64),
@@ -701,6 +757,8 @@ class _CompiledReplay:
                             blocks, hits, victims)
         if rec:
             self.victims.extend(victims[: c[nb.NVICT]].tolist())
+        if bad < -1:  # (frequency) a lookup found a block twice: the reference loop's touch raises
+            raise KeyError(f"block {int(c[_nbf.TWICE])} is not free")
         if bad >= 0:
             raise ValueError(f"request #{first_id + bad} needs {int(n_total[bad])} blocks but the cache has "
                              f"{self.num_blocks - 1} usable (num_blocks={self.num_blocks} includes the null block)")
@@ -791,28 +849,45 @@ class _CompiledReplay:
         return hits
 
     def compact(self, ids: dict) -> dict:
-        """(``lru``) Renumber the keys still cached densely from 0 and forget
-        the others (bounds ``ids`` by the cache, not the trace); returns the
-        new key -> id map."""
+        """(``lru``, ``frequency``) Renumber the keys still cached (and, for
+        ``frequency``, those counted or on the ghost list) densely from 0 and
+        forget the others (bounds ``ids`` by the cache and the ghost list,
+        not the trace); returns the new key -> id map."""
         kh = self.kh
-        live = {k: i for k, i in ids.items() if kh[i] >= 0}
+        keep = kh >= 0
+        if self.kind == "frequency":
+            keep |= (self.cnt > 0) | (self.gv > 0)
+        live = {k: i for k, i in ids.items() if keep[i]}
         old = np.fromiter(live.values(), np.int64, len(live))
         remap = np.full(len(kh), -1, np.int64)
         remap[old] = np.arange(len(old))
         held = self.key_of >= 0
         self.key_of[held] = remap[self.key_of[held]]
-        kh2, kt2 = np.full(len(kh), -1, np.int32), np.full(len(kh), -1, np.int32)
-        kh2[: len(old)], kt2[: len(old)] = kh[old], self.kt[old]
-        self.kh, self.kt = kh2, kt2
-        return dict(zip(live, range(len(old))))
+        m = len(old)
+
+        def moved(a: np.ndarray, fill: int, links: bool = False) -> np.ndarray:
+            b = np.full(len(a), fill, a.dtype)
+            v = a[old]
+            b[:m] = np.where(v >= 0, remap[v], -1) if links else v
+            return b
+        self.kh, self.kt = moved(kh, -1), moved(self.kt, -1)
+        if self.kind == "frequency":
+            self.cnt, self.gv = moved(self.cnt, 0), moved(self.gv, 0)
+            self.gn, self.gp = moved(self.gn, -1, True), moved(self.gp, -1, True)
+            c, f = self.c, _nbf
+            for j in (f.GHEAD, f.GTAIL):
+                if c[j] >= 0:
+                    c[j] = remap[c[j]]
+        return dict(zip(live, range(m)))
 
     def stats(self, rt: PolicyRuntime, seconds: float) -> None:
         """Put the replay's counts into ``rt`` as the reference replay would
-        have: ``evictions``, ``evict_calls`` and (belady) ``hook_calls``: its
+        have: ``evictions``, ``evict_calls`` and ``hook_calls``: (belady) its
         arrival, hit and score calls and the future hand-over
         (``spfcore_future_requests``); (session_ttl) ``hook_calls`` (arrival,
         re-score keys, hit, store, evicted and score calls) and the evictor's
-        ``pins_refused``. ``policy_seconds`` and
+        ``pins_refused``; (frequency) its hit, stored, evicted, admit and score
+        calls (see :mod:`spfcore.sim._replay_freq_nb`). ``policy_seconds`` and
         ``evict_seconds`` get the compiled replay's whole time (the pool's,
         the free queue's and the policy's work are one loop there);
         ``hook_seconds`` stays what ``rt``'s construction took."""
@@ -829,6 +904,8 @@ class _CompiledReplay:
             rt.evict_calls += int(c[nb.EVICT_CALLS])
             rt.hook_calls += int(c[nb.HOOK_CALLS])
             rt.evictor._c[REFUSED] += int(c[_ttl_nb.REFUSED])
+        elif self.kind == "frequency":
+            rt.hook_calls += int(c[_nbf.HOOK_CALLS])
         rt.policy_seconds += seconds
         rt.evict_seconds += seconds
 
@@ -841,11 +918,13 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
     counters (:meth:`_CompiledReplay.stats`); ``rt``'s block table is not
     kept. ``plans``: a :class:`Prepared` (its keys interned once and kept on
     it) or an iterable of plans, read ``chunk`` requests at a time. ``lru``
-    keeps the interned keys bounded by the cache: once more than ``limit``
-    (default ``4 * num_blocks + 65536``) are held, those no longer cached are
-    forgotten (:meth:`_CompiledReplay.compact`); ``session_ttl`` its key ids
-    and session ids alike (:meth:`_CompiledReplay.compact_ttl`: keys not
-    cached, sessions not live). ``belady`` on a stream needs
+    and ``frequency`` keep the interned keys bounded by the cache (and
+    frequency's ghost list): once more than ``limit`` (default ``4 *
+    num_blocks + ghost_cap + 65536``) are held, those no longer cached (nor
+    counted, nor ghosts) are forgotten (:meth:`_CompiledReplay.compact`);
+    ``session_ttl`` its key ids and session ids alike
+    (:meth:`_CompiledReplay.compact_ttl`: keys not cached, sessions not live).
+    ``frequency`` and ``session_ttl`` read their params from ``rt``'s policy. ``belady`` on a stream needs
     ``stream_future = (ids, (uses, uses_off))`` of :func:`_future_of_stream`.
     A :class:`~spfcore.sim.prepared.PreparedStream` is replayed in one call
     over its mapped key ids (and, for ``belady``, its mapped future index);
@@ -857,6 +936,7 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
     """
     t0 = time.perf_counter()
     totals = [0, 0, 0, 0]
+    params = _frequency_params(rt) if kind == "frequency" else None
 
     def account(pls, hits: np.ndarray) -> None:
         totals[0] += len(pls)
@@ -873,6 +953,7 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
     if kind == "session_ttl":  # the policy's parameters, as its hooks read them
         inst = next(iter(rt.pm.get_plugins()))
         ttl = (inst.params.ttl_arrivals, rt.evictor.pin_cap, inst.max_sessions)
+        params = ttl
     sids: dict = {}  # (session_ttl) session id -> dense int
     if isinstance(plans, Prepared):
         if not plans._flat:
@@ -884,11 +965,11 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
             if len(plans._flat) == 1:
                 plans._flat.append(_future_index(flat[0], flat[1], nkeys))
             future = plans._flat[1]
-        st = _CompiledReplay(num_blocks, kind, victims, future, ttl)
+        st = _CompiledReplay(num_blocks, kind, victims, future, params)
         sid = _flatten_sessions(plans.plans, sids) if ttl else None
         account(plans.plans, st.run(flat, nkeys, 0, sid, len(sids)))
     elif isinstance(plans, PreparedStream):
-        st = _CompiledReplay(num_blocks, kind, victims, plans.future() if kind == "belady" else None, ttl)
+        st = _CompiledReplay(num_blocks, kind, victims, plans.future() if kind == "belady" else None, params)
         if ttl:
             a = plans.arrays
             hits = st.run_mapped(plans.flat(), a["sid"], plans.num_keys, len(a["name_off"]) - 1, chunk, limit)
@@ -900,15 +981,15 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
             rows.extend(plans.rows(hits))
     else:
         ids, future = stream_future if kind == "belady" else ({}, None)
-        st = _CompiledReplay(num_blocks, kind, victims, future, ttl)
+        st = _CompiledReplay(num_blocks, kind, victims, future, params)
         it = iter(plans)
         first = 0
-        limit = 4 * num_blocks + 65536 if limit is None else limit
+        limit = 4 * num_blocks + st.ghost_cap + 65536 if limit is None else limit
         while pls := list(islice(it, chunk)):
             sid = _flatten_sessions(pls, sids) if ttl else None
             account(pls, st.run(_flatten(pls, ids), len(ids), first, sid, len(sids)))
             first += len(pls)
-            if kind == "lru" and len(ids) > limit:
+            if kind in ("lru", "frequency") and len(ids) > limit:
                 ids = st.compact(ids)
             elif ttl and (len(ids) > limit or len(sids) > limit):  # keys not cached, sessions not live
                 ids, sids = st.compact_ttl(ids, sids)
@@ -1143,8 +1224,9 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
             fails the arm with a PolicyError), or None: see
             :meth:`PolicyRuntime.for_policy`.
 
-    Sequential ``lru``, ``belady_oracle`` and ``session_ttl`` (arrivals mode) run
-    compiled unless ``SPFCORE_SIM_REPLAY=python`` (see the module doc; same results).
+    Sequential ``lru``, ``belady_oracle``, ``frequency`` and ``session_ttl``
+    (arrivals mode) run compiled unless ``SPFCORE_SIM_REPLAY=python`` (see the
+    module doc; same results).
 
     Returns:
         A cell record: ``arm, seed, status`` (``"ok"``), ``mode, num_blocks, block_size, num_requests,
@@ -1178,7 +1260,7 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
             rt.set_future(prep.views)
         rows: list = []
         if kind is not None:
-            _load_nb(kind)  # numba and the cached kernels load outside the timed replay (~1 s, once a process)
+            _load_kernels(kind)  # numba and the cached kernels load outside the timed replay (~1 s, once a process)
         with _no_gc():
             t = time.perf_counter()
             if kind is not None:
@@ -1242,10 +1324,12 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
         per_request: Keep the per-request records (``requests`` in the
             result; memory then grows by one record per request).
 
-    ``lru``, ``belady_oracle`` and ``session_ttl`` (arrivals mode) run compiled
-    unless ``SPFCORE_SIM_REPLAY=python`` (see the module doc; same results):
-    ``lru``'s interned keys and ``session_ttl``'s key and session ids are
-    bounded by the cache; ``belady_oracle`` builds its future index in one pass first.
+    ``lru``, ``belady_oracle``, ``frequency`` and ``session_ttl`` (arrivals
+    mode) run compiled unless ``SPFCORE_SIM_REPLAY=python`` (see the module
+    doc; same results): ``lru``'s interned keys and ``session_ttl``'s key and
+    session ids are bounded by the cache, ``frequency``'s by the cache and its
+    ghost list (``ghost_factor * num_blocks`` keys; 32 bytes of arrays per key
+    id); ``belady_oracle`` builds its future index in one pass first.
 
     Returns:
         :func:`simulate`'s sequential cell record (``requests`` only with
@@ -1288,7 +1372,7 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
             rt.set_future(iter_views(requests, block_size))
     rows: list | None = [] if per_request else None
     if kind is not None:
-        _load_nb(kind)  # outside the timed replay, as in simulate
+        _load_kernels(kind)  # outside the timed replay, as in simulate
     with _no_gc():
         t = time.perf_counter()
         if prepared and kind is not None:  # the compiled replay reads the maps; the request iter_plans stops at:

@@ -61,6 +61,11 @@ class FrequencyPolicy:
     lowest count first (:func:`~spfcore.hookspecs.spfcore_tier_score`, ties
     least recently ranked first). vLLM's tier copies every block and evicts
     LRU: on a cyclic working set larger than the tier it hits nothing.
+
+    The simulator's sequential replay of this class (not of a subclass) is
+    compiled (:mod:`spfcore.sim._replay_freq_nb`): a change to the counts,
+    the ghost list, admission or the score needs the same change there
+    (``tests/test_sim_compiled.py`` compares every decision).
     """
 
     name = "frequency"
