@@ -66,7 +66,8 @@ def main() -> None:
                                                        wall_clock=a.wall_clock, thrash_mb=a.thrash_mb))
         return
     # the engine drives the runtime event by event: measure that path, not the simulator's compiled
-    # replay of hook-less arms and belady_oracle (spfcore/sim/_replay_nb.py), which the engine never runs
+    # replay of hook-less arms, belady_oracle and session_ttl (spfcore/sim/_replay_nb.py, _replay_ttl_nb.py),
+    # which the engine never runs
     os.environ[REPLAY_ENV] = "python"
     if not a.wall_clock:
         runtime._perf = time.process_time  # the runtime's clock for policy_seconds / hook_seconds

@@ -25,6 +25,6 @@ for p in "${PLUGINS[@]}"; do [ -f "$p/pyproject.toml" ] && "${PIP[@]}" -e "$p"; 
 # compile the numba loops once into numba's on-disk cache: the scored evictor's, spf_expected_utility's
 # and the simulator's compiled replays (else the first use in each fresh checkout compiles them: ~10-30 s)
 "$VENV/bin/python" -c "import spfcore._evictor_nb as nb; nb.warm(); from spfcore_spf_expected_utility import _nb; _nb.warm()"
-"$VENV/bin/python" -c "import spfcore.sim._replay_nb as nb; nb.warm()"
+"$VENV/bin/python" -c "import spfcore.sim._replay_nb as nb; nb.warm(); import spfcore.sim._replay_ttl_nb as t; t.warm()"
 "$VENV/bin/python" -c "import spfcore.sim._replay_freq_nb as nb; nb.warm()"  # frequency's (~3 s)
 echo "$want" > "$VENV/.spfcore-stamp"

@@ -61,7 +61,7 @@ TIMING_FIELDS = ("wall_seconds", "hook_seconds", "policy_seconds", "evict_second
 
 
 #: Arms with a compiled sequential replay (:func:`spfcore.sim.simulator._compiled_kind`): cheap cells, run last.
-_COMPILED = frozenset({INFINITE, "lru", BELADY, "frequency"})
+_COMPILED = frozenset({INFINITE, "lru", BELADY, "session_ttl", "frequency"})  # (session_ttl: in arrivals mode)
 
 
 class SweepError(ValueError):
@@ -597,7 +597,7 @@ def expected_cost_rank(config: Mapping, facts: Mapping | None = None) -> tuple:
     so a grid's wall time on W workers approaches max(longest cell, total / W)).
 
     Hook-driven Python policies come before the arms the simulator replays
-    compiled (lru, Belady, frequency, the infinite cache: 5-40x faster per cell; issue 19's
+    compiled (lru, Belady, session_ttl, frequency, the infinite cache: 5-40x faster per cell; issue 19's
     1M-request grid: 4.5-41 s against 150-490 s), and within each group a
     larger cache first (more resident blocks and ghosts: issue 19's slowest
     cells were ARC, S3-FIFO and frequency, then in Python, at their largest sizes). A fraction

@@ -70,7 +70,10 @@ def test_results_page_from_simulate_json(tmp_path):
 def test_every_arm_decides_the_same_under_any_pythonhashseed():
     """Decisions must not follow set iteration order (str/bytes hashes are salted
     per process): the seed workload shuffled, where session_ttl's pin cap binds
-    (~40,000 refused pins), in three processes with different PYTHONHASHSEED."""
+    (~40,000 refused pins), in three processes with different PYTHONHASHSEED, through
+    the plugins' hooks (``SPFCORE_SIM_REPLAY=python``: the compiled replays of lru,
+    session_ttl, frequency and belady_oracle use no salted hash), and once more with
+    the compiled replays, which must decide the same."""
     import os
     import subprocess
     import sys
@@ -78,14 +81,14 @@ def test_every_arm_decides_the_same_under_any_pythonhashseed():
     cmd = [sys.executable, "-m", "spfcore.cli", "simulate", "--workload", "personas", "--set", "order=shuffled",
            "--seeds", "42", "--json"]
     runs = []
-    for hs in ("1", "2", "3"):
+    for hs, mode in (("1", "python"), ("2", "python"), ("3", "python"), ("4", "auto")):
         out = subprocess.run(cmd, capture_output=True, text=True, check=True,
-                             env=dict(os.environ, PYTHONHASHSEED=hs))
+                             env=dict(os.environ, PYTHONHASHSEED=hs, SPFCORE_SIM_REPLAY=mode))
         cells = json.loads(out.stdout)["cells"]
         runs.append({c["arm"]: (c["prefill_tokens_recomputed"], c["evictions"], c["pins_refused"]) for c in cells})
     assert runs[0]["session_ttl"][2] > 10_000  # the cap binds, so the re-pin order matters
     assert set(runs[0]) >= {"lru", "session_ttl", "frequency", "spf_expected_utility", "belady_oracle"}
-    assert runs[1] == runs[0] and runs[2] == runs[0]
+    assert runs[1] == runs[0] and runs[2] == runs[0] and runs[3] == runs[0]
 
 
 def test_materialized_mooncake_trace_defaults_to_its_tokens_per_block(tmp_path):

@@ -1,8 +1,9 @@
 """The compiled sequential replays (spfcore.sim._replay_nb: hook-less arms such as lru, and
-belady_oracle; spfcore.sim._replay_freq_nb: frequency) against the reference loop
-(_run_sequential through PolicyRuntime and the plugin's hooks): every field of the cell, every
-per-request record and the victim sequence, on the Mooncake trace's head, generated workloads
-and random traces (frequency with non-default params too)."""
+belady_oracle; spfcore.sim._replay_ttl_nb: session_ttl in arrivals mode; spfcore.sim._replay_freq_nb:
+frequency) against the reference loop (_run_sequential through PolicyRuntime and the plugin's
+hooks): every field of the cell, every per-request record and the victim sequence, on the
+Mooncake trace's head, generated workloads and random traces (frequency and session_ttl with
+non-default params too)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def strip(rec: dict) -> dict:
     return {k: v for k, v in rec.items() if k not in TIMING}
 
 
-ARMS = ("lru", "belady_oracle", "frequency")
+ARMS = ("lru", "belady_oracle", "session_ttl", "frequency")
 #: frequency's non-default params (options as the CLI gives them): admit all, stricter admission
 #: with a short ghost list, no ghosts
 FREQ_OPTIONS = ({"min_count": "1"}, {"min_count": "3", "ghost_factor": "1"}, {"ghost_factor": "0"},
@@ -37,7 +38,7 @@ CASES = [(arm, None) for arm in ARMS] + [("frequency", o) for o in FREQ_OPTIONS]
 CASE_IDS = [arm if o is None else "frequency-" + "-".join(f"{k}{v}" for k, v in o.items()) for arm, o in CASES]
 
 
-def reference(monkeypatch, prep, nb: int, bs: int, arm: str = "lru", options=None) -> tuple[dict, list]:
+def reference(monkeypatch, prep, nb: int, bs: int, arm: str = "lru", options: dict | None = None) -> tuple[dict, list]:
     """The Python loop's cell and victims (every id PolicyRuntime.evict hands out)."""
     victims: list = []
     evict = runtime.PolicyRuntime.evict
@@ -53,7 +54,8 @@ def reference(monkeypatch, prep, nb: int, bs: int, arm: str = "lru", options=Non
     return rec, victims
 
 
-def compiled(monkeypatch, prep, nb: int, bs: int, arm: str = "lru", stream=None, options=None) -> tuple[dict, list]:
+def compiled(monkeypatch, prep, nb: int, bs: int, arm: str = "lru", stream=None,
+             options: dict | None = None) -> tuple[dict, list]:
     """The compiled replay's cell and victims, through simulate() (or
     simulate_stream() of the requests ``stream``, per-request records kept)."""
     victims: list = []
@@ -74,7 +76,7 @@ def compiled(monkeypatch, prep, nb: int, bs: int, arm: str = "lru", stream=None,
     return rec, victims
 
 
-def assert_same(monkeypatch, wl, nb: int, bs: int, arm: str = "lru", options=None) -> dict:
+def assert_same(monkeypatch, wl, nb: int, bs: int, arm: str = "lru", options: dict | None = None) -> dict:
     prep = prepare(wl, bs)
     ref, ref_victims = reference(monkeypatch, prep, nb, bs, arm, options)
     got, got_victims = compiled(monkeypatch, prep, nb, bs, arm, options=options)
@@ -230,6 +232,167 @@ def test_frequency_a_ghost_evicted_again_moves_to_the_newest_end(monkeypatch):
     assert ref is not None and ref["num_blocks"] == 7 and ref["hit_blocks"] > 0
 
 
+TTL_OPTIONS = [{"ttl_arrivals": "1"}, {"ttl_arrivals": "100000"}, {"pin_cap_fraction": "0"},
+               {"pin_cap_fraction": "0.1"}, {"pin_cap_fraction": "1", "ttl_arrivals": "64"}]
+
+
+@pytest.mark.parametrize("options", TTL_OPTIONS)
+@pytest.mark.parametrize("name,flags,bs,pressure", [
+    ("personas", dict(personas=4, prefix_tokens=512, sessions=8, turns=3, query_tokens=32, output_tokens=8), 16, 1.2),
+    ("personas", dict(personas=4, prefix_tokens=512, sessions=8, turns=3, query_tokens=32, output_tokens=8), 16, 30),
+    ("multiturn", {}, 16, 2.0),
+    ("mix", {}, 16, 2.3),
+    ("revisit", dict(sessions=4, prefix_tokens=256, noise_tokens=256, query_tokens=16, output_tokens=20), 8, 3.0),
+])
+def test_session_ttl_options_identical(monkeypatch, name, flags, bs, pressure, options):
+    """session_ttl's parameters (a TTL of one arrival and one beyond the workload, the pin cap
+    at 0, 10% and the whole pool), on generated shapes with sessions, at a cache just above
+    the largest request (pressure 30: the pin cap binds) and under the usual pressures."""
+    wl = make(name, seed=3, **flags)
+    prep = prepare(wl, bs)
+    distinct = len({k for v in prep.views for k in v.block_keys})
+    nb = max(max(prep.blocks_needed) + 1, int(distinct / pressure))
+    ref = assert_same(monkeypatch, wl, nb, bs, "session_ttl", options)
+    assert ref["evictions"] > 0
+    if options.get("pin_cap_fraction") in ("0", "0.1"):
+        assert ref["pins_refused"] > 0  # the cap binds
+
+
+def test_session_ttl_seed_workload_identical(monkeypatch):
+    """The seed's personas workload at full scale (16 personas x 8192 tokens, 32 sessions x 4
+    turns, round robin) at the gate's cache (pressure 2.3), as decision_digest runs it."""
+    wl = make("personas", seed=42, personas=16, prefix_tokens=8192, sessions=32, turns=4, query_tokens=128,
+              output_tokens=32, order="round_robin")
+    for options in (None, {"pin_cap_fraction": "1", "ttl_arrivals": "64"}):
+        ref = assert_same(monkeypatch, wl, 3561, 16, "session_ttl", options)
+        assert ref["evictions"] > 10_000
+
+
+@st.composite
+def session_workload(draw):
+    """Token requests over a 2-token vocabulary with long shared prefixes (so that many
+    sessions own one block: at a small pool the least recently active session is forgotten),
+    whole-block prompts (duplicate hashes), requests without a session, and the policy's
+    options: a TTL of 1 to beyond the trace, pin caps 0 to the whole pool."""
+    bs = draw(st.sampled_from([1, 2, 4]))
+    nsess = draw(st.sampled_from([1, 3, 8, 40]))
+    reqs = []
+    for i in range(draw(st.integers(1, 40))):
+        prompt = [0] * draw(st.integers(0, 4)) + draw(st.lists(st.integers(0, 1), min_size=1, max_size=10))
+        out = draw(st.integers(1, 5))
+        outs = draw(st.one_of(st.just(()), st.lists(st.integers(0, 1), min_size=out, max_size=out).map(tuple)))
+        sid = draw(st.one_of(st.none(), st.integers(0, nsess - 1).map(lambda j: f"s{j}")))
+        reqs.append(Request(f"r{i}", 0.0, tuple(prompt), out, session_id=sid, output_token_ids=outs))
+    options = {"ttl_arrivals": str(draw(st.sampled_from([1, 2, 3, 8, 10_000]))),
+               "pin_cap_fraction": str(draw(st.sampled_from([0, 0.1, 0.25, 0.5, 1])))}
+    return Workload("random", {}, reqs), bs, draw(st.integers(0, 4)), options
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                    HealthCheck.function_scoped_fixture])
+@given(session_workload())
+def test_session_ttl_random_identical(monkeypatch, case):
+    wl, bs, extra, options = case
+    nb = max(prepare(wl, bs).blocks_needed) + 1 + extra
+    assert_same(monkeypatch, wl, nb, bs, "session_ttl", options)
+
+
+def test_session_ttl_forgets_sessions_identically(monkeypatch):
+    """Many sessions sharing one prefix at a pool of a few blocks: sessions beyond
+    ``max_sessions`` (the pool size) are forgotten, in the same order as the plugin does."""
+    from spfcore_session_ttl import SessionTTLPolicy
+
+    reqs = [Request(f"r{i}", 0.0, (0, 0, 0, 0, i % 2, (i // 2) % 2), 2, session_id=f"s{i % 23}")
+            for i in range(200)]
+    wl = Workload("shared", {}, reqs)
+    forgotten = []
+    touch = SessionTTLPolicy._touch
+
+    def counting(self, request, blocks, now):
+        sid = request.session_id
+        if len(blocks) and sid not in self.session_keys and len(self.session_keys) >= self.max_sessions:
+            forgotten.append(sid)
+        touch(self, request, blocks, now)
+    with monkeypatch.context() as m:
+        m.setattr(SessionTTLPolicy, "_touch", counting)
+        reference(monkeypatch, prepare(wl, 2), 6, 2, "session_ttl")
+    assert len(forgotten) > 20
+    for options in (None, {"pin_cap_fraction": "0.1"}, {"ttl_arrivals": "1000", "pin_cap_fraction": "1"}):
+        assert_same(monkeypatch, wl, 6, 2, "session_ttl", options)
+
+
+def test_session_ttl_stream_chunks_and_forgotten_ids_identical(monkeypatch, tmp_path):
+    """session_ttl streamed in chunks of 5 requests with its key and session ids compacted
+    after each chunk (the state bounded by the cache), and a prepared stream read in chunks
+    of 5 renumbered the same way: the same records and victims as the reference loop."""
+    from spfcore.sim.prepared import open_prepared, write_prepared
+
+    wl = make("personas", seed=4, personas=4, prefix_tokens=256, sessions=12, turns=3, query_tokens=32,
+              output_tokens=8)
+    bs = 16
+    prep = prepare(wl, bs)
+    nb = max(prep.blocks_needed) + 30
+    ref, ref_victims = reference(monkeypatch, prep, nb, bs, "session_ttl")
+    assert ref["pins_refused"] > 0 and ref["hit_blocks"] > 0
+    write_prepared(wl.requests, bs, tmp_path / "p")
+    monkeypatch.setenv(simulator.REPLAY_ENV, "auto")
+    for plans in (iter_plans(wl.requests, bs, nb), open_prepared(tmp_path / "p")):
+        rt = PolicyRuntime.for_policy("session_ttl", nb, bs)
+        rows, victims = [], []
+        remaps = []
+        remap = simulator._ttl_nb.remap if simulator._ttl_nb else None
+        if remap is None:
+            simulator._load_kernels("session_ttl")
+            remap = simulator._ttl_nb.remap
+        with monkeypatch.context() as m:
+            m.setattr(simulator._ttl_nb, "remap", lambda *a: remaps.append(1) or remap(*a))
+            totals = simulator._replay_compiled(plans, rt, nb, "session_ttl", rows, victims, chunk=5, limit=1)
+        assert len(remaps) >= len(wl.requests) // 5 - 1
+        assert victims == ref_victims
+        assert [h * bs for *_, h in rows] == [r["cached_tokens"] for r in ref["requests"]]
+        assert totals == (ref["num_requests"], ref["prompt_tokens"], ref["block_refs"], ref["hit_blocks"])
+        assert {k: v for k, v in rt.stats().items() if k not in TIMING} == \
+            {k: ref[k] for k in rt.stats() if k not in TIMING}
+    rec = simulate_stream(open_prepared(tmp_path / "p"), "session_ttl", num_blocks=nb, block_size=bs,
+                          per_request=True)
+    assert strip(rec) == strip(ref)
+
+
+def test_session_ttl_seconds_mode_takes_the_python_loop(monkeypatch):
+    """``ttl_seconds`` set: the compiled replay does not stand in (clocks in seconds are
+    the Python loop's), and simulate runs the reference loop."""
+    monkeypatch.setenv(simulator.REPLAY_ENV, "auto")
+    kind = simulator._compiled_kind
+    assert kind(PolicyRuntime.for_policy("session_ttl", 16, 4)) == "session_ttl"
+    assert kind(PolicyRuntime.for_policy("session_ttl", 16, 4, {"ttl_seconds": "5"})) is None
+    calls = []
+    orig = simulator._replay_compiled
+    with monkeypatch.context() as m:
+        m.setattr(simulator, "_replay_compiled", lambda *a, **k: calls.append(1) or orig(*a, **k))
+        simulate(make("mix", seed=1), "session_ttl", num_blocks=4000, block_size=16, options={"ttl_seconds": "5"})
+        assert calls == []
+        simulate(make("mix", seed=1), "session_ttl", num_blocks=4000, block_size=16)
+        assert calls == [1]
+
+
+def test_chunks_and_forgotten_keys_identical(monkeypatch):
+    """Streamed in chunks of 5 requests with the interned keys compacted after
+    each chunk: the same records and victims as the reference loop."""
+    wl = make("multiturn", seed=5)
+    bs = 16
+    prep = prepare(wl, bs)
+    nb = max(prep.blocks_needed) + 40
+    ref, ref_victims = reference(monkeypatch, prep, nb, bs)
+    rt = PolicyRuntime.for_policy("lru", nb, bs)
+    rows, victims = [], []
+    totals = simulator._replay_compiled(iter_plans(wl.requests, bs, nb), rt, nb, "lru", rows, victims, chunk=5,
+                                        limit=1)
+    assert victims == ref_victims
+    assert [h * bs for *_, h in rows] == [r["cached_tokens"] for r in ref["requests"]]
+    assert totals == (ref["num_requests"], ref["prompt_tokens"], ref["block_refs"], ref["hit_blocks"])
+    assert (rt.evictions, rt.evict_calls) == (ref["evictions"], ref["evict_calls"])
+
+
 @pytest.mark.parametrize("options", [None, {"ghost_factor": "1"}, {"min_count": "3", "ghost_factor": "0"}])
 def test_frequency_chunks_and_forgotten_keys_identical(monkeypatch, options):
     """frequency streamed in chunks of 5 requests with the interned keys compacted after each
@@ -270,6 +433,7 @@ def test_which_arms_compile_and_the_switch(monkeypatch, tmp_path):
     kind = simulator._compiled_kind
     assert kind(PolicyRuntime.for_policy("lru", 16, 4)) == "lru"
     assert kind(PolicyRuntime.for_policy("belady_oracle", 16, 4)) == "belady"
+    assert kind(PolicyRuntime.for_policy("session_ttl", 16, 4)) == "session_ttl"
     assert kind(PolicyRuntime.for_policy("frequency", 16, 4)) == "frequency"
     assert kind(PolicyRuntime.for_policy("frequency", 16, 4, {"min_count": "3", "ghost_factor": "0"})) == "frequency"
     assert simulator._frequency_params(PolicyRuntime.for_policy("frequency", 16, 4, {"min_count": "3"})) == (3, 64)
@@ -284,10 +448,12 @@ def test_which_arms_compile_and_the_switch(monkeypatch, tmp_path):
     monkeypatch.setenv(simulator.REPLAY_ENV, "python")
     assert kind(PolicyRuntime.for_policy("lru", 16, 4)) is None
     assert kind(PolicyRuntime.for_policy("belady_oracle", 16, 4)) is None
+    assert kind(PolicyRuntime.for_policy("session_ttl", 16, 4)) is None
     assert kind(PolicyRuntime.for_policy("frequency", 16, 4)) is None
     monkeypatch.setenv(simulator.REPLAY_ENV, "auto")
     monkeypatch.setenv("SPFCORE_TRACE_HOOKS", str(tmp_path / "hooks.log"))  # hook calls watched: every one made
     assert kind(PolicyRuntime.for_policy("belady_oracle", 16, 4)) is None
+    assert kind(PolicyRuntime.for_policy("session_ttl", 16, 4)) is None
     monkeypatch.setenv(simulator.REPLAY_ENV, "numba")
     with pytest.raises(ValueError, match="SPFCORE_SIM_REPLAY='numba': expected 'auto' or 'python'"):
         simulate(make("mix", seed=1), "lru", num_blocks=4000, block_size=16)

@@ -11,8 +11,10 @@ process copies them), and :func:`spfcore.sim.simulator.simulate_stream`
 replays a :class:`PreparedStream` as it replays the trace itself, with the
 same decisions and the same record (timings aside):
 
-* the compiled replays (``lru``, ``belady_oracle``, ``frequency``) read the interned key
-  ids straight from the maps (``belady_oracle`` its future index too);
+* the compiled replays (``lru``, ``belady_oracle``, ``frequency``,
+  ``session_ttl``) read the interned key ids straight from the maps
+  (``belady_oracle`` its future index too; ``session_ttl`` renumbers them
+  chunk by chunk, and the session ids);
 * a policy driven through its hooks gets, request by request, the same
   :class:`~spfcore.views.RequestView` objects and block hashes (Python
   ints, rebuilt from the stored 128-bit keys) as from the trace.

@@ -46,12 +46,14 @@ pass without keeping keys. Concurrent mode holds the prepared workload.
 
 Compiled replays: in sequential mode, an arm whose policy implements no hook
 (``lru``: vLLM's own order), the shipped ``belady_oracle`` and the shipped
+``session_ttl`` in arrivals mode (``ttl_seconds`` unset) and the shipped
 ``frequency`` (any ``min_count``, ``ghost_factor``) run as one numba-compiled
 loop over interned int arrays (:mod:`spfcore.sim._replay_nb`,
-:mod:`spfcore.sim._replay_freq_nb`): the same decisions, per-request records
-and counters as the reference loop :func:`_run_sequential` through the
-policy's hooks (tests compare every field and the victim sequence), 13-20x
-faster (CPU seconds, Mooncake trace: see results/sim-speed-compiled and
+:mod:`spfcore.sim._replay_ttl_nb`, :mod:`spfcore.sim._replay_freq_nb`): the
+same decisions, per-request records and counters as the reference loop
+:func:`_run_sequential` through the policy's hooks (tests compare every field
+and the victim sequence), 9-20x faster (CPU seconds, Mooncake trace: see
+results/sim-speed-compiled, results/sim-speed-session-ttl-compiled and
 results/sim-speed-frequency-compiled); the interned keys are kept on the
 :class:`Prepared`. ``SPFCORE_SIM_REPLAY=python`` (:data:`REPLAY_ENV`) runs the
 reference loop instead. Their cells' ``policy_seconds`` and ``evict_seconds``
@@ -103,7 +105,7 @@ from array import array
 from collections import deque
 from collections.abc import Iterable, Iterator
 from functools import partial
-from itertools import chain, islice, takewhile
+from itertools import chain, compress, islice, takewhile
 from operator import is_not
 
 import attrs
@@ -483,12 +485,14 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
 
 
 #: Environment variable choosing the sequential replay of the arms that have a
-#: compiled one (:mod:`spfcore.sim._replay_nb`, :mod:`spfcore.sim._replay_freq_nb`): ``auto`` (default) runs it,
+#: compiled one (:mod:`spfcore.sim._replay_nb`, :mod:`spfcore.sim._replay_ttl_nb`,
+#: :mod:`spfcore.sim._replay_freq_nb`): ``auto`` (default) runs it,
 #: ``python`` the reference loop :func:`_run_sequential` through the policy's
 #: hooks (same decisions and counts, 13-20x slower).
 REPLAY_ENV = "SPFCORE_SIM_REPLAY"
 _nb = None  # spfcore.sim._replay_nb, once loaded
 _nbf = None  # spfcore.sim._replay_freq_nb, once loaded
+_ttl_nb = None  # spfcore.sim._replay_ttl_nb, once loaded
 
 
 def replay_mode() -> str:
@@ -508,11 +512,14 @@ def _compiled_kind(rt: PolicyRuntime) -> str | None:
     ``"lru"`` for a policy implementing no hook but ``spfcore_cache_configured``
     (vLLM's own order, nothing to observe), ``"belady"`` for the shipped
     ``belady_oracle`` plugin (its decisions in :func:`~spfcore.sim._replay_nb.replay_belady`),
-    ``"frequency"`` for the shipped ``frequency`` plugin's own class (not a
-    subclass) with params the replay takes (:func:`_frequency_params`; its
-    decisions in :func:`~spfcore.sim._replay_freq_nb.replay_frequency`),
-    else ``None``; always ``None`` with :data:`REPLAY_ENV` = ``python`` or
-    with hook calls monitored (``SPFCORE_TRACE_HOOKS``).
+    ``"session_ttl"`` for the shipped ``session_ttl`` plugin in arrivals mode
+    (``ttl_seconds`` None, ``ttl_arrivals`` < 2**52; its decisions in
+    :func:`~spfcore.sim._replay_ttl_nb.replay_ttl`), ``"frequency"`` for the
+    shipped ``frequency`` plugin's own class (not a subclass) with params the
+    replay takes (:func:`_frequency_params`; its decisions in
+    :func:`~spfcore.sim._replay_freq_nb.replay_frequency`), else ``None``;
+    always ``None`` with :data:`REPLAY_ENV` = ``python`` or with hook calls
+    monitored (``SPFCORE_TRACE_HOOKS``).
 
     Raises:
         ValueError: :data:`REPLAY_ENV` is neither ``auto`` nor ``python``.
@@ -525,9 +532,13 @@ def _compiled_kind(rt: PolicyRuntime) -> str | None:
     if not rt.needs_future and not any(rt.implements(h) for h in HOOK_NAMES if h != "spfcore_cache_configured"):
         return "lru"
     plugins = rt.pm.get_plugins()
-    cls = type(next(iter(plugins))) if len(plugins) == 1 else None
+    inst = next(iter(plugins)) if len(plugins) == 1 else None
+    cls = type(inst) if inst is not None else None
     if cls is not None and (cls.__module__, cls.__qualname__) == ("spfcore_belady_oracle", "BeladyOraclePolicy"):
         return "belady"
+    if (cls is not None and (cls.__module__, cls.__qualname__) == ("spfcore_session_ttl", "SessionTTLPolicy")
+            and inst.params.ttl_seconds is None and inst.params.ttl_arrivals < 2**52):
+        return "session_ttl"  # arrivals mode, ``until`` exact in float64 (seconds mode: the Python loop)
     if cls is not None and (cls.__module__, cls.__qualname__) == ("spfcore_frequency", "FrequencyPolicy"):
         return "frequency" if _frequency_params(rt) is not None else None
     return None
@@ -547,6 +558,8 @@ def _frequency_params(rt: PolicyRuntime) -> tuple[int, int] | None:
 
 
 def _load_nb():
+    """:mod:`spfcore.sim._replay_nb` (numba loaded, its kernels compiled or
+    read from numba's cache), once a process."""
     global _nb
     if _nb is None:
         from spfcore.evictor import _scannable_llvmlite
@@ -557,17 +570,22 @@ def _load_nb():
     return _nb
 
 
-def _load_kernels(kind: str):
+def _load_kernels(kind: str | None):
     """The compiled replay of ``kind`` (see :func:`_compiled_kind`), its
     kernels compiled or loaded from numba's cache once a process: returns
     :mod:`spfcore.sim._replay_nb` (:func:`_load_nb`); for ``"frequency"``
-    also loads :mod:`spfcore.sim._replay_freq_nb` (kept in ``_nbf``)."""
-    global _nbf
+    also loads :mod:`spfcore.sim._replay_freq_nb` (kept in ``_nbf``), for
+    ``"session_ttl"`` :mod:`spfcore.sim._replay_ttl_nb` (kept in ``_ttl_nb``)."""
+    global _nbf, _ttl_nb
     nb = _load_nb()
     if kind == "frequency" and _nbf is None:
         from spfcore.sim import _replay_freq_nb
         _replay_freq_nb.warm()
         _nbf = _replay_freq_nb
+    if kind == "session_ttl" and _ttl_nb is None:
+        from spfcore.sim import _replay_ttl_nb
+        _replay_ttl_nb.warm()
+        _ttl_nb = _replay_ttl_nb
     return nb
 
 
@@ -589,6 +607,15 @@ def _flatten(plans, ids: dict) -> tuple:
     return (bk, bk_off, np.fromiter(map(len, (pl[2] for pl in plans)), i64, n),
             np.fromiter(map(len, (pl[1] for pl in plans)), i64, n), dk, dk_off,
             np.fromiter((pl[4] for pl in plans), i64, n), np.fromiter((pl[5] for pl in plans), i64, n))
+
+
+def _flatten_sessions(plans, sids: dict) -> np.ndarray:
+    """Per plan its request's session id interned through ``sids`` (session id
+    -> dense int, new ones numbered ``len(sids)`` on), -1 for ``None``, as an
+    int64 array (the ``session_ttl`` replay's ``sid``)."""
+    sd = sids.setdefault
+    return np.fromiter((-1 if (s := pl[0].session_id) is None else sd(s, len(sids)) for pl in plans), np.int64,
+                       len(plans))
 
 
 def _future_index(bk: np.ndarray, bk_off: np.ndarray, nkeys: int) -> tuple[np.ndarray, np.ndarray]:
@@ -641,6 +668,8 @@ class _CompiledReplay:
     chunk by chunk; ``victims``, when a list, receives every block id handed
     out, in order (as ``PolicyRuntime.evict`` returns them). ``kind``:
     ``"lru"``, ``"belady"`` with its future index ``(uses, uses_off)``, or
+    ``"session_ttl"`` with ``params = (ttl_arrivals, pin cap in blocks,
+    max_sessions)`` (its state in :mod:`spfcore.sim._replay_ttl_nb`), or
     ``"frequency"`` with ``params = (min_count, ghost_cap)``
     (:func:`_frequency_params`)."""
 
@@ -665,6 +694,9 @@ class _CompiledReplay:
             self.mark = np.empty(0, i64)  # per key id: the arrival index whose request waits holding it (-2: none)
             cap = 4 * num_blocks + 1024
             self.heaps = [np.zeros(cap, i64) for _ in range(8)]  # order heap and expiry heap (see replay_belady)
+        elif kind == "session_ttl":
+            self.ttl_arrivals, self.pin_cap, self.max_sessions = params
+            self.st = _ttl_nb.new_state(num_blocks, self.ttl_arrivals, 1024, 256, 4 * num_blocks)
         elif kind == "frequency":
             self.min_count, self.ghost_cap = params
             st = _nbf.state(num_blocks, 0)
@@ -672,9 +704,11 @@ class _CompiledReplay:
             self.cnt, self.gv, self.gn, self.gp = st[8:12]  # per key id: count, ghost count, ghost list links
             self.heaps, self.c = list(st[12:16]), st[16]
 
-    def run(self, flat: tuple, nkeys: int, first_id: int = 0) -> np.ndarray:
+    def run(self, flat: tuple, nkeys: int, first_id: int = 0, sid: np.ndarray | None = None,
+            nsessions: int = 0) -> np.ndarray:
         """Replay one chunk (:func:`_flatten`'s arrays, key ids < ``nkeys``;
-        its first request at arrival index ``first_id``); returns hit blocks
+        its first request at arrival index ``first_id``; ``session_ttl``: ``sid``
+        its requests' session ids < ``nsessions``, -1 none); returns hit blocks
         per request.
 
         Raises:
@@ -683,6 +717,8 @@ class _CompiledReplay:
             KeyError: (frequency) a lookup found a block twice (a prompt
                 whose block keys repeat), as the reference loop's ``touch``.
         """
+        if self.kind == "session_ttl":
+            return self._run_ttl(flat, nkeys, first_id, sid, nsessions)
         if self.kind == "frequency" and nkeys >= 2**31:  # (its ghost list links key ids as int32)
             raise ValueError(f"{nkeys} key ids: the compiled frequency replay takes < 2**31")
         if nkeys > len(self.kh):  # room for every key id of the chunk
@@ -728,6 +764,90 @@ class _CompiledReplay:
                              f"{self.num_blocks - 1} usable (num_blocks={self.num_blocks} includes the null block)")
         return hits
 
+    def _run_ttl(self, flat: tuple, nkeys: int, first_id: int, sid: np.ndarray, nsessions: int) -> np.ndarray:
+        tn, st = _ttl_nb, self.st
+        tn.grow(st, nkeys, nsessions, 0)
+        n_total = flat[7]
+        n = len(n_total)
+        hits = np.empty(n, np.int64)
+        if not n:
+            return hits
+        rec = self.victims is not None
+        victims = np.empty(int(n_total.sum()) if rec else 0, np.int64)
+        c = st["c"]
+        c[tn.NVICT] = 0
+        bad = tn.run(st, tuple(map(_readonly, flat)), _readonly(sid), first_id, self.ttl_arrivals, self.pin_cap,
+                     self.max_sessions, hits, victims)
+        if rec:
+            self.victims.extend(victims[: c[tn.NVICT]].tolist())
+        if bad >= 0:
+            raise ValueError(f"request #{first_id + bad} needs {int(n_total[bad])} blocks but the cache has "
+                             f"{self.num_blocks - 1} usable (num_blocks={self.num_blocks} includes the null block)")
+        return hits
+
+    def _ttl_keep(self) -> tuple[np.ndarray, np.ndarray]:
+        """(``session_ttl``) The key ids and session ids the state still names."""
+        tn, st = _ttl_nb, self.st
+        kk = st["kk"]
+        return (kk[tn.KH] >= 0) | (kk[tn.UNTIL] >= 0) | (kk[tn.OH] >= 0), st["ss"][tn.ALIVE] != 0
+
+    def compact_ttl(self, ids: dict, sids: dict) -> tuple[dict, dict]:
+        """(``session_ttl``) :meth:`compact` of the key ids and the session
+        ids: those the state no longer names (keys not cached, sessions not
+        live) are forgotten, the others renumbered densely; returns the new
+        ``(ids, sids)`` maps."""
+        km, sm = _ttl_nb.remap(self.st, *self._ttl_keep())
+
+        def renumber(names: dict, m: np.ndarray) -> dict:
+            new = m[np.fromiter(names.values(), np.int64, len(names))]
+            kept = new >= 0
+            return dict(zip(compress(names, kept.tolist()), new[kept].tolist()))
+        return renumber(ids, km), renumber(sids, sm)
+
+    def run_mapped(self, flat: tuple, sid: np.ndarray, nkeys: int, nnames: int, chunk: int = 4096,
+                   limit: int | None = None) -> np.ndarray:
+        """(``session_ttl``) Replay a prepared stream's arrays (key ids <
+        ``nkeys``, session ids indices < ``nnames`` into its name table, -1
+        none), ``chunk`` requests at a time, its ids renumbered through maps
+        (8 bytes per key id, per name) so that the state stays bounded by the
+        cache: once more than ``limit`` key ids or session ids are held, those
+        no longer named are forgotten. Returns hit blocks per request.
+
+        Raises:
+            ValueError: as :meth:`run`.
+        """
+        bk, bk_off, nf, n_look, dk, dk_off, n_prompt, n_total = flat
+        limit = 4 * self.num_blocks + 65536 if limit is None else limit
+        n = len(n_total)
+        hits = np.empty(n, np.int64)
+        gk, gs = np.full(nkeys, -1, np.int64), np.full(max(nnames, 1), -1, np.int64)  # global -> local id
+        lk, ls = np.empty(0, np.int64), np.empty(0, np.int64)  # local -> global id
+
+        def local(g: np.ndarray, gmap: np.ndarray, back: np.ndarray) -> np.ndarray:
+            new = np.unique(g[gmap[g] < 0])
+            gmap[new] = np.arange(len(back), len(back) + len(new))
+            return np.concatenate([back, new])
+        for s0 in range(0, n, chunk):
+            s1 = min(n, s0 + chunk)
+            b0, b1, d0, d1 = int(bk_off[s0]), int(bk_off[s1]), int(dk_off[s0]), int(dk_off[s1])
+            cbk, cdk, csid = np.asarray(bk[b0:b1]), np.asarray(dk[d0:d1]), np.asarray(sid[s0:s1])
+            lk = local(np.concatenate([cbk, cdk]), gk, lk)
+            has = csid >= 0
+            ls = local(csid[has], gs, ls)
+            lsid = np.full(s1 - s0, -1, np.int64)
+            lsid[has] = gs[csid[has]]
+            part = (gk[cbk], np.asarray(bk_off[s0:s1 + 1]) - b0, nf[s0:s1], n_look[s0:s1], gk[cdk],
+                    np.asarray(dk_off[s0:s1 + 1]) - d0, n_prompt[s0:s1], n_total[s0:s1])
+            hits[s0:s1] = self.run(part, len(lk), s0, lsid, len(ls))
+            if len(lk) > limit or len(ls) > limit:
+                km, sm = _ttl_nb.remap(self.st, *self._ttl_keep())
+                for m, back, gmap in ((km, lk, gk), (sm, ls, gs)):
+                    m = m[: len(back)]
+                    gmap[back[m < 0]] = -1
+                    gmap[back[m >= 0]] = m[m >= 0]
+                lk, ls = lk[km[: len(lk)] >= 0], ls[sm[: len(ls)] >= 0]
+        return hits
+
     def compact(self, ids: dict) -> dict:
         """(``lru``, ``frequency``) Renumber the keys still cached (and, for
         ``frequency``, those counted or on the ghost list) densely from 0 and
@@ -764,8 +884,10 @@ class _CompiledReplay:
         """Put the replay's counts into ``rt`` as the reference replay would
         have: ``evictions``, ``evict_calls`` and ``hook_calls``: (belady) its
         arrival, hit and score calls and the future hand-over
-        (``spfcore_future_requests``); (frequency) its hit, stored, evicted,
-        admit and score calls (see :mod:`spfcore.sim._replay_freq_nb`). ``policy_seconds`` and
+        (``spfcore_future_requests``); (session_ttl) ``hook_calls`` (arrival,
+        re-score keys, hit, store, evicted and score calls) and the evictor's
+        ``pins_refused``; (frequency) its hit, stored, evicted, admit and score
+        calls (see :mod:`spfcore.sim._replay_freq_nb`). ``policy_seconds`` and
         ``evict_seconds`` get the compiled replay's whole time (the pool's,
         the free queue's and the policy's work are one loop there);
         ``hook_seconds`` stays what ``rt``'s construction took."""
@@ -774,6 +896,14 @@ class _CompiledReplay:
         rt.evict_calls += int(c[nb.EVICT_CALLS])
         if self.kind == "belady":
             rt.hook_calls += int(c[nb.HOOK_CALLS]) + 1
+        elif self.kind == "session_ttl":  # its counters, and the pins the evictor's cap refused
+            from spfcore.evictor import REFUSED
+
+            c = self.st["c"]
+            rt.evictions += int(c[nb.EVICTIONS])
+            rt.evict_calls += int(c[nb.EVICT_CALLS])
+            rt.hook_calls += int(c[nb.HOOK_CALLS])
+            rt.evictor._c[REFUSED] += int(c[_ttl_nb.REFUSED])
         elif self.kind == "frequency":
             rt.hook_calls += int(c[_nbf.HOOK_CALLS])
         rt.policy_seconds += seconds
@@ -791,11 +921,15 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
     and ``frequency`` keep the interned keys bounded by the cache (and
     frequency's ghost list): once more than ``limit`` (default ``4 *
     num_blocks + ghost_cap + 65536``) are held, those no longer cached (nor
-    counted, nor ghosts) are forgotten (:meth:`_CompiledReplay.compact`).
-    ``frequency`` reads its params from ``rt``'s policy. ``belady`` on a stream needs
+    counted, nor ghosts) are forgotten (:meth:`_CompiledReplay.compact`);
+    ``session_ttl`` its key ids and session ids alike
+    (:meth:`_CompiledReplay.compact_ttl`: keys not cached, sessions not live).
+    ``frequency`` and ``session_ttl`` read their params from ``rt``'s policy. ``belady`` on a stream needs
     ``stream_future = (ids, (uses, uses_off))`` of :func:`_future_of_stream`.
     A :class:`~spfcore.sim.prepared.PreparedStream` is replayed in one call
-    over its mapped key ids (and, for ``belady``, its mapped future index).
+    over its mapped key ids (and, for ``belady``, its mapped future index);
+    ``session_ttl`` reads them ``chunk`` requests at a time, renumbered
+    (:meth:`_CompiledReplay.run_mapped`), so that its state stays bounded by the cache.
 
     Raises:
         ValueError: a request does not fit in the cache (as :func:`_run_sequential`).
@@ -815,6 +949,12 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
                 v = pl[0]
                 keep((v.request_id, v.session_id, v.prefix_group, pl[6], v.num_prompt_tokens, h))
 
+    ttl = None
+    if kind == "session_ttl":  # the policy's parameters, as its hooks read them
+        inst = next(iter(rt.pm.get_plugins()))
+        ttl = (inst.params.ttl_arrivals, rt.evictor.pin_cap, inst.max_sessions)
+        params = ttl
+    sids: dict = {}  # (session_ttl) session id -> dense int
     if isinstance(plans, Prepared):
         if not plans._flat:
             ids: dict = {}
@@ -826,10 +966,15 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
                 plans._flat.append(_future_index(flat[0], flat[1], nkeys))
             future = plans._flat[1]
         st = _CompiledReplay(num_blocks, kind, victims, future, params)
-        account(plans.plans, st.run(flat, nkeys))
+        sid = _flatten_sessions(plans.plans, sids) if ttl else None
+        account(plans.plans, st.run(flat, nkeys, 0, sid, len(sids)))
     elif isinstance(plans, PreparedStream):
         st = _CompiledReplay(num_blocks, kind, victims, plans.future() if kind == "belady" else None, params)
-        hits = st.run(plans.flat(), plans.num_keys)
+        if ttl:
+            a = plans.arrays
+            hits = st.run_mapped(plans.flat(), a["sid"], plans.num_keys, len(a["name_off"]) - 1, chunk, limit)
+        else:
+            hits = st.run(plans.flat(), plans.num_keys)
         totals[:3] = plans.totals()
         totals[3] = int(hits.sum())
         if rows is not None:
@@ -841,10 +986,13 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
         first = 0
         limit = 4 * num_blocks + st.ghost_cap + 65536 if limit is None else limit
         while pls := list(islice(it, chunk)):
-            account(pls, st.run(_flatten(pls, ids), len(ids), first))
+            sid = _flatten_sessions(pls, sids) if ttl else None
+            account(pls, st.run(_flatten(pls, ids), len(ids), first, sid, len(sids)))
             first += len(pls)
             if kind in ("lru", "frequency") and len(ids) > limit:
                 ids = st.compact(ids)
+            elif ttl and (len(ids) > limit or len(sids) > limit):  # keys not cached, sessions not live
+                ids, sids = st.compact_ttl(ids, sids)
     st.stats(rt, time.perf_counter() - t0)
     return tuple(totals)
 
@@ -1076,8 +1224,9 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
             fails the arm with a PolicyError), or None: see
             :meth:`PolicyRuntime.for_policy`.
 
-    Sequential ``lru``, ``belady_oracle`` and ``frequency`` run compiled unless
-    ``SPFCORE_SIM_REPLAY=python`` (see the module doc; same results).
+    Sequential ``lru``, ``belady_oracle``, ``frequency`` and ``session_ttl``
+    (arrivals mode) run compiled unless ``SPFCORE_SIM_REPLAY=python`` (see the
+    module doc; same results).
 
     Returns:
         A cell record: ``arm, seed, status`` (``"ok"``), ``mode, num_blocks, block_size, num_requests,
@@ -1175,11 +1324,12 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
         per_request: Keep the per-request records (``requests`` in the
             result; memory then grows by one record per request).
 
-    ``lru``, ``belady_oracle`` and ``frequency`` run compiled unless
-    ``SPFCORE_SIM_REPLAY=python`` (see the module doc; same results): ``lru``'s
-    interned keys are bounded by the cache, ``frequency``'s by the cache and
-    its ghost list (``ghost_factor * num_blocks`` keys; 32 bytes of arrays per
-    key id); ``belady_oracle`` builds its future index in one pass first.
+    ``lru``, ``belady_oracle``, ``frequency`` and ``session_ttl`` (arrivals
+    mode) run compiled unless ``SPFCORE_SIM_REPLAY=python`` (see the module
+    doc; same results): ``lru``'s interned keys and ``session_ttl``'s key and
+    session ids are bounded by the cache, ``frequency``'s by the cache and its
+    ghost list (``ghost_factor * num_blocks`` keys; 32 bytes of arrays per key
+    id); ``belady_oracle`` builds its future index in one pass first.
 
     Returns:
         :func:`simulate`'s sequential cell record (``requests`` only with
