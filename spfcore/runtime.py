@@ -415,6 +415,9 @@ class PolicyRuntime:
         self.evict_calls = 0
         self.hints_issued = 0
         self.hints_used = 0
+        #: pins refused by a driver that decided for the evictor (the simulator's compiled
+        #: session_ttl replay), counted in :meth:`stats` beside the evictor's own
+        self.pins_refused_replayed = 0
         self._hints: dict[object, list] = {}  # key -> [hint record [expiry, used]]
 
         def has(name: str) -> bool:
@@ -626,7 +629,7 @@ class PolicyRuntime:
                 "policy_seconds": self.policy_seconds,
                 "evictions": self.evictions, "evict_seconds": self.evict_seconds,
                 "evict_calls": self.evict_calls, "hints_issued": self.hints_issued,
-                "hints_used": self.hints_used, "pins_refused": self.evictor.pins_refused}
+                "hints_used": self.hints_used, "pins_refused": self.evictor.pins_refused + self.pins_refused_replayed}
 
     # ------------------------------------------------------------ events
     def set_future(self, requests: Iterable[RequestView]) -> None:

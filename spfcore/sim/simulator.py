@@ -885,8 +885,8 @@ class _CompiledReplay:
         have: ``evictions``, ``evict_calls`` and ``hook_calls``: (belady) its
         arrival, hit and score calls and the future hand-over
         (``spfcore_future_requests``); (session_ttl) ``hook_calls`` (arrival,
-        re-score keys, hit, store, evicted and score calls) and the evictor's
-        ``pins_refused``; (frequency) its hit, stored, evicted, admit and score
+        re-score keys, hit, store, evicted and score calls) and the pins the
+        cap refused (``rt.pins_refused_replayed``, in ``rt.stats()``); (frequency) its hit, stored, evicted, admit and score
         calls (see :mod:`spfcore.sim._replay_freq_nb`). ``policy_seconds`` and
         ``evict_seconds`` get the compiled replay's whole time (the pool's,
         the free queue's and the policy's work are one loop there);
@@ -897,13 +897,11 @@ class _CompiledReplay:
         if self.kind == "belady":
             rt.hook_calls += int(c[nb.HOOK_CALLS]) + 1
         elif self.kind == "session_ttl":  # its counters, and the pins the evictor's cap refused
-            from spfcore.evictor import REFUSED
-
             c = self.st["c"]
             rt.evictions += int(c[nb.EVICTIONS])
             rt.evict_calls += int(c[nb.EVICT_CALLS])
             rt.hook_calls += int(c[nb.HOOK_CALLS])
-            rt.evictor._c[REFUSED] += int(c[_ttl_nb.REFUSED])
+            rt.pins_refused_replayed += int(c[_ttl_nb.REFUSED])
         elif self.kind == "frequency":
             rt.hook_calls += int(c[_nbf.HOOK_CALLS])
         rt.policy_seconds += seconds
@@ -952,7 +950,7 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
     ttl = None
     if kind == "session_ttl":  # the policy's parameters, as its hooks read them
         inst = next(iter(rt.pm.get_plugins()))
-        ttl = (inst.params.ttl_arrivals, rt.evictor.pin_cap, inst.max_sessions)
+        ttl = (inst.params.ttl_arrivals, rt.pin_cap, inst.max_sessions)
         params = ttl
     sids: dict = {}  # (session_ttl) session id -> dense int
     if isinstance(plans, Prepared):
