@@ -760,9 +760,13 @@ class _CompiledReplay:
         if bad < -1:  # (frequency) a lookup found a block twice: the reference loop's touch raises
             raise KeyError(f"block {int(c[_nbf.TWICE])} is not free")
         if bad >= 0:
-            raise ValueError(f"request #{first_id + bad} needs {int(n_total[bad])} blocks but the cache has "
-                             f"{self.num_blocks - 1} usable (num_blocks={self.num_blocks} includes the null block)")
+            raise self._too_big(first_id + bad, int(n_total[bad]))
         return hits
+
+    def _too_big(self, arrival: int, need: int) -> ValueError:
+        """The error of a request (arrival index ``arrival``) needing ``need`` blocks, more than the cache has."""
+        return ValueError(f"request #{arrival} needs {need} blocks but the cache has "
+                          f"{self.num_blocks - 1} usable (num_blocks={self.num_blocks} includes the null block)")
 
     def _run_ttl(self, flat: tuple, nkeys: int, first_id: int, sid: np.ndarray, nsessions: int) -> np.ndarray:
         tn, st = _ttl_nb, self.st
@@ -781,8 +785,7 @@ class _CompiledReplay:
         if rec:
             self.victims.extend(victims[: c[tn.NVICT]].tolist())
         if bad >= 0:
-            raise ValueError(f"request #{first_id + bad} needs {int(n_total[bad])} blocks but the cache has "
-                             f"{self.num_blocks - 1} usable (num_blocks={self.num_blocks} includes the null block)")
+            raise self._too_big(first_id + bad, int(n_total[bad]))
         return hits
 
     def _ttl_keep(self) -> tuple[np.ndarray, np.ndarray]:
