@@ -459,13 +459,14 @@ def test_which_arms_compile_and_the_switch(monkeypatch, tmp_path):
         simulate(make("mix", seed=1), "lru", num_blocks=4000, block_size=16)
 
 
-def test_request_too_big_for_the_stream(monkeypatch):
+@pytest.mark.parametrize("arm", ["lru", "session_ttl", "frequency"])
+def test_request_too_big_for_the_stream(monkeypatch, arm):
     """A streamed request that does not fit raises when reached, as the reference loop does."""
-    reqs = [Request("a", 0.0, (1, 2, 3, 4), 1), Request("big", 0.0, tuple(range(40)), 4)]
+    reqs = [Request("a", 0.0, (1, 2, 3, 4), 1, session_id="s"), Request("big", 0.0, tuple(range(40)), 4)]
     for mode in ("python", "auto"):
         monkeypatch.setenv(simulator.REPLAY_ENV, mode)
         with pytest.raises(ValueError, match="request big needs 11 blocks of 4 tokens but the cache has 5 usable"):
-            simulate_stream(reqs, "lru", num_blocks=6, block_size=4)
+            simulate_stream(reqs, arm, num_blocks=6, block_size=4)
 
 
 def test_compiled_replay_leaves_vllms_module_scan_working():
