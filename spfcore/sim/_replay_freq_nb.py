@@ -56,7 +56,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from spfcore.sim._replay_nb import (EVICT_CALLS, HSN, LRUN, _compact, _insert, _o_pop, _o_up, _retire, init)
+from spfcore.sim._replay_nb import (EVICT_CALLS, HSN, LRUN, _compact, _insert, _o_pop, _o_up, _retire, init,
+                                    warm_trace)
 
 #: More counter indices (frequency; after ``_replay_nb``'s first five): hook
 #: calls, order-heap entries, release orders handed out, ghost entries,
@@ -277,10 +278,6 @@ def warm() -> None:
     """Call the kernel once on a tiny replay with the argument types the
     simulator uses: compiles it (or loads numba's on-disk cache) now."""
     i64 = np.int64
-    a = np.array
-    trace = (a([0, 1, 0, 1, 2], i64), a([0, 2, 5], i64), a([2, 3], i64), a([1, 2], i64), a([3], i64),
-             a([0, 1, 1], i64), a([2, 3], i64), a([3, 3], i64))
-    for x in trace:  # the input arrays are passed read-only (memory maps of prepared streams, or views)
-        x.flags.writeable = False
+    trace, _ = warm_trace()
     nb = 8
     replay_frequency(*trace, 2, 8, *state(nb, 4), np.empty(nb, i64), np.empty(2, i64), np.empty(8, i64))

@@ -440,16 +440,26 @@ def replay_belady(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, uses, 
     return -1
 
 
+def warm_trace() -> tuple:
+    """A tiny replay's input (two requests over key ids 0-2, as
+    :func:`spfcore.sim.simulator._flatten` gives it: eight int64 arrays, and
+    Belady's future index ``(uses, uses_off)`` of it), all read-only as the
+    simulator passes them (memory maps of prepared streams, or views), for
+    the kernels' ``warm()`` calls."""
+    i64 = np.int64
+    a = np.array
+    trace = (a([0, 1, 0, 1, 2], i64), a([0, 2, 5], i64), a([2, 3], i64), a([1, 2], i64), a([3], i64),
+             a([0, 1, 1], i64), a([2, 3], i64), a([3, 3], i64), a([0, 1, 0, 1, 1], i64), a([0, 2, 4, 5, 5], i64))
+    for x in trace:
+        x.flags.writeable = False
+    return trace[:8], trace[8:]
+
+
 def warm() -> None:
     """Call every kernel once on a tiny replay with the argument types the
     simulator uses: compiles them (or loads numba's on-disk cache) now."""
     nb, i64 = 8, np.int64
-    a = np.array
-    trace = (a([0, 1, 0, 1, 2], i64), a([0, 2, 5], i64), a([2, 3], i64), a([1, 2], i64), a([3], i64),
-             a([0, 1, 1], i64), a([2, 3], i64), a([3, 3], i64), a([0, 1, 0, 1, 1], i64), a([0, 2, 4, 5, 5], i64))
-    for x in trace:  # the input arrays are passed read-only (memory maps of prepared streams, or views)
-        x.flags.writeable = False
-    trace, future = trace[:8], trace[8:]
+    trace, future = warm_trace()
 
     def state():
         key_of, dn, dp, ln, lp, hs = (np.full(nb, -1, i64) for _ in range(6))

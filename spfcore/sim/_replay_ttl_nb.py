@@ -84,7 +84,7 @@ from __future__ import annotations
 import numpy as np
 
 from spfcore.sim._replay_nb import (EVICT_CALLS, EVICTIONS, HN, HOOK_CALLS, HSN, LRUN, NVICT, ORDER, VERSION, XN,
-                                    _compact, _drop, _insert, _jit, _o_pop, _o_up)
+                                    _compact, _drop, _insert, _jit, _o_pop, _o_up, warm_trace)
 
 #: Rows of ``bl`` (per block), ``kk`` (per key id), ``ss`` (per session id), ``ee`` (per edge).
 KEY, DN, DP, ORD, VER, HST, IN, PIN, HS, LN, LP, INL = range(12)
@@ -778,12 +778,9 @@ def warm() -> None:
     """Call every kernel once on a tiny replay with the argument types the
     simulator uses: compiles them (or loads numba's on-disk cache) now."""
     i64 = np.int64
-    a = np.array
-    flat = (a([0, 1, 0, 1, 2], i64), a([0, 2, 5], i64), a([2, 3], i64), a([1, 2], i64), a([3], i64),
-            a([0, 1, 1], i64), a([2, 3], i64), a([3, 3], i64))
-    sid = a([0, 0], i64)
-    for x in (*flat, sid):  # the input arrays are passed read-only (memory maps of prepared streams, or views)
-        x.flags.writeable = False
+    flat, _ = warm_trace()
+    sid = np.array([0, 0], i64)
+    sid.flags.writeable = False  # read-only, as the simulator passes it
     for ttl in (2, QMAX):  # the calendar, the expiry heap
         st = new_state(8, ttl, 4, 1, 4)
         run(st, flat, sid, 0, ttl, 4, 8, np.empty(2, i64), np.empty(8, i64))
