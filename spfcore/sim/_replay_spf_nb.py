@@ -1,0 +1,859 @@
+"""The sequential replay of the shipped ``spf_expected_utility`` arm, variant
+``"utility"`` (learned hit density), as one numba-compiled loop over int
+arrays: the same model, the same decisions and the same counts as
+:func:`spfcore.sim.simulator._run_sequential` driving a
+:class:`~spfcore.runtime.PolicyRuntime` with
+``spfcore_spf_expected_utility.ExpectedUtilityPolicy`` (its hooks, see
+:mod:`spfcore_spf_expected_utility.utility`) and the scored evictor it runs on
+(:mod:`spfcore.evictor`).
+
+Imported by the simulator on the first compiled ``spf`` replay only (see
+:mod:`spfcore.sim._replay_nb` for why numba is loaded late). Three pieces are
+other modules' compiled code, called from inside the kernel:
+
+* the pool (per-key block lists, hashless stack, victims, counters):
+  :mod:`spfcore.sim._replay_nb` (``_insert``, ``_retire``, ``init``);
+* the evictor's order, expiry calendar and heaps: :mod:`spfcore._evictor_nb`
+  (``place``, ``take``, ``remove_many``, ``q_due_any``, ``due_entries``,
+  ``due_live``, ``drain``) on the same state layout the
+  :class:`~spfcore.evictor.Evictor` keeps, so victims, re-score rounds and the
+  ``(tier, value, release order)`` order are the evictor's own;
+* the policy's per-block passes and table rebuild:
+  ``spfcore_spf_expected_utility._nb`` (``store_records``, ``reaccess``,
+  ``evict_pass``, ``trim_pass``, ``index_table``, ``change_offsets``,
+  ``_group``), the plugin's own functions.
+
+What this module adds is the plugin's Python glue, over key ids instead of
+hashes: the record dict ``rec`` (hash -> slot of its newest record) is
+``kr[REC, key]``, the ghost records of resident hashes (``_dual``) are
+``kr[DUAL, key]``, a slot's hash (``key_of``) is ``sr[KEY, slot]``; the
+prompt's hash set is a stamp per key id (``kr[MARK]``); scores are computed
+as the plugin's by-hash path does (``_score_by_keys``: the resident record of
+each block's hash, the chain cap by parent hash, the latest copy of a hash met
+in the pass capping its children), which the plugin's id-map path answers
+identically. The plugin's id map, orphans and slot generations decide nothing
+(they only pick between the two identical paths) and are not kept. The
+histogram reductions numpy does in ``UtilityPolicy._build`` are reproduced in
+numpy's summation order (``hist.sum(0)``: row by row; ``never.sum()`` and
+``pooled.sum()``: numpy's pairwise sum, :func:`_pairwise`); ``decay ** k`` is
+Python's, computed by the caller (:func:`run`).
+
+Runtime order per request (:func:`spfcore.sim.simulator._run_sequential`):
+arrival hook (table rebuild every ``period`` arrivals, request kind), expired
+scores re-scored (one score call), lookup, hit hook, touch, allocation
+(expired scores first if cached blocks are taken; victims; one evicted call
+with the cached victims' hashes), store hook (new full prompt blocks), decode
+(store one block, allocate one), release (one score call for the cached
+blocks, tail first; hashless blocks on top of the stack).
+
+Covered: every ``utility`` parameter except ``count_weight`` > 0 (the
+simulator's Python loop runs that, and the ``seed`` variant).
+
+State: a dict of arrays (:func:`new_state`), grown by :func:`grow`
+(key ids) and by :func:`run` (record slots, between requests); key ids may
+be renumbered between calls (:func:`remap`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from spfcore import _evictor_nb as ev
+from spfcore.sim._replay_nb import EVICT_CALLS, HSN, LRUN, NVICT, _insert, _retire, init, warm_trace
+from spfcore_spf_expected_utility import _nb as pnb
+
+#: More counter indices (after ``_replay_nb``'s first five): hook calls,
+#: release orders handed out, the block a lookup found twice, the request a
+#: status names.
+HOOK_CALLS, ORDER, TWICE, AT = range(5, 9)
+NCOUNTERS_S = 9
+#: :func:`replay_spf` status: done, a request too big, a lookup found a block twice, more record slots needed.
+DONE, TOO_BIG, FOUND_TWICE, NEED_SLOTS = range(4)
+#: Per-slot rows of ``sr`` (the plugin's record fields, ``_REC``; ``KEY``: the slot's hash, ``STAMP``:
+#: its ghost-list position).
+STATE, LAST, CLS, COUNT, FIRST, EPOCH_OF, KEY, STAMP = range(8)
+NSROWS = 8
+#: Per-key-id rows of ``kr``: slot of its newest record (-1: none), of its ghost record while a newer
+#: one is resident (-1: none), the prompt stamp (arrival + 1 of the request whose prompt holds it),
+#: its position in the score batch being capped (-1: none).
+REC, DUAL, MARK, POS = range(4)
+NKROWS = 4
+#: Policy counters ``pc``: arrival, kind of the request's prompt blocks, next rebuild, table epoch,
+#: ghost records, free slots, ghost list head and end. Floats ``pf``: frontier, next frontier.
+T, KIND, NEXT_BUILD, EPOCH, NGHOST, NFREE, QH, QT = range(8)
+THETA, THETA_NEXT = range(2)
+#: Integer parameters ``ip``.
+(ROOT_BLOCKS, PERIOD, MAX_TTL, CHAIN_MONO, GAP_CLASSES, GAP_OCTAVES, GAP_MEAN, ND, DEPTH_OCT, PER_KIND,
+ MAX_COUNT, GHOST_CAP, NBK, NC, USE_GAP, PIN_CAP) = range(16)
+#: Float parameters ``fp``.
+PRIOR_WEIGHT, DECAY, REL_TOL, CUT_FACTOR = range(4)
+NEVER = 2**62
+
+_jit = numba.njit(cache=True, nogil=True)
+
+
+@_jit
+def _pairwise_leaf(a, lo, n):
+    """numpy's pairwise sum of ``a[lo:lo + n]`` for ``n <= 128``: sequential
+    below 8, else eight accumulators, combined as a tree, then the rest."""
+    if n < 8:
+        res = -0.0
+        for i in range(n):
+            res += a[lo + i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = 8
+    m = n - n % 8
+    while i < m:
+        j = lo + i
+        r0 += a[j]
+        r1 += a[j + 1]
+        r2 += a[j + 2]
+        r3 += a[j + 3]
+        r4 += a[j + 4]
+        r5 += a[j + 5]
+        r6 += a[j + 6]
+        r7 += a[j + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
+
+
+@_jit
+def _pairwise(a, lo, n):
+    """numpy's pairwise sum of ``a[lo:lo + n]`` (float64, contiguous): the
+    same additions in the same order (``DOUBLE_pairwise_sum``: blocks of at
+    most 128 by :func:`_pairwise_leaf`; above, the two halves, the first
+    ``n // 2`` rounded down to a multiple of 8, summed and added). The
+    recursion is run on an explicit stack (numba's cache does not keep
+    recursive functions)."""
+    if n <= 128:
+        return _pairwise_leaf(a, lo, n)
+    slo = np.empty(64, np.int64)
+    sn = np.empty(64, np.int64)
+    sstate = np.zeros(64, np.int64)
+    sleft = np.zeros(64, np.float64)
+    slo[0], sn[0], sstate[0] = lo, n, 0
+    d = 0
+    ret = 0.0
+    while d >= 0:
+        m = sn[d]
+        if m <= 128:
+            ret = _pairwise_leaf(a, slo[d], m)
+            d -= 1
+            continue
+        h = m // 2
+        h -= h % 8
+        st = sstate[d]
+        if st == 0:  # the first half
+            sstate[d] = 1
+            d += 1
+            slo[d], sn[d], sstate[d] = slo[d - 1], h, 0
+        elif st == 1:  # its sum came back: the second half
+            sleft[d] = ret
+            sstate[d] = 2
+            d += 1
+            slo[d], sn[d], sstate[d] = slo[d - 1] + h, m - h, 0
+        else:
+            ret = sleft[d] + ret
+            d -= 1
+    return ret
+
+
+@_jit
+def np_sum(a):
+    """``a.sum()`` of a 1-d contiguous float64 array, bit for bit as numpy
+    (the reduction starts from 0.0 and adds the pairwise sum)."""
+    return 0.0 + _pairwise(a, 0, a.shape[0])
+
+
+@_jit
+def _build(hist, never, vals, offs, gap_prior, rep, lo_f, lo_int, ip, fp, pc, pf):
+    """``UtilityPolicy._build``: the index table and its re-score offsets
+    from the histograms (then decayed), the frontier moved on, a new epoch."""
+    nc, nb = hist.shape
+    pooled = np.empty(nb)
+    for j in range(nb):
+        pooled[j] = hist[0, j]
+    for c in range(1, nc):  # hist.sum(0): row by row
+        for j in range(nb):
+            pooled[j] += hist[c, j]
+    pooled_never = np_sum(never)
+    tot = np_sum(pooled) + pooled_never
+    pw = fp[PRIOR_WEIGHT]
+    idx, same = pnb.index_table(hist, never, pooled, pooled_never, tot, pw, tot > 0 and pw > 0, gap_prior,
+                                ip[USE_GAP] != 0, rep, lo_f, nb, ip[PER_KIND], fp[DECAY])
+    theta = pf[THETA]
+    cut = fp[CUT_FACTOR] * theta if theta > 0 else np.inf
+    o = pnb.change_offsets(idx, lo_int, fp[REL_TOL], cut, same)
+    for c in range(nc):
+        for j in range(nb):
+            vals[c, j] = idx[c, j]
+            offs[c, j] = o[c, j]
+    pf[THETA] = pf[THETA_NEXT]
+    pf[THETA_NEXT] = 0.0
+    pc[EPOCH] += 1
+
+
+@_jit
+def _score(ids, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, t, ip):
+    """``spfcore_score_blocks`` of blocks ``ids`` (by hash, as
+    ``UtilityPolicy._score_by_keys``): per block the value ``vals[cls,
+    bucket of age]`` of its hash's resident record (0, never expiring,
+    without one), capped at its parent's within the batch (``chain_monotone``;
+    the pass runs tail first when the first block is deeper than the last;
+    the latest copy of a hash met in the pass caps), and the expiry
+    ``min(last + offset, t + max_ttl)`` (offset < 0: never), as float64 (the
+    evictor's column).
+
+    Returns:
+        ``(values float64 (n,), arrival expiries float64 (n,))``.
+    """
+    n = ids.shape[0]
+    x = np.empty(n, np.float64)
+    e = np.empty(n, np.float64)
+    top = bucket.shape[0] - 1
+    mt = ip[MAX_TTL]
+    for k in range(n):
+        s = kr[REC, key_of[ids[k]]]
+        if s < 0 or sr[STATE, s] != 1:
+            s = 0
+        t0 = sr[LAST, s]
+        a = t - t0
+        b = bucket[a if a < top else top]
+        c = sr[CLS, s]
+        x[k] = vals[c, b]
+        off = offs[c, b]
+        if off < 0:
+            e[k] = NEVER
+        else:
+            y = t0 + off
+            z = t + mt
+            e[k] = y if y < z else z
+    if n > 1 and ip[CHAIN_MONO] != 0:
+        back = depth_of[ids[0]] > depth_of[ids[n - 1]]
+        for q in range(n):
+            k = n - 1 - q if back else q
+            b = ids[k]
+            p = par_of[b]
+            if p >= 0:
+                j = kr[POS, p]
+                if j >= 0 and x[j] < x[k]:
+                    x[k] = x[j]
+            kr[POS, key_of[b]] = k
+        for k in range(n):
+            kr[POS, key_of[ids[k]]] = -1
+    return x, e
+
+
+@_jit
+def _lexsort2(primary, secondary):
+    """``np.lexsort((secondary, primary))`` (stable sorts, so ties keep their order)."""
+    o = np.argsort(secondary, kind="mergesort")
+    o2 = np.argsort(primary[o], kind="mergesort")
+    return o[o2]
+
+
+@_jit
+def _due(now, arrival, ib, tk, ti, ak, ai, qe, qb, c):
+    """``spfcore._evictor_nb.due``: the blocks whose score expired, in
+    ``(expiry, version)`` order, each once."""
+    tv = np.empty(0, np.int64)
+    tid = np.empty(0, np.int64)
+    if c[ev.TN]:
+        tk_, tv, tid = ev.due_entries(tk, ti, c[ev.TN], now)
+        if tv.shape[0] > 1:
+            o = _lexsort2(tk_, tv)
+            tv, tid = tv[o], tid[o]
+    ak_ = np.empty(0, np.float64)
+    av = np.empty(0, np.int64)
+    aid = np.empty(0, np.int64)
+    if c[ev.AN]:
+        ak_, av, aid = ev.due_entries(ak, ai, c[ev.AN], arrival)
+        if av.shape[0] > 1:
+            o = _lexsort2(ak_, av)
+            ak_, av, aid = ak_[o], av[o], aid[o]
+    return ev.due_live(tv, tid, ak_, av, aid, arrival, ib, qe, qb, c)
+
+
+@_jit
+def _expire(now, arrival, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, ip, ib, val, hv, hi, tk, ti, ak, ai,
+            qe, qb, ec, c):
+    """``Evictor.plan_expired`` + ``commit``: if a score expired by
+    ``arrival`` (the evictor's short-circuit test: seconds heap, arrivals
+    heap, then the calendar, which moves its window when nothing is due), the
+    due blocks are re-scored in one score call and placed again (tier and
+    release order kept); the due entries are dropped. Returns -1, or -2 if
+    the evictor lacked room (a bug)."""
+    due = False
+    if ec[ev.TN] != 0 and tk[0] <= now:
+        due = True
+    elif ec[ev.AN] != 0 and ak[0] <= arrival:
+        due = True
+    elif ev.q_due_any(arrival, qb, ec):
+        due = True
+    if not due:
+        return -1
+    ids = _due(now, arrival, ib, tk, ti, ak, ai, qe, qb, ec)
+    n = ids.shape[0]
+    if n:
+        c[HOOK_CALLS] += 1
+    x, e = _score(ids, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, np.int64(arrival), ip)
+    ev.drain(now, arrival, ib, tk, ti, ak, ai, qe, qb, ec)
+    if n:
+        ei = np.empty(0, np.int64)
+        ef = np.empty(0, np.float64)
+        if ev.place(ids, ei, x, ef, e, np.empty(0, np.bool_), ei, ip[PIN_CAP], ib, val, hv, hi, tk, ti, ak, ai, qe,
+                    qb, ec) < 0:
+            return -2
+    return -1
+
+
+@_jit
+def _release_slot(fs, pc, s):
+    fs[pc[NFREE]] = s
+    pc[NFREE] += 1
+
+
+@_jit
+def _evicted(gone, t, kr, sr, fs, q, never, vals, bucket, ip, pc, pf):
+    """``UtilityPolicy.spfcore_blocks_evicted`` of hashes ``gone`` (key
+    ids, the cached victims' in victim order): the frontier candidate (the last
+    one's index), records to ghosts (``evict_pass``), a ghost record of a
+    resident hash replaced in place by the new ghost, then the oldest ghosts
+    trimmed beyond ``ghost_cap``. Returns False if the ghost list lacked room
+    (a bug)."""
+    n = gone.shape[0]
+    slots = np.empty(n, np.int64)
+    for j in range(n):
+        slots[j] = kr[REC, gone[j]]
+    state, stamp = sr[STATE], sr[STAMP]
+    qt = pc[QT]
+    if qt + n > q.shape[0]:  # _room: the live entries moved to the front, in order
+        h = pc[QH]
+        k = 0
+        for p in range(h, qt):
+            s = q[p]
+            if state[s] == 2 and stamp[s] == p:
+                q[k] = s
+                stamp[s] = k
+                k += 1
+        pc[QH] = 0
+        qt = pc[QT] = k
+        if k + n > q.shape[0]:
+            return False
+    x = -1.0
+    s = slots[n - 1]
+    if s > 0 and state[s] == 1:
+        a = t - sr[LAST, s]
+        top = bucket.shape[0] - 1
+        x = vals[sr[CLS, s], bucket[a if a < top else top]]
+    keep, qt = pnb.evict_pass(slots, state, never, sr[CLS], sr[EPOCH_OF], pc[EPOCH], q, qt, stamp)
+    pc[QT] = qt
+    if x > pf[THETA_NEXT]:
+        pf[THETA_NEXT] = x
+    pc[NGHOST] += keep.shape[0]
+    for j in range(keep.shape[0]):
+        k = gone[keep[j]]
+        g = kr[DUAL, k]
+        if g >= 0:  # the ghost record of a resident hash: the new ghost takes its place
+            kr[DUAL, k] = -1
+            r = slots[keep[j]]
+            p = stamp[g]
+            stamp[r] = p
+            q[p] = r
+            state[g] = 0
+            _release_slot(fs, pc, g)
+            pc[NGHOST] -= 1
+    over = pc[NGHOST] - ip[GHOST_CAP]
+    if over > 0:  # the oldest ghosts leave
+        tr, qh = pnb.trim_pass(q, pc[QH], pc[QT], over, state, stamp)
+        pc[QH] = qh
+        for j in range(tr.shape[0]):
+            s = tr[j]
+            k = sr[KEY, s]
+            if kr[REC, k] == s:
+                kr[REC, k] = -1
+            else:
+                kr[DUAL, k] = -1
+            _release_slot(fs, pc, s)
+        pc[NGHOST] -= tr.shape[0]
+    return True
+
+
+@_jit
+def _hit(blocks, h, t, key_of, depth_of, kr, sr, fs, hist, bucket, ip, pc):
+    """``UtilityPolicy.spfcore_blocks_hit`` of ``blocks[:h]`` (by hash): a
+    block whose hash has no resident record gets a new one (a ghost record
+    stays as the hash's ghost, ``DUAL``); the others are re-accessed
+    (``reaccess``), groups of the request's kind at each block's depth."""
+    if h == 0:
+        return
+    kind = pc[KIND]
+    nd, oc, pk = ip[ND], ip[DEPTH_OCT], ip[PER_KIND]
+    grp = np.empty(h, np.int64)
+    slots = np.empty(h, np.int64)
+    m = 0
+    for j in range(h):
+        b = blocks[j]
+        grp[j] = pnb._group(kind, depth_of[b], nd, oc)
+        s = kr[REC, key_of[b]]
+        slots[j] = s
+        if not (s >= 0 and sr[STATE, s] == 1):
+            m += 1
+    og = grp
+    os_ = slots
+    if m:
+        base = pc[NFREE] - m
+        pc[NFREE] = base
+        og = np.empty(h - m, np.int64)
+        os_ = np.empty(h - m, np.int64)
+        i = 0
+        o = 0
+        for j in range(h):
+            s = slots[j]
+            if s >= 0 and sr[STATE, s] == 1:
+                og[o] = grp[j]
+                os_[o] = s
+                o += 1
+                continue
+            k = key_of[blocks[j]]
+            if s >= 0:  # a ghost record: kept in the list as the ghost of a resident hash
+                kr[DUAL, k] = s
+            ns = fs[base + i]
+            i += 1
+            sr[LAST, ns] = t
+            sr[COUNT, ns] = 1
+            sr[CLS, ns] = grp[j] * pk
+            sr[FIRST, ns] = t
+            sr[STATE, ns] = 1
+            kr[REC, k] = ns
+            sr[KEY, ns] = k
+    if os_.shape[0]:
+        pnb.reaccess(os_, og, t, False, sr[LAST], sr[COUNT], sr[FIRST], sr[CLS], hist, bucket, pk, ip[MAX_COUNT],
+                     ip[GAP_CLASSES] != 0, ip[GAP_OCTAVES], ip[GAP_MEAN] != 0)
+
+
+@_jit
+def _store(blocks, lo, n, t, key_of, depth_of, kr, sr, fs, hist, never, pw, bucket, ip, pc):
+    """``UtilityPolicy.spfcore_blocks_stored`` of ``blocks[lo:lo + n]``
+    (their keys and depths already written): kinds (the request's for a hash
+    of its prompt, 0 otherwise), ``store_records``, the new records' hashes."""
+    slots = np.empty(n, np.int64)
+    kinds = np.empty(n, np.int64)
+    ids = np.empty(n, np.int64)
+    kind = pc[KIND]
+    for j in range(n):
+        b = blocks[lo + j]
+        k = key_of[b]
+        ids[j] = b
+        slots[j] = kr[REC, k]
+        kinds[j] = kind if kr[MARK, k] == t + 1 else 0
+    fin, new, dup, back, base = pnb.store_records(
+        slots, kinds, ids, depth_of, ip[ND], ip[DEPTH_OCT], t, sr[STATE], never, sr[CLS], sr[EPOCH_OF], pc[EPOCH], pw,
+        sr[LAST], sr[COUNT], sr[FIRST], hist, bucket, ip[PER_KIND], ip[MAX_COUNT], ip[GAP_CLASSES] != 0,
+        ip[GAP_OCTAVES], ip[GAP_MEAN] != 0, fs, pc[NFREE])
+    pc[NFREE] = base
+    pc[NGHOST] -= back
+    for j in range(new.shape[0]):  # in order: a hash twice, the later record is its record
+        s = fin[new[j]]
+        k = key_of[ids[new[j]]]
+        kr[REC, k] = s
+        sr[KEY, s] = k
+
+
+@_jit
+def _alloc(n, blocks, at, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, fs, q, never, vals, offs,
+           bucket, ip, pc, pf, ib, val, hv, hi, tk, ti, ak, ai, qe, qb, ec, c, victims):
+    """``PolicyRuntime.evict(n)``: ``n`` victims into ``blocks[at:]``
+    (expired scores re-scored first when cached blocks are taken; hashless
+    blocks first, then the evictor's lowest), one evicted call with the cached
+    victims' hashes, then each victim leaves the prefix cache. Returns False
+    on a bug (no room)."""
+    c[EVICT_CALLS] += 1
+    if n > c[HSN]:
+        if _expire(now, float(t), key_of, par_of, depth_of, kr, sr, vals, offs, bucket, ip, ib, val, hv, hi, tk, ti,
+                   ak, ai, qe, qb, ec, c) < -1:
+            return False
+    got = 0
+    while c[HSN] > 0 and got < n:
+        c[HSN] -= 1
+        blocks[at + got] = hs[c[HSN]]
+        got += 1
+    need = n - got
+    if need:
+        out = np.empty(need, np.int64)
+        pin = np.empty(need, np.bool_)
+        ev.take(need, True, out, pin, ib, val, hv, hi, ec)
+        for j in range(need):
+            blocks[at + got + j] = out[j]
+    m = 0
+    for j in range(n):
+        if key_of[blocks[at + j]] >= 0:
+            m += 1
+    if m:
+        gone = np.empty(m, np.int64)
+        i = 0
+        for j in range(n):
+            k = key_of[blocks[at + j]]
+            if k >= 0:
+                gone[i] = k
+                i += 1
+        c[HOOK_CALLS] += 1
+        if not _evicted(gone, t, kr, sr, fs, q, never, vals, bucket, ip, pc, pf):
+            return False
+    for j in range(n):
+        _retire(blocks[at + j], key_of, kh, kt, dn, dp, c, victims)
+    return True
+
+
+@_jit
+def _stored(blocks, lo, n, depth0, parent, keys, k0, t, key_of, kh, kt, dn, dp, par_of, depth_of, kr, sr, fs,
+            hist, never, pw, bucket, ip, pc, c):
+    """``PolicyRuntime.stored`` of ``blocks[lo:lo + n]`` with keys
+    ``keys[k0:k0 + n]`` from depth ``depth0``, the first one's parent key
+    ``parent`` (-1: none): the blocks cached, one stored call."""
+    for j in range(n):
+        b = blocks[lo + j]
+        k = keys[k0 + j]
+        depth_of[b] = depth0 + j
+        par_of[b] = parent
+        _insert(b, k, key_of, kh, kt, dn, dp)
+        parent = k
+    c[HOOK_CALLS] += 1
+    _store(blocks, lo, n, t, key_of, depth_of, kr, sr, fs, hist, never, pw, bucket, ip, pc)
+
+
+@_jit
+def replay_spf(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, start, first_arrival, ip, fp, bucket, lo_int,
+               rep, lo_f, gap_prior, pw, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, fs, q, hist, never,
+               vals, offs, pc, pf, ib, val, hv, hi, tk, ti, ak, ai, qe, qb, ec, c, blocks, hits, victims):
+    """Replay requests ``r = start .. len(n_prompt)-1`` (the request arrays
+    of :func:`spfcore.sim._replay_nb.replay`; request ``r`` at arrival index
+    ``first_arrival + r``) under the ``utility`` policy and the scored
+    evictor. Writes ``hits[r]``; appends every victim to ``victims`` unless
+    it is empty; ``blocks``: scratch of at least ``max(n_total)`` entries.
+
+    Args:
+        ip, fp: int64 / float64 parameters (indices above); bucket: bucket of
+            each small integer age (the last for older); lo_int: first integer
+            age of each bucket and the end; rep: representative gap per
+            bucket; lo_f: float bucket edges; gap_prior: ``(classes,
+            buckets)``; pw: ``decay ** k`` for every epoch reached.
+        others: the state of :func:`new_state` (pool, policy, evictor).
+
+    Returns:
+        A status (``DONE``; ``TOO_BIG``: request ``c[AT]`` needs more blocks
+        than are free, nothing of it replayed; ``FOUND_TWICE``: request
+        ``c[AT]``'s lookup found block ``c[TWICE]`` twice, after its hit hook,
+        where the reference loop's touch raises ``KeyError``; ``NEED_SLOTS``:
+        request ``c[AT]`` may need more record slots than are free, nothing of
+        it replayed; -1: the evictor or the ghost list lacked room, a bug).
+    """
+    for r in range(start, len(n_prompt)):
+        f0 = bk_off[r]
+        f1 = bk_off[r + 1]
+        nf = nf_[r]
+        np_, nt = n_prompt[r], n_total[r]
+        if nt > c[HSN] + ec[ev.LIVE]:
+            c[AT] = r
+            return TOO_BIG
+        if pc[NFREE] < 2 * nt + 2:
+            c[AT] = r
+            return NEED_SLOTS
+        t = first_arrival + r
+        now = float(t)
+        # arrival: the policy's hook (rebuild, kind, the prompt's hashes), then expired scores
+        c[HOOK_CALLS] += 1
+        pc[T] = t
+        if t >= pc[NEXT_BUILD]:
+            _build(hist, never, vals, offs, gap_prior, rep, lo_f, lo_int, ip, fp, pc, pf)
+            per = ip[PERIOD]
+            w = 1 + t // 4
+            pc[NEXT_BUILD] = t + (per if per < w else w)
+        seen = 0
+        rb = ip[ROOT_BLOCKS]
+        for j in range(f0, f1):
+            if seen > rb or kr[REC, bk[j]] < 0:
+                break
+            seen += 1
+        pc[KIND] = 2 if seen > rb else 1
+        for j in range(f0, f1):
+            kr[MARK, bk[j]] = t + 1
+        if _expire(now, now, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, ip, ib, val, hv, hi, tk, ti, ak,
+                   ai, qe, qb, ec, c) < -1:
+            return -1
+        # lookup, hit hook, touch
+        h = 0
+        while h < n_look[r]:
+            b = kh[bk[f0 + h]]
+            if b < 0:
+                break
+            blocks[h] = b
+            h += 1
+        c[HOOK_CALLS] += 1
+        _hit(blocks, h, t, key_of, depth_of, kr, sr, fs, hist, bucket, ip, pc)
+        if h:
+            k = ev.remove_many(blocks[:h], ib, ec)
+            if k >= 0:
+                c[TWICE] = blocks[k]
+                c[AT] = r
+                return FOUND_TWICE
+        # prefill: allocation, then the new full prompt blocks stored
+        if not _alloc(np_ - h, blocks, h, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, fs, q, never,
+                      vals, offs, bucket, ip, pc, pf, ib, val, hv, hi, tk, ti, ak, ai, qe, qb, ec, c, victims):
+            return -1
+        if nf > h:
+            _stored(blocks, h, nf - h, h, bk[f0 + h - 1] if h else -1, bk, f0 + h, t, key_of, kh, kt, dn, dp, par_of,
+                    depth_of, kr, sr, fs, hist, never, pw, bucket, ip, pc, c)
+        d0 = dk_off[r]
+        nd = dk_off[r + 1] - d0
+        nb_ = np_
+        done = nf
+        if nt > np_ or nd:  # decode: block j-1 fills (is cached), then block j is allocated
+            nf_all = nf + nd
+            parent = bk[f0 + nf - 1] if nf else -1
+            for j in range(np_, nt + 1):
+                if done < j and done < nf_all:
+                    _stored(blocks, done, 1, done, parent, dk, d0 + done - nf, t, key_of, kh, kt, dn, dp, par_of,
+                            depth_of, kr, sr, fs, hist, never, pw, bucket, ip, pc, c)
+                    parent = dk[d0 + done - nf]
+                    done += 1
+                if j < nt:
+                    if not _alloc(1, blocks, nb_, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, fs,
+                                  q, never, vals, offs, bucket, ip, pc, pf, ib, val, hv, hi, tk, ti, ak, ai, qe, qb,
+                                  ec, c, victims):
+                        return -1
+                    nb_ += 1
+        # release, tail first: the cached blocks scored (one call) and placed with new release orders;
+        # the hashless ones on top of the stack
+        if done:
+            ids = np.empty(done, np.int64)
+            for j in range(done):
+                ids[j] = blocks[done - 1 - j]
+            c[HOOK_CALLS] += 1
+            x, e = _score(ids, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, t, ip)
+            o = c[ORDER]
+            c[ORDER] = o + done
+            if ev.place(ids, np.ones(done, np.int64), x, np.empty(0, np.float64), e, np.empty(0, np.bool_),
+                        np.arange(o + 1, o + 1 + done),
+                        ip[PIN_CAP], ib, val, hv, hi, tk, ti, ak, ai, qe, qb, ec) < 0:
+                return -1
+        for j in range(done, nb_):
+            hs[c[HSN]] = blocks[j]
+            c[HSN] += 1
+        hits[r] = h
+    c[LRUN] = ec[ev.LIVE]
+    return DONE
+
+
+def _params(pol, rt_pin_cap: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ip, fp)`` of a configured ``UtilityPolicy``: its params and
+    derived sizes, as the kernel reads them."""
+    p = pol.params
+    ip = np.zeros(16, np.int64)
+    ip[ROOT_BLOCKS], ip[PERIOD], ip[MAX_TTL] = p.root_blocks, p.period, p.max_ttl
+    ip[CHAIN_MONO], ip[GAP_CLASSES], ip[GAP_OCTAVES], ip[GAP_MEAN] = (p.chain_monotone, p.gap_classes,
+                                                                      p.gap_octaves, p.gap_mean)
+    ip[ND], ip[DEPTH_OCT], ip[PER_KIND], ip[MAX_COUNT] = pol.nd, p.depth_octaves, pol.per_kind, p.max_count
+    ip[GHOST_CAP], ip[NBK], ip[NC] = pol.ghost_cap, pol.nb, pol.nc
+    ip[USE_GAP] = bool(p.gap_prior > 0 and p.gap_classes)
+    ip[PIN_CAP] = rt_pin_cap
+    fp = np.array([float(p.prior_weight), float(p.decay), float(p.rel_tol), float(p.cut_factor)])
+    return ip, fp
+
+
+def supports(pol) -> bool:
+    """Whether the compiled replay stands in for ``pol`` (a configured
+    ``UtilityPolicy``, no hook called yet): ``count_weight`` 0 (its count
+    term is the Python loop's), integer parameters that fit int64, and the
+    derived tables the kernel reads present on the instance."""
+    p = pol.params
+    try:
+        ok = (p.count_weight == 0 and all(type(getattr(p, a)) is int and 0 <= getattr(p, a) < 2**40
+                                          for a in ("root_blocks", "period", "max_ttl", "gap_octaves",
+                                                    "depth_octaves", "max_count"))
+              and pol.t == 0 and not pol.rec and pol.next_build == 0)
+        for a in ("gap_prior", "_rep", "_lo_f", "_bucket_np", "_lo_int_np", "nb", "nc", "nd", "per_kind",
+                  "ghost_cap"):
+            getattr(pol, a)
+    except AttributeError:
+        return False
+    return bool(ok)
+
+
+def new_state(pol, num_blocks: int, pin_cap: int, nkeys: int = 0) -> dict:
+    """A fresh state for :func:`replay_spf` of a pool of ``num_blocks``
+    blocks (null block included), every usable block hashless and free, and
+    the configured (fresh) ``UtilityPolicy`` ``pol``'s parameters and tables;
+    room for ``nkeys`` key ids (:func:`grow` adds more)."""
+    i64 = np.int64
+    ip, fp = _params(pol, pin_cap)
+    nc, nbk, ghost_cap = int(ip[NC]), int(ip[NBK]), int(ip[GHOST_CAP])
+    st = {"ip": ip, "fp": fp, "bucket": np.ascontiguousarray(pol._bucket_np, i64),
+          "lo_int": np.ascontiguousarray(pol._lo_int_np, i64), "rep": np.ascontiguousarray(pol._rep, np.float64),
+          "lo_f": np.ascontiguousarray(pol._lo_f, np.float64),
+          "gap_prior": np.ascontiguousarray(pol.gap_prior, np.float64), "pw_list": [1.0]}
+    st["pw"] = np.ones(1)
+    st["key_of"], st["dn"], st["dp"], st["par_of"] = (np.full(num_blocks, -1, i64) for _ in range(4))
+    st["hs"], st["depth_of"] = np.zeros(num_blocks, i64), np.zeros(num_blocks, i64)
+    st["kh"], st["kt"] = np.full(nkeys, -1, np.int32), np.full(nkeys, -1, np.int32)
+    kr = np.zeros((NKROWS, nkeys), i64)
+    kr[[REC, DUAL, POS]] = -1
+    st["kr"] = kr
+    ns = max(64, num_blocks + ghost_cap // 4)
+    sr = np.zeros((NSROWS, ns), i64)
+    sr[COUNT] = 1
+    sr[CLS, 0] = nc  # the sentinel's class: the all-zero, never-changing row
+    st["sr"] = sr
+    st["fs"] = np.arange(ns - 1, -1, -1, dtype=i64)
+    pc = np.zeros(8, i64)
+    pc[NFREE] = ns - 1
+    st["pc"], st["pf"] = pc, np.zeros(2)
+    st["q"] = np.zeros(2 * (ghost_cap + num_blocks) + 1024, i64)
+    st["hist"], st["never"] = np.zeros((nc, nbk)), np.zeros(nc)
+    st["vals"] = np.zeros((nc + 1, nbk))
+    st["offs"] = np.full((nc + 1, nbk), -1, i64)  # (the empty table: flat, never re-scored)
+    nblk = max(int(num_blocks), 16)
+    ib = np.zeros((ev.NROWS, nblk), i64)
+    ib[ev.HST] = -1
+    cap = 4 * nblk + 4096  # every heap and the calendar's pool: room for any batch (see place)
+    st.update(ib=ib, val=np.zeros(nblk), hv=np.zeros(cap), hi=np.zeros((cap, 4), i64), tk=np.zeros(cap),
+              ti=np.zeros((2, cap), i64), ak=np.zeros(cap), ai=np.zeros((2, cap), i64))
+    st["qe"], st["qb"], st["ec"] = ev.calendar(cap)
+    c = np.zeros(NCOUNTERS_S, i64)
+    init(num_blocks, np.zeros(num_blocks, i64), np.zeros(num_blocks, i64), st["hs"], c)
+    st["c"] = c
+    return st
+
+
+def grow(st: dict, nkeys: int) -> None:
+    """Room for key ids below ``nkeys`` (doubling)."""
+    have = len(st["kh"])
+    if nkeys <= have:
+        return
+    g = max(nkeys, 2 * have, 1024) - have
+    st["kh"] = np.concatenate([st["kh"], np.full(g, -1, np.int32)])
+    st["kt"] = np.concatenate([st["kt"], np.full(g, -1, np.int32)])
+    more = np.zeros((NKROWS, g), np.int64)
+    more[[REC, DUAL, POS]] = -1
+    st["kr"] = np.concatenate([st["kr"], more], axis=1)
+
+
+def _grow_slots(st: dict, m: int) -> None:
+    """At least ``m`` more free record slots (``UtilityPolicy._room_slots``:
+    the new slots at the bottom of the free stack)."""
+    sr, fs, pc = st["sr"], st["fs"], st["pc"]
+    n = sr.shape[1]
+    g = max(n, m)
+    new = np.zeros((NSROWS, n + g), np.int64)
+    new[:, :n] = sr
+    st["sr"] = new
+    f = np.empty(n + g, np.int64)
+    f[:g] = np.arange(n + g - 1, n - 1, -1)
+    nfree = int(pc[NFREE])
+    f[g:g + nfree] = fs[:nfree]
+    st["fs"] = f
+    pc[NFREE] = nfree + g
+
+
+def _pw(st: dict, top: int) -> None:
+    """``decay ** k`` for ``k = 0 .. top`` at least, by Python's pow (``UtilityPolicy._decay_pow``)."""
+    pw = st["pw_list"]
+    if top >= len(pw):
+        decay = float(st["fp"][DECAY])
+        pw += [decay ** k for k in range(len(pw), top + 1)]
+        st["pw"] = np.array(pw)
+
+
+_ARGS = ("ip", "fp", "bucket", "lo_int", "rep", "lo_f", "gap_prior", "pw", "key_of", "kh", "kt", "dn", "dp", "hs",
+         "par_of", "depth_of", "kr", "sr", "fs", "q", "hist", "never", "vals", "offs", "pc", "pf", "ib", "val", "hv",
+         "hi", "tk", "ti", "ak", "ai", "qe", "qb", "ec", "c")
+
+
+def run(st: dict, flat: tuple, first_arrival: int, hits: np.ndarray, victims: np.ndarray) -> int:
+    """Replay one chunk (:func:`spfcore.sim.simulator._flatten`'s arrays,
+    key ids below ``len(st["kh"])``, its first request at arrival index
+    ``first_arrival``) into ``hits`` (per request, hit blocks) and
+    ``victims`` (empty: not recorded); record slots are added between
+    requests as needed.
+
+    Returns:
+        :func:`replay_spf`'s status (never ``NEED_SLOTS``).
+    """
+    n_total = flat[7]
+    if not len(n_total):
+        return DONE
+    blocks = np.empty(int(n_total.max()), np.int64)
+    start = 0
+    while True:
+        _pw(st, int(st["pc"][EPOCH]) + len(n_total) - start + 2)  # at most one table build per request
+        status = replay_spf(*flat, start, first_arrival, *(st[a] for a in _ARGS), blocks, hits, victims)
+        if status != NEED_SLOTS:
+            return status
+        start = int(st["c"][AT])
+        _grow_slots(st, 2 * int(n_total[start]) + 2)
+
+
+def keep_keys(st: dict) -> np.ndarray:
+    """Per key id, whether the state still names it: cached, with a record
+    (resident or ghost), or the parent of a cached block (the chain cap
+    compares parents' hashes)."""
+    kr, key_of = st["kr"], st["key_of"]
+    keep = (st["kh"] >= 0) | (kr[REC] >= 0) | (kr[DUAL] >= 0)
+    par = st["par_of"][key_of >= 0]
+    keep[par[par >= 0]] = True
+    return keep
+
+
+def remap(st: dict, keep: np.ndarray) -> np.ndarray:
+    """Renumber the key ids ``keep`` marks densely from 0 (in order) and
+    forget the others (between calls; decisions do not depend on the
+    labels). Returns the old -> new map (-1: forgotten)."""
+    old = np.flatnonzero(keep)
+    m = len(old)
+    km = np.full(len(keep), -1, np.int64)
+    km[old] = np.arange(m)
+
+    def relabel(a: np.ndarray) -> None:
+        held = a >= 0
+        a[held] = km[a[held]]
+    key_of = st["key_of"]
+    relabel(key_of)
+    par = st["par_of"]
+    par[key_of < 0] = -1
+    relabel(par)
+    sr = st["sr"]
+    relabel(sr[KEY])
+    size = len(keep)
+    for name in ("kh", "kt"):
+        a = np.full(size, -1, st[name].dtype)
+        a[:m] = st[name][old]
+        st[name] = a
+    kr = np.zeros((NKROWS, size), np.int64)
+    kr[[REC, DUAL, POS]] = -1
+    kr[:, :m] = st["kr"][:, old]
+    st["kr"] = kr
+    return km
+
+
+def warm() -> None:
+    """Call the kernel once on a tiny replay with the argument types the
+    simulator uses: compiles it (or loads numba's on-disk cache) now."""
+    from spfcore_spf_expected_utility.utility import UtilityPolicy
+
+    trace, _ = warm_trace()
+    nb = 8
+    pol = UtilityPolicy()
+    pol.spfcore_cache_configured(num_blocks=nb, block_size=16)
+    st = new_state(pol, nb, 4, 4)
+    i64 = np.int64
+    run(st, trace, 0, np.empty(2, i64), np.empty(8, i64))
+    keep_keys(st)
