@@ -14,7 +14,7 @@ other modules' compiled code, called from inside the kernel:
 * the pool (per-key block lists, hashless stack, victims, counters):
   :mod:`spfcore.sim._replay_nb` (``_insert``, ``_retire``, ``init``);
 * the evictor's order, expiry calendar and heaps: :mod:`spfcore._evictor_nb`
-  (``place``, ``take``, ``remove_many``, ``q_due_any``, ``due_entries``,
+  (``q_due_any``, ``due_entries``, ``due_live``, ``drain``, the calendar and expiry-heap helpers)
   ``due_live``, ``drain``) on the same state layout the
   :class:`~spfcore.evictor.Evictor` keeps, so victims, re-score rounds and the
   ``(tier, value, release order)`` order are the evictor's own;
@@ -202,6 +202,146 @@ def _build(hist, never, vals, offs, gap_prior, rep, lo_f, lo_int, ip, fp, pc, pf
     pc[EPOCH] += 1
 
 
+# ------------------------------------------------------------ the order
+# The scored evictor's order for this policy: every block admitted (tier 1), never pinned, so the
+# key is (value, release order), total (release orders are distinct); the lowest is the victim.
+# Kept as an indexed 4-ary min-heap of the free cached blocks (no stale entries): heap slot j holds
+# block hb[j] with its key hv[j], ho[j]; hpos[b] is block b's slot (-1: not in the heap); the size
+# is ec[HN]. Any exact priority queue hands out the victims in the evictor's order; the evictor's
+# rows IN and VER (and its calendar and expiry heaps) are kept as it keeps them, so its expiry
+# kernels (q_due_any, due_live, drain) read this state as their own.
+@_jit
+def _o_up(hv, ho, hb, hpos, j):
+    """Sift heap slot ``j`` up (its entry held aside; one move per level)."""
+    v, o, b = hv[j], ho[j], hb[j]
+    while j > 0:
+        p = (j - 1) >> 2
+        pv = hv[p]
+        if pv < v or (pv == v and ho[p] < o):
+            break
+        hv[j], ho[j], hb[j] = pv, ho[p], hb[p]
+        hpos[hb[j]] = j
+        j = p
+    hv[j], ho[j], hb[j] = v, o, b
+    hpos[b] = j
+
+
+@_jit
+def _o_down(hv, ho, hb, hpos, j, n):
+    """Sift heap slot ``j`` down in a heap of ``n``."""
+    v, o, b = hv[j], ho[j], hb[j]
+    while True:
+        m = 4 * j + 1
+        if m >= n:
+            break
+        end = m + 4 if m + 4 < n else n
+        for q in range(m + 1, end):
+            if hv[q] < hv[m] or (hv[q] == hv[m] and ho[q] < ho[m]):
+                m = q
+        if not (hv[m] < v or (hv[m] == v and ho[m] < o)):
+            break
+        hv[j], ho[j], hb[j] = hv[m], ho[m], hb[m]
+        hpos[hb[j]] = j
+        j = m
+    hv[j], ho[j], hb[j] = v, o, b
+    hpos[b] = j
+
+
+@_jit
+def _o_set(b, v, o, hv, ho, hb, hpos, ec):
+    """Block ``b``'s key is ``(v, o)``: inserted, or moved (its release order kept)."""
+    j = hpos[b]
+    if j < 0:
+        j = ec[ev.HN]
+        ec[ev.HN] = j + 1
+        hv[j], ho[j], hb[j] = v, o, b
+        _o_up(hv, ho, hb, hpos, j)
+        return
+    old = hv[j]
+    hv[j] = v
+    if v < old:
+        _o_up(hv, ho, hb, hpos, j)
+    else:
+        _o_down(hv, ho, hb, hpos, j, ec[ev.HN])
+
+
+@_jit
+def _o_remove(b, hv, ho, hb, hpos, ec):
+    """Block ``b`` leaves the heap (a hit)."""
+    j = hpos[b]
+    hpos[b] = -1
+    n = ec[ev.HN] - 1
+    ec[ev.HN] = n
+    if j == n:
+        return
+    hv[j], ho[j], hb[j] = hv[n], ho[n], hb[n]
+    hpos[hb[j]] = j
+    if j > 0 and (hv[j] < hv[(j - 1) >> 2] or (hv[j] == hv[(j - 1) >> 2] and ho[j] < ho[(j - 1) >> 2])):
+        _o_up(hv, ho, hb, hpos, j)
+    else:
+        _o_down(hv, ho, hb, hpos, j, n)
+
+
+@_jit
+def _o_pop(hv, ho, hb, hpos, ec):
+    """The lowest block, out of the heap."""
+    b = hb[0]
+    hpos[b] = -1
+    n = ec[ev.HN] - 1
+    ec[ev.HN] = n
+    if n > 0:
+        hv[0], ho[0], hb[0] = hv[n], ho[n], hb[n]
+        hpos[hb[0]] = 0
+        _o_down(hv, ho, hb, hpos, 0, n)
+    return b
+
+
+@_jit
+def _place(ids, values, exp_a, orders, ib, val, hv, ho, hb, hpos, tk, ti, ak, ai, qe, qb, ec):
+    """``spfcore._evictor_nb.place`` for this policy's answers (tier 1, no
+    pin, arrival expiries ``exp_a`` float64, ``NEVER``: none): in sequence,
+    per block a new version, its expiry registered (the calendar if it fits,
+    else the arrivals heap), and its key set (a block in the order at the same
+    value stays where it is; ``orders`` empty: each block's own release order,
+    a re-score); then stale expiry entries dropped as ``place`` does. Returns
+    False (nothing done) if an expiry structure lacks room."""
+    n = ids.shape[0]
+    if max(ec[ev.TN], ec[ev.AN], ec[ev.QN]) + n > ak.shape[0]:
+        return False
+    has_ord = orders.shape[0] > 0
+    v = ec[ev.VERSION]
+    an = ec[ev.AN]
+    for k in range(n):
+        i = ids[k]
+        value = values[k]
+        v += 1
+        y = exp_a[k]
+        if y < ev.NEVER_ARRIVAL_F:
+            if ev._q_fits(y, ec):
+                ev._q_push(qe, qb, ec, y, v, i)
+            else:
+                an = ev._t_push(ak, ai, an, y, v, i)
+        ib[ev.VER, i] = v
+        if ib[ev.IN, i]:
+            if val[i] == value:  # same rank: stays where it is
+                continue
+        else:
+            ib[ev.IN, i] = 1
+            ec[ev.LIVE] += 1
+            if has_ord:
+                ib[ev.ORD, i] = orders[k]
+        val[i] = value
+        _o_set(i, value, ib[ev.ORD, i], hv, ho, hb, hpos, ec)
+    ec[ev.VERSION] = v
+    tn = ec[ev.TN]
+    if tn + an + ec[ev.QN] > 2 * ec[ev.LIVE] + 1024:
+        tn = ev._t_filter(ib, tk, ti, tn, -np.inf, True)
+        an = ev._t_filter(ib, ak, ai, an, -np.inf, True)
+        ev._q_compact(ib, qe, qb, ec)
+    ec[ev.TN], ec[ev.AN] = tn, an
+    return True
+
+
 @_jit
 def _score(ids, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, t, ip):
     """``spfcore_score_blocks`` of blocks ``ids`` (by hash, as
@@ -284,7 +424,7 @@ def _due(now, arrival, ib, tk, ti, ak, ai, qe, qb, c):
 
 
 @_jit
-def _expire(now, arrival, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, ip, ib, val, hv, hi, tk, ti, ak, ai,
+def _expire(now, arrival, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, ip, ib, val, hv, ho, hb, hpos, tk, ti, ak, ai,
             qe, qb, ec, c):
     """``Evictor.plan_expired`` + ``commit``: if a score expired by
     ``arrival`` (the evictor's short-circuit test: seconds heap, arrivals
@@ -309,9 +449,7 @@ def _expire(now, arrival, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, 
     ev.drain(now, arrival, ib, tk, ti, ak, ai, qe, qb, ec)
     if n:
         ei = np.empty(0, np.int64)
-        ef = np.empty(0, np.float64)
-        if ev.place(ids, ei, x, ef, e, np.empty(0, np.bool_), ei, ip[PIN_CAP], ib, val, hv, hi, tk, ti, ak, ai, qe,
-                    qb, ec) < 0:
+        if not _place(ids, x, e, ei, ib, val, hv, ho, hb, hpos, tk, ti, ak, ai, qe, qb, ec):
             return -2
     return -1
 
@@ -471,7 +609,7 @@ def _store(blocks, lo, n, t, key_of, depth_of, kr, sr, fs, hist, never, pw, buck
 
 @_jit
 def _alloc(n, blocks, at, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, fs, q, never, vals, offs,
-           bucket, ip, pc, pf, ib, val, hv, hi, tk, ti, ak, ai, qe, qb, ec, c, victims):
+           bucket, ip, pc, pf, ib, val, hv, ho, hb, hpos, tk, ti, ak, ai, qe, qb, ec, c, victims):
     """``PolicyRuntime.evict(n)``: ``n`` victims into ``blocks[at:]``
     (expired scores re-scored first when cached blocks are taken; hashless
     blocks first, then the evictor's lowest), one evicted call with the cached
@@ -479,7 +617,7 @@ def _alloc(n, blocks, at, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, 
     on a bug (no room)."""
     c[EVICT_CALLS] += 1
     if n > c[HSN]:
-        if _expire(now, float(t), key_of, par_of, depth_of, kr, sr, vals, offs, bucket, ip, ib, val, hv, hi, tk, ti,
+        if _expire(now, float(t), key_of, par_of, depth_of, kr, sr, vals, offs, bucket, ip, ib, val, hv, ho, hb, hpos, tk, ti,
                    ak, ai, qe, qb, ec, c) < -1:
             return False
     got = 0
@@ -489,11 +627,11 @@ def _alloc(n, blocks, at, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, 
         got += 1
     need = n - got
     if need:
-        out = np.empty(need, np.int64)
-        pin = np.empty(need, np.bool_)
-        ev.take(need, True, out, pin, ib, val, hv, hi, ec)
-        for j in range(need):
-            blocks[at + got + j] = out[j]
+        for j in range(need):  # the lowest (value, release order) first
+            b = _o_pop(hv, ho, hb, hpos, ec)
+            ib[ev.IN, b] = 0
+            ec[ev.LIVE] -= 1
+            blocks[at + got + j] = b
     m = 0
     for j in range(n):
         if key_of[blocks[at + j]] >= 0:
@@ -534,7 +672,7 @@ def _stored(blocks, lo, n, depth0, parent, keys, k0, t, key_of, kh, kt, dn, dp, 
 @_jit
 def replay_spf(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, start, first_arrival, ip, fp, bucket, lo_int,
                rep, lo_f, gap_prior, pw, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, fs, q, hist, never,
-               vals, offs, pc, pf, ib, val, hv, hi, tk, ti, ak, ai, qe, qb, ec, c, blocks, hits, victims):
+               vals, offs, pc, pf, ib, val, hv, ho, hb, hpos, tk, ti, ak, ai, qe, qb, ec, c, blocks, hits, victims):
     """Replay requests ``r = start .. len(n_prompt)-1`` (the request arrays
     of :func:`spfcore.sim._replay_nb.replay`; request ``r`` at arrival index
     ``first_arrival + r``) under the ``utility`` policy and the scored
@@ -587,7 +725,7 @@ def replay_spf(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, start, fi
         pc[KIND] = 2 if seen > rb else 1
         for j in range(f0, f1):
             kr[MARK, bk[j]] = t + 1
-        if _expire(now, now, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, ip, ib, val, hv, hi, tk, ti, ak,
+        if _expire(now, now, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, ip, ib, val, hv, ho, hb, hpos, tk, ti, ak,
                    ai, qe, qb, ec, c) < -1:
             return -1
         # lookup, hit hook, touch
@@ -601,14 +739,18 @@ def replay_spf(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, start, fi
         c[HOOK_CALLS] += 1
         _hit(blocks, h, t, key_of, depth_of, kr, sr, fs, hist, bucket, ip, pc)
         if h:
-            k = ev.remove_many(blocks[:h], ib, ec)
-            if k >= 0:
-                c[TWICE] = blocks[k]
-                c[AT] = r
-                return FOUND_TWICE
+            for k in range(h):  # touch: they leave the order (a block met twice is not free: KeyError)
+                b = blocks[k]
+                if not ib[ev.IN, b]:
+                    c[TWICE] = b
+                    c[AT] = r
+                    return FOUND_TWICE
+                ib[ev.IN, b] = 0
+                ec[ev.LIVE] -= 1
+                _o_remove(b, hv, ho, hb, hpos, ec)
         # prefill: allocation, then the new full prompt blocks stored
         if not _alloc(np_ - h, blocks, h, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, fs, q, never,
-                      vals, offs, bucket, ip, pc, pf, ib, val, hv, hi, tk, ti, ak, ai, qe, qb, ec, c, victims):
+                      vals, offs, bucket, ip, pc, pf, ib, val, hv, ho, hb, hpos, tk, ti, ak, ai, qe, qb, ec, c, victims):
             return -1
         if nf > h:
             _stored(blocks, h, nf - h, h, bk[f0 + h - 1] if h else -1, bk, f0 + h, t, key_of, kh, kt, dn, dp, par_of,
@@ -628,7 +770,7 @@ def replay_spf(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, start, fi
                     done += 1
                 if j < nt:
                     if not _alloc(1, blocks, nb_, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, fs,
-                                  q, never, vals, offs, bucket, ip, pc, pf, ib, val, hv, hi, tk, ti, ak, ai, qe, qb,
+                                  q, never, vals, offs, bucket, ip, pc, pf, ib, val, hv, ho, hb, hpos, tk, ti, ak, ai, qe, qb,
                                   ec, c, victims):
                         return -1
                     nb_ += 1
@@ -642,9 +784,8 @@ def replay_spf(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, start, fi
             x, e = _score(ids, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, t, ip)
             o = c[ORDER]
             c[ORDER] = o + done
-            if ev.place(ids, np.ones(done, np.int64), x, np.empty(0, np.float64), e, np.empty(0, np.bool_),
-                        np.arange(o + 1, o + 1 + done),
-                        ip[PIN_CAP], ib, val, hv, hi, tk, ti, ak, ai, qe, qb, ec) < 0:
+            if not _place(ids, x, e, np.arange(o + 1, o + 1 + done), ib, val, hv, ho, hb, hpos, tk, ti, ak, ai, qe,
+                          qb, ec):
                 return -1
         for j in range(done, nb_):
             hs[c[HSN]] = blocks[j]
@@ -724,9 +865,10 @@ def new_state(pol, num_blocks: int, pin_cap: int, nkeys: int = 0) -> dict:
     nblk = max(int(num_blocks), 16)
     ib = np.zeros((ev.NROWS, nblk), i64)
     ib[ev.HST] = -1
-    cap = 4 * nblk + 4096  # every heap and the calendar's pool: room for any batch (see place)
-    st.update(ib=ib, val=np.zeros(nblk), hv=np.zeros(cap), hi=np.zeros((cap, 4), i64), tk=np.zeros(cap),
-              ti=np.zeros((2, cap), i64), ak=np.zeros(cap), ai=np.zeros((2, cap), i64))
+    cap = 4 * nblk + 4096  # the expiry heaps and the calendar's pool: room for any batch (see place)
+    st.update(ib=ib, val=np.zeros(nblk), hv=np.zeros(nblk), ho=np.zeros(nblk, i64), hb=np.zeros(nblk, i64),
+              hpos=np.full(nblk, -1, i64), tk=np.zeros(cap), ti=np.zeros((2, cap), i64), ak=np.zeros(cap),
+              ai=np.zeros((2, cap), i64))
     st["qe"], st["qb"], st["ec"] = ev.calendar(cap)
     c = np.zeros(NCOUNTERS_S, i64)
     init(num_blocks, np.zeros(num_blocks, i64), np.zeros(num_blocks, i64), st["hs"], c)
@@ -775,7 +917,7 @@ def _pw(st: dict, top: int) -> None:
 
 _ARGS = ("ip", "fp", "bucket", "lo_int", "rep", "lo_f", "gap_prior", "pw", "key_of", "kh", "kt", "dn", "dp", "hs",
          "par_of", "depth_of", "kr", "sr", "fs", "q", "hist", "never", "vals", "offs", "pc", "pf", "ib", "val", "hv",
-         "hi", "tk", "ti", "ak", "ai", "qe", "qb", "ec", "c")
+         "ho", "hb", "hpos", "tk", "ti", "ak", "ai", "qe", "qb", "ec", "c")
 
 
 def run(st: dict, flat: tuple, first_arrival: int, hits: np.ndarray, victims: np.ndarray) -> int:
