@@ -25,9 +25,9 @@ other modules' compiled code, called from inside the kernel:
 
 What this module adds is the plugin's Python glue, over key ids instead of
 hashes: the record dict ``rec`` (hash -> slot of its newest record) is
-``kr[REC, key]``, the ghost records of resident hashes (``_dual``) are
-``kr[DUAL, key]``, a slot's hash (``key_of``) is ``sr[KEY, slot]``; the
-prompt's hash set is a stamp per key id (``kr[MARK]``); scores are computed
+``kr[key, REC]``, the ghost records of resident hashes (``_dual``) are
+``kr[key, DUAL]``, a slot's hash (``key_of``) is ``sr[slot, KEY]``; the
+prompt's hash set is a stamp per key id (``kr[:, MARK]``); scores are computed
 as the plugin's by-hash path does (``_score_by_keys``: the resident record of
 each block's hash, the chain cap by parent hash, the latest copy of a hash met
 in the pass capping its children), which the plugin's id-map path answers
@@ -72,15 +72,16 @@ HOOK_CALLS, ORDER, TWICE, AT = range(5, 9)
 NCOUNTERS_S = 9
 #: :func:`replay_spf` status: done, a request too big, a lookup found a block twice, more record slots needed.
 DONE, TOO_BIG, FOUND_TWICE, NEED_SLOTS = range(4)
-#: Per-slot rows of ``sr`` (the plugin's record fields, ``_REC``; ``KEY``: the slot's hash, ``STAMP``:
-#: its ghost-list position).
+#: Per-slot columns of ``sr`` (``(slots, 8)``: one 64-byte row per slot, as the plugin's ``_R``; its
+#: record fields, ``_REC``; ``KEY``: the slot's hash, ``STAMP``: its ghost-list position).
 STATE, LAST, CLS, COUNT, FIRST, EPOCH_OF, KEY, STAMP = range(8)
-NSROWS = 8
-#: Per-key-id rows of ``kr``: slot of its newest record (-1: none), of its ghost record while a newer
+NSCOLS = 8
+#: Per-key-id columns of ``kr`` (``(key ids, 4)``, a key's fields on one cache line): slot of its
+#: newest record (-1: none), of its ghost record while a newer
 #: one is resident (-1: none), the prompt stamp (arrival + 1 of the request whose prompt holds it),
 #: its position in the score batch being capped (-1: none).
 REC, DUAL, MARK, POS = range(4)
-NKROWS = 4
+NKCOLS = 4
 #: Policy counters ``pc``: arrival, kind of the request's prompt blocks, next rebuild, table epoch,
 #: ghost records, free slots, ghost list head and end. Floats ``pf``: frontier, next frontier.
 T, KIND, NEXT_BUILD, EPOCH, NGHOST, NFREE, QH, QT = range(8)
@@ -358,13 +359,13 @@ def _score(ids, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, t, ip):
     top = bucket.shape[0] - 1
     mt = ip[MAX_TTL]
     for k in range(n):
-        s = kr[REC, key_of[ids[k]]]
-        if s < 0 or sr[STATE, s] != 1:
+        s = kr[key_of[ids[k]], REC]
+        if s < 0 or sr[s, STATE] != 1:
             s = 0
-        t0 = sr[LAST, s]
+        t0 = sr[s, LAST]
         a = t - t0
         b = bucket[a if a < top else top]
-        c = sr[CLS, s]
+        c = sr[s, CLS]
         x[k] = vals[c, b]
         off = offs[c, b]
         if off < 0:
@@ -380,12 +381,12 @@ def _score(ids, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, t, ip):
             b = ids[k]
             p = par_of[b]
             if p >= 0:
-                j = kr[POS, p]
+                j = kr[p, POS]
                 if j >= 0 and x[j] < x[k]:
                     x[k] = x[j]
-            kr[POS, key_of[b]] = k
+            kr[key_of[b], POS] = k
         for k in range(n):
-            kr[POS, key_of[ids[k]]] = -1
+            kr[key_of[ids[k]], POS] = -1
     return x, e
 
 
@@ -467,8 +468,8 @@ def _evicted(gone, t, kr, sr, fs, q, never, vals, bucket, ip, pc, pf):
     n = gone.shape[0]
     slots = np.empty(n, np.int64)
     for j in range(n):
-        slots[j] = kr[REC, gone[j]]
-    state, stamp = sr[STATE], sr[STAMP]
+        slots[j] = kr[gone[j], REC]
+    state, stamp = sr[:, STATE], sr[:, STAMP]
     qt = pc[QT]
     if qt + n > q.shape[0]:  # _room: the live entries moved to the front, in order
         h = pc[QH]
@@ -486,19 +487,19 @@ def _evicted(gone, t, kr, sr, fs, q, never, vals, bucket, ip, pc, pf):
     x = -1.0
     s = slots[n - 1]
     if s > 0 and state[s] == 1:
-        a = t - sr[LAST, s]
+        a = t - sr[s, LAST]
         top = bucket.shape[0] - 1
-        x = vals[sr[CLS, s], bucket[a if a < top else top]]
-    keep, qt = pnb.evict_pass(slots, state, never, sr[CLS], sr[EPOCH_OF], pc[EPOCH], q, qt, stamp)
+        x = vals[sr[s, CLS], bucket[a if a < top else top]]
+    keep, qt = pnb.evict_pass(slots, state, never, sr[:, CLS], sr[:, EPOCH_OF], pc[EPOCH], q, qt, stamp)
     pc[QT] = qt
     if x > pf[THETA_NEXT]:
         pf[THETA_NEXT] = x
     pc[NGHOST] += keep.shape[0]
     for j in range(keep.shape[0]):
         k = gone[keep[j]]
-        g = kr[DUAL, k]
+        g = kr[k, DUAL]
         if g >= 0:  # the ghost record of a resident hash: the new ghost takes its place
-            kr[DUAL, k] = -1
+            kr[k, DUAL] = -1
             r = slots[keep[j]]
             p = stamp[g]
             stamp[r] = p
@@ -512,11 +513,11 @@ def _evicted(gone, t, kr, sr, fs, q, never, vals, bucket, ip, pc, pf):
         pc[QH] = qh
         for j in range(tr.shape[0]):
             s = tr[j]
-            k = sr[KEY, s]
-            if kr[REC, k] == s:
-                kr[REC, k] = -1
+            k = sr[s, KEY]
+            if kr[k, REC] == s:
+                kr[k, REC] = -1
             else:
-                kr[DUAL, k] = -1
+                kr[k, DUAL] = -1
             _release_slot(fs, pc, s)
         pc[NGHOST] -= tr.shape[0]
     return True
@@ -538,9 +539,9 @@ def _hit(blocks, h, t, key_of, depth_of, kr, sr, fs, hist, bucket, ip, pc):
     for j in range(h):
         b = blocks[j]
         grp[j] = pnb._group(kind, depth_of[b], nd, oc)
-        s = kr[REC, key_of[b]]
+        s = kr[key_of[b], REC]
         slots[j] = s
-        if not (s >= 0 and sr[STATE, s] == 1):
+        if not (s >= 0 and sr[s, STATE] == 1):
             m += 1
     og = grp
     os_ = slots
@@ -553,25 +554,25 @@ def _hit(blocks, h, t, key_of, depth_of, kr, sr, fs, hist, bucket, ip, pc):
         o = 0
         for j in range(h):
             s = slots[j]
-            if s >= 0 and sr[STATE, s] == 1:
+            if s >= 0 and sr[s, STATE] == 1:
                 og[o] = grp[j]
                 os_[o] = s
                 o += 1
                 continue
             k = key_of[blocks[j]]
             if s >= 0:  # a ghost record: kept in the list as the ghost of a resident hash
-                kr[DUAL, k] = s
+                kr[k, DUAL] = s
             ns = fs[base + i]
             i += 1
-            sr[LAST, ns] = t
-            sr[COUNT, ns] = 1
-            sr[CLS, ns] = grp[j] * pk
-            sr[FIRST, ns] = t
-            sr[STATE, ns] = 1
-            kr[REC, k] = ns
-            sr[KEY, ns] = k
+            sr[ns, LAST] = t
+            sr[ns, COUNT] = 1
+            sr[ns, CLS] = grp[j] * pk
+            sr[ns, FIRST] = t
+            sr[ns, STATE] = 1
+            kr[k, REC] = ns
+            sr[ns, KEY] = k
     if os_.shape[0]:
-        pnb.reaccess(os_, og, t, False, sr[LAST], sr[COUNT], sr[FIRST], sr[CLS], hist, bucket, pk, ip[MAX_COUNT],
+        pnb.reaccess(os_, og, t, False, sr[:, LAST], sr[:, COUNT], sr[:, FIRST], sr[:, CLS], hist, bucket, pk, ip[MAX_COUNT],
                      ip[GAP_CLASSES] != 0, ip[GAP_OCTAVES], ip[GAP_MEAN] != 0)
 
 
@@ -588,19 +589,19 @@ def _store(blocks, lo, n, t, key_of, depth_of, kr, sr, fs, hist, never, pw, buck
         b = blocks[lo + j]
         k = key_of[b]
         ids[j] = b
-        slots[j] = kr[REC, k]
-        kinds[j] = kind if kr[MARK, k] == t + 1 else 0
+        slots[j] = kr[k, REC]
+        kinds[j] = kind if kr[k, MARK] == t + 1 else 0
     fin, new, dup, back, base = pnb.store_records(
-        slots, kinds, ids, depth_of, ip[ND], ip[DEPTH_OCT], t, sr[STATE], never, sr[CLS], sr[EPOCH_OF], pc[EPOCH], pw,
-        sr[LAST], sr[COUNT], sr[FIRST], hist, bucket, ip[PER_KIND], ip[MAX_COUNT], ip[GAP_CLASSES] != 0,
+        slots, kinds, ids, depth_of, ip[ND], ip[DEPTH_OCT], t, sr[:, STATE], never, sr[:, CLS], sr[:, EPOCH_OF], pc[EPOCH], pw,
+        sr[:, LAST], sr[:, COUNT], sr[:, FIRST], hist, bucket, ip[PER_KIND], ip[MAX_COUNT], ip[GAP_CLASSES] != 0,
         ip[GAP_OCTAVES], ip[GAP_MEAN] != 0, fs, pc[NFREE])
     pc[NFREE] = base
     pc[NGHOST] -= back
     for j in range(new.shape[0]):  # in order: a hash twice, the later record is its record
         s = fin[new[j]]
         k = key_of[ids[new[j]]]
-        kr[REC, k] = s
-        sr[KEY, s] = k
+        kr[k, REC] = s
+        sr[s, KEY] = k
 
 
 @_jit
@@ -712,12 +713,12 @@ def replay_spf(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, start, fi
         seen = 0
         rb = ip[ROOT_BLOCKS]
         for j in range(f0, f1):
-            if seen > rb or kr[REC, bk[j]] < 0:
+            if seen > rb or kr[bk[j], REC] < 0:
                 break
             seen += 1
         pc[KIND] = 2 if seen > rb else 1
         for j in range(f0, f1):
-            kr[MARK, bk[j]] = t + 1
+            kr[bk[j], MARK] = t + 1
         if _expire(now, now, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, ip, ib, val, cmb, cmv, cmo, tk, ti, ak,
                    ai, qe, qb, ec, c) < -1:
             return -1
@@ -839,13 +840,13 @@ def new_state(pol, num_blocks: int, pin_cap: int, nkeys: int = 0) -> dict:
     st["key_of"], st["dn"], st["dp"], st["par_of"] = (np.full(num_blocks, -1, i64) for _ in range(4))
     st["hs"], st["depth_of"] = np.zeros(num_blocks, i64), np.zeros(num_blocks, i64)
     st["kh"], st["kt"] = np.full(nkeys, -1, np.int32), np.full(nkeys, -1, np.int32)
-    kr = np.zeros((NKROWS, nkeys), i64)
-    kr[[REC, DUAL, POS]] = -1
+    kr = np.zeros((nkeys, NKCOLS), i64)
+    kr[:, [REC, DUAL, POS]] = -1
     st["kr"] = kr
     ns = max(64, num_blocks + ghost_cap // 4)
-    sr = np.zeros((NSROWS, ns), i64)
-    sr[COUNT] = 1
-    sr[CLS, 0] = nc  # the sentinel's class: the all-zero, never-changing row
+    sr = np.zeros((ns, NSCOLS), i64)
+    sr[:, COUNT] = 1
+    sr[0, CLS] = nc  # the sentinel's class: the all-zero, never-changing row
     st["sr"] = sr
     st["fs"] = np.arange(ns - 1, -1, -1, dtype=i64)
     pc = np.zeros(8, i64)
@@ -878,19 +879,19 @@ def grow(st: dict, nkeys: int) -> None:
     g = max(nkeys, 2 * have, 1024) - have
     st["kh"] = np.concatenate([st["kh"], np.full(g, -1, np.int32)])
     st["kt"] = np.concatenate([st["kt"], np.full(g, -1, np.int32)])
-    more = np.zeros((NKROWS, g), np.int64)
-    more[[REC, DUAL, POS]] = -1
-    st["kr"] = np.concatenate([st["kr"], more], axis=1)
+    more = np.zeros((g, NKCOLS), np.int64)
+    more[:, [REC, DUAL, POS]] = -1
+    st["kr"] = np.concatenate([st["kr"], more])
 
 
 def _grow_slots(st: dict, m: int) -> None:
     """At least ``m`` more free record slots (``UtilityPolicy._room_slots``:
     the new slots at the bottom of the free stack)."""
     sr, fs, pc = st["sr"], st["fs"], st["pc"]
-    n = sr.shape[1]
+    n = sr.shape[0]
     g = max(n, m)
-    new = np.zeros((NSROWS, n + g), np.int64)
-    new[:, :n] = sr
+    new = np.zeros((n + g, NSCOLS), np.int64)
+    new[:n] = sr
     st["sr"] = new
     f = np.empty(n + g, np.int64)
     f[:g] = np.arange(n + g - 1, n - 1, -1)
@@ -943,7 +944,7 @@ def keep_keys(st: dict) -> np.ndarray:
     (resident or ghost), or the parent of a cached block (the chain cap
     compares parents' hashes)."""
     kr, key_of = st["kr"], st["key_of"]
-    keep = (st["kh"] >= 0) | (kr[REC] >= 0) | (kr[DUAL] >= 0)
+    keep = (st["kh"] >= 0) | (kr[:, REC] >= 0) | (kr[:, DUAL] >= 0)
     par = st["par_of"][key_of >= 0]
     keep[par[par >= 0]] = True
     return keep
@@ -967,15 +968,15 @@ def remap(st: dict, keep: np.ndarray) -> np.ndarray:
     par[key_of < 0] = -1
     relabel(par)
     sr = st["sr"]
-    relabel(sr[KEY])
+    relabel(sr[:, KEY])
     size = len(keep)
     for name in ("kh", "kt"):
         a = np.full(size, -1, st[name].dtype)
         a[:m] = st[name][old]
         st[name] = a
-    kr = np.zeros((NKROWS, size), np.int64)
-    kr[[REC, DUAL, POS]] = -1
-    kr[:, :m] = st["kr"][:, old]
+    kr = np.zeros((size, NKCOLS), np.int64)
+    kr[:, [REC, DUAL, POS]] = -1
+    kr[:m] = st["kr"][old]
     st["kr"] = kr
     return km
 
