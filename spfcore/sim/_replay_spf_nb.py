@@ -291,6 +291,79 @@ def _o_pop(cmb, cmv, cmo, val, ib, ec):
     return b
 
 
+# ------------------------------------------------------------ the expiry calendar
+# The evictor's arrivals calendar (an expiry at integer arrival ``x`` with ``base <= x < base + QW``
+# waits in bucket ``x % QW``, in push order = version order; others on the arrivals heap, merged by
+# ``(expiry, version)`` when read; ``base``: ``ec[QBASE]``, moved as the evictor moves it), kept
+# intrusively: a free block has at most one live expiry (the one of its version), so each block is
+# in at most one bucket, a doubly linked list through ``qe`` (``(3, blocks)``: its expiry, next and
+# previous block; -1 none), and leaves it when re-placed, hit or taken. The buckets hold no stale
+# entry, so a round reads only due blocks. ``qb`` ``(2, QW)``: first and last block per bucket.
+QW = ev.QW
+
+
+@_jit
+def _c_unlink(b, qe, qb):
+    """Block ``b`` leaves its bucket (if in one)."""
+    x = qe[0, b]
+    if x < 0:
+        return
+    k = x & (QW - 1)
+    nx, pv = qe[1, b], qe[2, b]
+    if pv >= 0:
+        qe[1, pv] = nx
+    else:
+        qb[0, k] = nx
+    if nx >= 0:
+        qe[2, nx] = pv
+    else:
+        qb[1, k] = pv
+    qe[0, b] = -1
+
+
+@_jit
+def _c_push(b, y, qe, qb):
+    """Block ``b`` (in no bucket) at the end of bucket ``y % QW``."""
+    k = y & (QW - 1)
+    t = qb[1, k]
+    qe[0, b], qe[1, b], qe[2, b] = y, -1, t
+    if t >= 0:
+        qe[1, t] = b
+    else:
+        qb[0, k] = b
+    qb[1, k] = b
+
+
+@_jit
+def _c_due_any(arrival, qb, ec):
+    """``spfcore._evictor_nb.q_due_any``: whether a bucket due by ``arrival``
+    holds a block; if none does, ``base`` moves past the clock."""
+    last = ev._q_last(arrival, ec)
+    for x in range(ec[ev.QBASE], last + 1):
+        if qb[0, x & (QW - 1)] >= 0:
+            return True
+    if last >= ec[ev.QBASE]:
+        ec[ev.QBASE] = np.int64(np.floor(min(arrival, ev.NEVER_ARRIVAL_F))) + 1
+    return False
+
+
+@_jit
+def _c_drain(arrival, qe, qb, ec):
+    """``spfcore._evictor_nb._q_drain``: the buckets due by ``arrival`` emptied, ``base`` moved past them."""
+    last = ev._q_last(arrival, ec)
+    if last < ec[ev.QBASE]:
+        return
+    for x in range(ec[ev.QBASE], last + 1):
+        k = x & (QW - 1)
+        b = qb[0, k]
+        while b >= 0:
+            nx = qe[1, b]
+            qe[0, b] = -1
+            b = nx
+        qb[0, k] = qb[1, k] = -1
+    ec[ev.QBASE] = np.int64(np.floor(min(arrival, ev.NEVER_ARRIVAL_F))) + 1
+
+
 @_jit
 def _place(ids, values, exp_a, orders, ib, val, cmb, cmv, cmo, tk, ti, ak, ai, qe, qb, ec):
     """``spfcore._evictor_nb.place`` for this policy's answers (tier 1, no
@@ -301,7 +374,7 @@ def _place(ids, values, exp_a, orders, ib, val, cmb, cmv, cmo, tk, ti, ak, ai, q
     a re-score); then stale expiry entries dropped as ``place`` does. Returns
     False (nothing done) if an expiry structure lacks room."""
     n = ids.shape[0]
-    if max(ec[ev.TN], ec[ev.AN], ec[ev.QN]) + n > ak.shape[0]:
+    if max(ec[ev.TN], ec[ev.AN]) + n > ak.shape[0]:
         return False
     has_ord = orders.shape[0] > 0
     v = ec[ev.VERSION]
@@ -311,9 +384,10 @@ def _place(ids, values, exp_a, orders, ib, val, cmb, cmv, cmo, tk, ti, ak, ai, q
         value = values[k]
         v += 1
         y = exp_a[k]
+        _c_unlink(i, qe, qb)  # (its entry, if any, is stale from now on)
         if y < ev.NEVER_ARRIVAL_F:
             if ev._q_fits(y, ec):
-                ev._q_push(qe, qb, ec, y, v, i)
+                _c_push(i, np.int64(y), qe, qb)
             else:
                 an = ev._t_push(ak, ai, an, y, v, i)
         ib[ev.VER, i] = v
@@ -331,10 +405,9 @@ def _place(ids, values, exp_a, orders, ib, val, cmb, cmv, cmo, tk, ti, ak, ai, q
         _o_set(i, old, cmb, cmv, cmo, val, ib)
     ec[ev.VERSION] = v
     tn = ec[ev.TN]
-    if tn + an + ec[ev.QN] > 2 * ec[ev.LIVE] + 1024:
+    if tn + an > 2 * ec[ev.LIVE] + 1024:  # (stale heap entries; the calendar keeps none)
         tn = ev._t_filter(ib, tk, ti, tn, -np.inf, True)
         an = ev._t_filter(ib, ak, ai, an, -np.inf, True)
-        ev._q_compact(ib, qe, qb, ec)
     ec[ev.TN], ec[ev.AN] = tn, an
     return True
 
@@ -400,8 +473,10 @@ def _lexsort2(primary, secondary):
 
 @_jit
 def _due(now, arrival, ib, tk, ti, ak, ai, qe, qb, c):
-    """``spfcore._evictor_nb.due``: the blocks whose score expired, in
-    ``(expiry, version)`` order, each once."""
+    """``spfcore._evictor_nb.due``: the blocks whose score expired by
+    ``now`` (seconds heap) then ``arrival`` (the calendar's due buckets merged
+    with the arrivals heap's live due entries), in ``(expiry, version)``
+    order, each once (a block has one live entry)."""
     tv = np.empty(0, np.int64)
     tid = np.empty(0, np.int64)
     if c[ev.TN]:
@@ -417,7 +492,35 @@ def _due(now, arrival, ib, tk, ti, ak, ai, qe, qb, c):
         if av.shape[0] > 1:
             o = _lexsort2(ak_, av)
             ak_, av, aid = ak_[o], av[o], aid[o]
-    return ev.due_live(tv, tid, ak_, av, aid, arrival, ib, qe, qb, c)
+    last = ev._q_last(arrival, c)
+    out = np.empty(tid.shape[0] + aid.shape[0] + c[ev.LIVE], np.int64)
+    m = 0
+    for j in range(tid.shape[0]):
+        i = tid[j]
+        if ib[ev.IN, i] and ib[ev.VER, i] == tv[j]:
+            out[m] = i
+            m += 1
+    h, nh = 0, aid.shape[0]
+    for x in range(c[ev.QBASE], last + 1):
+        b = qb[0, x & (QW - 1)]
+        while b >= 0:
+            v = ib[ev.VER, b]
+            while h < nh and (ak_[h] < x or (ak_[h] == x and av[h] < v)):
+                i = aid[h]
+                if ib[ev.IN, i] and ib[ev.VER, i] == av[h]:
+                    out[m] = i
+                    m += 1
+                h += 1
+            out[m] = b
+            m += 1
+            b = qe[1, b]
+    while h < nh:
+        i = aid[h]
+        if ib[ev.IN, i] and ib[ev.VER, i] == av[h]:
+            out[m] = i
+            m += 1
+        h += 1
+    return out[:m]
 
 
 @_jit
@@ -434,7 +537,7 @@ def _expire(now, arrival, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, 
         due = True
     elif ec[ev.AN] != 0 and ak[0] <= arrival:
         due = True
-    elif ev.q_due_any(arrival, qb, ec):
+    elif _c_due_any(arrival, qb, ec):
         due = True
     if not due:
         return -1
@@ -443,7 +546,9 @@ def _expire(now, arrival, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, 
     if n:
         c[HOOK_CALLS] += 1
     x, e = _score(ids, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, np.int64(arrival), ip)
-    ev.drain(now, arrival, ib, tk, ti, ak, ai, qe, qb, ec)
+    ec[ev.TN] = ev._t_drop(ib, tk, ti, ec[ev.TN], now)
+    ec[ev.AN] = ev._t_drop(ib, ak, ai, ec[ev.AN], arrival)
+    _c_drain(arrival, qe, qb, ec)
     if n:
         ei = np.empty(0, np.int64)
         if not _place(ids, x, e, ei, ib, val, cmb, cmv, cmo, tk, ti, ak, ai, qe, qb, ec):
@@ -625,7 +730,9 @@ def _alloc(n, blocks, at, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, 
     need = n - got
     if need:
         for j in range(need):  # the lowest (value, release order) first
-            blocks[at + got + j] = _o_pop(cmb, cmv, cmo, val, ib, ec)
+            b = _o_pop(cmb, cmv, cmo, val, ib, ec)
+            _c_unlink(b, qe, qb)
+            blocks[at + got + j] = b
     m = 0
     for j in range(n):
         if key_of[blocks[at + j]] >= 0:
@@ -742,6 +849,7 @@ def replay_spf(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, start, fi
                 ib[ev.IN, b] = 0
                 ec[ev.LIVE] -= 1
                 _o_remove(b, cmb, cmv, cmo, val, ib)
+                _c_unlink(b, qe, qb)
         # prefill: allocation, then the new full prompt blocks stored
         if not _alloc(np_ - h, blocks, h, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, fs, q, never,
                       vals, offs, bucket, ip, pc, pf, ib, val, cmb, cmv, cmo, tk, ti, ak, ai, qe, qb, ec, c, victims):
@@ -859,12 +967,13 @@ def new_state(pol, num_blocks: int, pin_cap: int, nkeys: int = 0) -> dict:
     nblk = max(int(num_blocks), 16)
     ib = np.zeros((ev.NROWS, nblk), i64)
     ib[ev.HST] = -1
-    cap = 4 * nblk + 4096  # the expiry heaps and the calendar's pool: room for any batch (see place)
+    cap = 4 * nblk + 4096  # the expiry heaps: room for any batch (see _place)
     nch = -(-nblk // CHUNK)
     st.update(ib=ib, val=np.zeros(nblk), cmb=np.full(nch, -1, i64), cmv=np.zeros(nch), cmo=np.zeros(nch, i64),
               tk=np.zeros(cap), ti=np.zeros((2, cap), i64), ak=np.zeros(cap),
               ai=np.zeros((2, cap), i64))
-    st["qe"], st["qb"], st["ec"] = ev.calendar(cap)
+    st["qe"], st["qb"] = np.full((3, nblk), -1, i64), np.full((2, QW), -1, i64)
+    st["ec"] = np.zeros(ev.NCOUNTERS, i64)
     c = np.zeros(NCOUNTERS_S, i64)
     init(num_blocks, np.zeros(num_blocks, i64), np.zeros(num_blocks, i64), st["hs"], c)
     st["c"] = c
