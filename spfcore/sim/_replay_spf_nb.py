@@ -25,7 +25,7 @@ compiled code is called from inside the kernel:
 The evictor's order and calendar are kept here in forms that give the same
 victims and the same re-score rounds for this policy (every block admitted,
 never pinned: the key is ``(value, release order)``, total), cheaper per
-re-score (about 140 blocks re-scored per arrival on the Mooncake trace, 20
+re-score (about 270 blocks re-scored per arrival on the Mooncake trace, 16
 times the victims): chunked minima instead of the lazy-deletion heap (see
 the order section), an intrusive calendar instead of the pooled one (see the
 calendar section). The due blocks are read in the evictor's ``(expiry,
@@ -216,8 +216,8 @@ def _build(hist, never, vals, offs, gap_prior, rep, lo_f, lo_int, ip, fp, pc, pf
 # The scored evictor's order for this policy: every block admitted (tier 1), never pinned, so the
 # key is (value ``val[b]``, release order ``ib[ORD, b]``), total (release orders are distinct); the
 # lowest free block is the victim. Any exact minimum gives the evictor's victims, so the order is
-# kept in a form that makes a re-score O(1) (a re-score round moves about 140 blocks per arrival on
-# the Mooncake trace, 20 times the victims): block ids in chunks of ``CHUNK``, per chunk the id of
+# kept in a form that makes a re-score O(1) (a re-score round moves about 270 blocks per arrival on
+# the Mooncake trace, 16 times the victims): block ids in chunks of ``CHUNK``, per chunk the id of
 # its lowest free block ``cmb`` (-1: none) and that block's key ``cmv``, ``cmo``; a victim is the
 # lowest chunk minimum (a scan of the chunks), and a chunk is scanned again when its minimum leaves
 # or rises. The evictor's rows IN, ORD and VER (and its calendar and expiry heaps) are kept as it

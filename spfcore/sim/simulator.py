@@ -46,15 +46,17 @@ pass without keeping keys. Concurrent mode holds the prepared workload.
 
 Compiled replays: in sequential mode, an arm whose policy implements no hook
 (``lru``: vLLM's own order), the shipped ``belady_oracle`` and the shipped
-``session_ttl`` in arrivals mode (``ttl_seconds`` unset) and the shipped
-``frequency`` (any ``min_count``, ``ghost_factor``) run as one numba-compiled
-loop over interned int arrays (:mod:`spfcore.sim._replay_nb`,
-:mod:`spfcore.sim._replay_ttl_nb`, :mod:`spfcore.sim._replay_freq_nb`): the
-same decisions, per-request records and counters as the reference loop
-:func:`_run_sequential` through the policy's hooks (tests compare every field
-and the victim sequence), 9-20x faster (CPU seconds, Mooncake trace: see
-results/sim-speed-compiled, results/sim-speed-session-ttl-compiled and
-results/sim-speed-frequency-compiled); the interned keys are kept on the
+``session_ttl`` in arrivals mode (``ttl_seconds`` unset), the shipped
+``frequency`` (any ``min_count``, ``ghost_factor``) and the shipped
+``spf_expected_utility`` (variant ``utility``, ``count_weight`` 0) run as one
+numba-compiled loop over interned int arrays (:mod:`spfcore.sim._replay_nb`,
+:mod:`spfcore.sim._replay_ttl_nb`, :mod:`spfcore.sim._replay_freq_nb`,
+:mod:`spfcore.sim._replay_spf_nb`): the same decisions, per-request records
+and counters as the reference loop :func:`_run_sequential` through the
+policy's hooks (tests compare every field and the victim sequence), 6-20x
+faster (CPU seconds, Mooncake trace: see results/sim-speed-compiled,
+results/sim-speed-session-ttl-compiled, results/sim-speed-frequency-compiled
+and results/sim-speed-spf-compiled); the interned keys are kept on the
 :class:`Prepared`. ``SPFCORE_SIM_REPLAY=python`` (:data:`REPLAY_ENV`) runs the
 reference loop instead. Their cells' ``policy_seconds`` and ``evict_seconds``
 are the compiled loop's whole time, and ``hook_seconds`` stays the policy's
@@ -486,7 +488,7 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
 
 #: Environment variable choosing the sequential replay of the arms that have a
 #: compiled one (:mod:`spfcore.sim._replay_nb`, :mod:`spfcore.sim._replay_ttl_nb`,
-#: :mod:`spfcore.sim._replay_freq_nb`): ``auto`` (default) runs it,
+#: :mod:`spfcore.sim._replay_freq_nb`, :mod:`spfcore.sim._replay_spf_nb`): ``auto`` (default) runs it,
 #: ``python`` the reference loop :func:`_run_sequential` through the policy's
 #: hooks (same decisions and counts, 13-20x slower).
 REPLAY_ENV = "SPFCORE_SIM_REPLAY"
@@ -983,14 +985,15 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
     :func:`_compiled_kind`): same return value, same ``rows``, same ``rt``
     counters (:meth:`_CompiledReplay.stats`); ``rt``'s block table is not
     kept. ``plans``: a :class:`Prepared` (its keys interned once and kept on
-    it) or an iterable of plans, read ``chunk`` requests at a time. ``lru``
-    and ``frequency`` keep the interned keys bounded by the cache (and
-    frequency's ghost list): once more than ``limit`` (default ``4 *
+    it) or an iterable of plans, read ``chunk`` requests at a time. ``lru``,
+    ``frequency`` and ``spf`` keep the interned keys bounded by the cache (and
+    the ghost list): once more than ``limit`` (default ``4 *
     num_blocks + ghost_cap + 65536``) are held, those no longer cached (nor
-    counted, nor ghosts) are forgotten (:meth:`_CompiledReplay.compact`);
+    counted, nor with a record, nor parents of cached blocks) are forgotten
+    (:meth:`_CompiledReplay.compact`);
     ``session_ttl`` its key ids and session ids alike
     (:meth:`_CompiledReplay.compact_ttl`: keys not cached, sessions not live).
-    ``frequency`` and ``session_ttl`` read their params from ``rt``'s policy. ``belady`` on a stream needs
+    ``frequency``, ``session_ttl`` and ``spf`` read their params from ``rt``'s policy. ``belady`` on a stream needs
     ``stream_future = (ids, (uses, uses_off))`` of :func:`_future_of_stream`.
     A :class:`~spfcore.sim.prepared.PreparedStream` is replayed in one call
     over its mapped key ids (and, for ``belady``, its mapped future index);
