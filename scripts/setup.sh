@@ -27,4 +27,5 @@ for p in "${PLUGINS[@]}"; do [ -f "$p/pyproject.toml" ] && "${PIP[@]}" -e "$p"; 
 "$VENV/bin/python" -c "import spfcore._evictor_nb as nb; nb.warm(); from spfcore_spf_expected_utility import _nb; _nb.warm()"
 "$VENV/bin/python" -c "import spfcore.sim._replay_nb as nb; nb.warm(); import spfcore.sim._replay_ttl_nb as t; t.warm()"
 "$VENV/bin/python" -c "import spfcore.sim._replay_freq_nb as nb; nb.warm()"  # frequency's (~3 s)
+"$VENV/bin/python" -c "import spfcore.sim._replay_spf_nb as nb; nb.warm()"  # spf_expected_utility's (~30 s)
 echo "$want" > "$VENV/.spfcore-stamp"

@@ -61,7 +61,8 @@ TIMING_FIELDS = ("wall_seconds", "hook_seconds", "policy_seconds", "evict_second
 
 
 #: Arms with a compiled sequential replay (:func:`spfcore.sim.simulator._compiled_kind`): cheap cells, run last.
-_COMPILED = frozenset({INFINITE, "lru", BELADY, "session_ttl", "frequency"})  # (session_ttl: in arrivals mode)
+_COMPILED = frozenset({INFINITE, "lru", BELADY, "session_ttl", "frequency",
+                       "spf_expected_utility"})  # (session_ttl: in arrivals mode; spf: variant utility)
 
 
 class SweepError(ValueError):

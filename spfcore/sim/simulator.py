@@ -46,15 +46,17 @@ pass without keeping keys. Concurrent mode holds the prepared workload.
 
 Compiled replays: in sequential mode, an arm whose policy implements no hook
 (``lru``: vLLM's own order), the shipped ``belady_oracle`` and the shipped
-``session_ttl`` in arrivals mode (``ttl_seconds`` unset) and the shipped
-``frequency`` (any ``min_count``, ``ghost_factor``) run as one numba-compiled
-loop over interned int arrays (:mod:`spfcore.sim._replay_nb`,
-:mod:`spfcore.sim._replay_ttl_nb`, :mod:`spfcore.sim._replay_freq_nb`): the
-same decisions, per-request records and counters as the reference loop
-:func:`_run_sequential` through the policy's hooks (tests compare every field
-and the victim sequence), 9-20x faster (CPU seconds, Mooncake trace: see
-results/sim-speed-compiled, results/sim-speed-session-ttl-compiled and
-results/sim-speed-frequency-compiled); the interned keys are kept on the
+``session_ttl`` in arrivals mode (``ttl_seconds`` unset), the shipped
+``frequency`` (any ``min_count``, ``ghost_factor``) and the shipped
+``spf_expected_utility`` (variant ``utility``, ``count_weight`` 0) run as one
+numba-compiled loop over interned int arrays (:mod:`spfcore.sim._replay_nb`,
+:mod:`spfcore.sim._replay_ttl_nb`, :mod:`spfcore.sim._replay_freq_nb`,
+:mod:`spfcore.sim._replay_spf_nb`): the same decisions, per-request records
+and counters as the reference loop :func:`_run_sequential` through the
+policy's hooks (tests compare every field and the victim sequence), 6-20x
+faster (CPU seconds, Mooncake trace: see results/sim-speed-compiled,
+results/sim-speed-session-ttl-compiled, results/sim-speed-frequency-compiled
+and results/sim-speed-spf-compiled); the interned keys are kept on the
 :class:`Prepared`. ``SPFCORE_SIM_REPLAY=python`` (:data:`REPLAY_ENV`) runs the
 reference loop instead. Their cells' ``policy_seconds`` and ``evict_seconds``
 are the compiled loop's whole time, and ``hook_seconds`` stays the policy's
@@ -486,13 +488,14 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
 
 #: Environment variable choosing the sequential replay of the arms that have a
 #: compiled one (:mod:`spfcore.sim._replay_nb`, :mod:`spfcore.sim._replay_ttl_nb`,
-#: :mod:`spfcore.sim._replay_freq_nb`): ``auto`` (default) runs it,
+#: :mod:`spfcore.sim._replay_freq_nb`, :mod:`spfcore.sim._replay_spf_nb`): ``auto`` (default) runs it,
 #: ``python`` the reference loop :func:`_run_sequential` through the policy's
 #: hooks (same decisions and counts, 13-20x slower).
 REPLAY_ENV = "SPFCORE_SIM_REPLAY"
 _nb = None  # spfcore.sim._replay_nb, once loaded
 _nbf = None  # spfcore.sim._replay_freq_nb, once loaded
 _ttl_nb = None  # spfcore.sim._replay_ttl_nb, once loaded
+_spf_nb = None  # spfcore.sim._replay_spf_nb, once loaded
 
 
 def replay_mode() -> str:
@@ -517,7 +520,10 @@ def _compiled_kind(rt: PolicyRuntime) -> str | None:
     :func:`~spfcore.sim._replay_ttl_nb.replay_ttl`), ``"frequency"`` for the
     shipped ``frequency`` plugin's own class (not a subclass) with params the
     replay takes (:func:`_frequency_params`; its decisions in
-    :func:`~spfcore.sim._replay_freq_nb.replay_frequency`), else ``None``;
+    :func:`~spfcore.sim._replay_freq_nb.replay_frequency`), ``"spf"`` for the
+    shipped ``spf_expected_utility`` plugin's own class with variant
+    ``"utility"`` and params the replay takes (:func:`_spf_policy`; its
+    decisions in :func:`~spfcore.sim._replay_spf_nb.replay_spf`), else ``None``;
     always ``None`` with :data:`REPLAY_ENV` = ``python`` or with hook calls
     monitored (``SPFCORE_TRACE_HOOKS``).
 
@@ -541,7 +547,26 @@ def _compiled_kind(rt: PolicyRuntime) -> str | None:
         return "session_ttl"  # arrivals mode, ``until`` exact in float64 (seconds mode: the Python loop)
     if cls is not None and (cls.__module__, cls.__qualname__) == ("spfcore_frequency", "FrequencyPolicy"):
         return "frequency" if _frequency_params(rt) is not None else None
+    if cls is not None and (cls.__module__, cls.__qualname__) == ("spfcore_spf_expected_utility",
+                                                                  "ExpectedUtilityPolicy"):
+        return "spf" if _spf_policy(rt) is not None else None
     return None
+
+
+def _spf_policy(rt: PolicyRuntime):
+    """The configured ``UtilityPolicy`` of ``rt``'s shipped
+    ``spf_expected_utility`` policy (variant ``"utility"``, the variant's own
+    class, every hook the variant's), or ``None`` where the compiled replay
+    does not stand in (variant ``"seed"``, a subclass, ``count_weight`` > 0:
+    see :func:`spfcore.sim._replay_spf_nb.supports`)."""
+    inst = next(iter(rt.pm.get_plugins()))
+    impl = getattr(inst, "impl", None)
+    p = getattr(inst, "params", None)
+    if getattr(p, "variant", None) != "utility" or type(impl).__qualname__ != "UtilityPolicy" \
+            or type(impl).__module__ != "spfcore_spf_expected_utility.utility":
+        return None
+    from spfcore.sim import _replay_spf_nb  # (numba: only for the arm that runs it)
+    return impl if _replay_spf_nb.supports(impl) else None
 
 
 def _frequency_params(rt: PolicyRuntime) -> tuple[int, int] | None:
@@ -575,9 +600,14 @@ def _load_kernels(kind: str | None):
     kernels compiled or loaded from numba's cache once a process: returns
     :mod:`spfcore.sim._replay_nb` (:func:`_load_nb`); for ``"frequency"``
     also loads :mod:`spfcore.sim._replay_freq_nb` (kept in ``_nbf``), for
-    ``"session_ttl"`` :mod:`spfcore.sim._replay_ttl_nb` (kept in ``_ttl_nb``)."""
-    global _nbf, _ttl_nb
+    ``"session_ttl"`` :mod:`spfcore.sim._replay_ttl_nb` (kept in ``_ttl_nb``),
+    for ``"spf"`` :mod:`spfcore.sim._replay_spf_nb` (kept in ``_spf_nb``)."""
+    global _nbf, _ttl_nb, _spf_nb
     nb = _load_nb()
+    if kind == "spf" and _spf_nb is None:
+        from spfcore.sim import _replay_spf_nb
+        _replay_spf_nb.warm()
+        _spf_nb = _replay_spf_nb
     if kind == "frequency" and _nbf is None:
         from spfcore.sim import _replay_freq_nb
         _replay_freq_nb.warm()
@@ -671,7 +701,9 @@ class _CompiledReplay:
     ``"session_ttl"`` with ``params = (ttl_arrivals, pin cap in blocks,
     max_sessions)`` (its state in :mod:`spfcore.sim._replay_ttl_nb`), or
     ``"frequency"`` with ``params = (min_count, ghost_cap)``
-    (:func:`_frequency_params`)."""
+    (:func:`_frequency_params`), or ``"spf"`` with ``params = (the
+    configured UtilityPolicy, pin cap in blocks)`` (its state in
+    :mod:`spfcore.sim._replay_spf_nb`)."""
 
     def __init__(self, num_blocks: int, kind: str = "lru", victims: list | None = None,
                  future: tuple | None = None, params: tuple | None = None) -> None:
@@ -703,6 +735,10 @@ class _CompiledReplay:
             self.key_of, self.kh, self.kt, self.dn, self.dp, self.hs, self.inn, self.ordr = st[:8]
             self.cnt, self.gv, self.gn, self.gp = st[8:12]  # per key id: count, ghost count, ghost list links
             self.heaps, self.c = list(st[12:16]), st[16]
+        elif kind == "spf":
+            self.st = _spf_nb.new_state(params[0], num_blocks, params[1])
+            self.ghost_cap = int(self.st["ip"][_spf_nb.GHOST_CAP])
+            self.c = self.st["c"]
 
     def run(self, flat: tuple, nkeys: int, first_id: int = 0, sid: np.ndarray | None = None,
             nsessions: int = 0) -> np.ndarray:
@@ -719,6 +755,8 @@ class _CompiledReplay:
         """
         if self.kind == "session_ttl":
             return self._run_ttl(flat, nkeys, first_id, sid, nsessions)
+        if self.kind == "spf":
+            return self._run_spf(flat, nkeys, first_id)
         if self.kind == "frequency" and nkeys >= 2**31:  # (its ghost list links key ids as int32)
             raise ValueError(f"{nkeys} key ids: the compiled frequency replay takes < 2**31")
         if nkeys > len(self.kh):  # room for every key id of the chunk
@@ -788,6 +826,27 @@ class _CompiledReplay:
             raise self._too_big(first_id + bad, int(n_total[bad]))
         return hits
 
+    def _run_spf(self, flat: tuple, nkeys: int, first_id: int) -> np.ndarray:
+        sn, st = _spf_nb, self.st
+        sn.grow(st, nkeys)
+        n_total = flat[7]
+        hits = np.empty(len(n_total), np.int64)
+        rec = self.victims is not None
+        victims = np.empty(int(n_total.sum()) if rec else 0, np.int64)
+        c = self.c
+        c[sn.NVICT] = 0
+        status = sn.run(st, tuple(map(_readonly, flat)), first_id, hits, victims)
+        if rec:
+            self.victims.extend(victims[: c[sn.NVICT]].tolist())
+        if status == sn.FOUND_TWICE:  # the reference loop's touch raises here
+            raise KeyError(f"block {int(c[sn.TWICE])} is not free")
+        if status == sn.TOO_BIG:
+            at = int(c[sn.AT])
+            raise self._too_big(first_id + at, int(n_total[at]))
+        if status != sn.DONE:
+            raise RuntimeError(f"compiled spf replay: no room in its state (status {status})")
+        return hits
+
     def _ttl_keep(self) -> tuple[np.ndarray, np.ndarray]:
         """(``session_ttl``) The key ids and session ids the state still names."""
         tn, st = _ttl_nb, self.st
@@ -852,10 +911,16 @@ class _CompiledReplay:
         return hits
 
     def compact(self, ids: dict) -> dict:
-        """(``lru``, ``frequency``) Renumber the keys still cached (and, for
-        ``frequency``, those counted or on the ghost list) densely from 0 and
+        """(``lru``, ``frequency``, ``spf``) Renumber the keys still cached (and, for
+        ``frequency``, those counted or on the ghost list; for ``spf`` those
+        with a record or parents of cached blocks) densely from 0 and
         forget the others (bounds ``ids`` by the cache and the ghost list,
         not the trace); returns the new key -> id map."""
+        if self.kind == "spf":
+            keep = _spf_nb.keep_keys(self.st)
+            live = {k: i for k, i in ids.items() if keep[i]}
+            km = _spf_nb.remap(self.st, keep)
+            return dict(zip(live, km[np.fromiter(live.values(), np.int64, len(live))].tolist()))
         kh = self.kh
         keep = kh >= 0
         if self.kind == "frequency":
@@ -907,6 +972,8 @@ class _CompiledReplay:
             rt.pins_refused_replayed += int(c[_ttl_nb.REFUSED])
         elif self.kind == "frequency":
             rt.hook_calls += int(c[_nbf.HOOK_CALLS])
+        elif self.kind == "spf":
+            rt.hook_calls += int(c[_spf_nb.HOOK_CALLS])
         rt.policy_seconds += seconds
         rt.evict_seconds += seconds
 
@@ -918,14 +985,15 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
     :func:`_compiled_kind`): same return value, same ``rows``, same ``rt``
     counters (:meth:`_CompiledReplay.stats`); ``rt``'s block table is not
     kept. ``plans``: a :class:`Prepared` (its keys interned once and kept on
-    it) or an iterable of plans, read ``chunk`` requests at a time. ``lru``
-    and ``frequency`` keep the interned keys bounded by the cache (and
-    frequency's ghost list): once more than ``limit`` (default ``4 *
+    it) or an iterable of plans, read ``chunk`` requests at a time. ``lru``,
+    ``frequency`` and ``spf`` keep the interned keys bounded by the cache (and
+    the ghost list): once more than ``limit`` (default ``4 *
     num_blocks + ghost_cap + 65536``) are held, those no longer cached (nor
-    counted, nor ghosts) are forgotten (:meth:`_CompiledReplay.compact`);
+    counted, nor with a record, nor parents of cached blocks) are forgotten
+    (:meth:`_CompiledReplay.compact`);
     ``session_ttl`` its key ids and session ids alike
     (:meth:`_CompiledReplay.compact_ttl`: keys not cached, sessions not live).
-    ``frequency`` and ``session_ttl`` read their params from ``rt``'s policy. ``belady`` on a stream needs
+    ``frequency``, ``session_ttl`` and ``spf`` read their params from ``rt``'s policy. ``belady`` on a stream needs
     ``stream_future = (ids, (uses, uses_off))`` of :func:`_future_of_stream`.
     A :class:`~spfcore.sim.prepared.PreparedStream` is replayed in one call
     over its mapped key ids (and, for ``belady``, its mapped future index);
@@ -950,6 +1018,8 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
                 v = pl[0]
                 keep((v.request_id, v.session_id, v.prefix_group, pl[6], v.num_prompt_tokens, h))
 
+    if kind == "spf":  # the configured policy: its parameters and tables, as its hooks read them
+        params = (_spf_policy(rt), rt.pin_cap)
     ttl = None
     if kind == "session_ttl":  # the policy's parameters, as its hooks read them
         inst = next(iter(rt.pm.get_plugins()))
@@ -990,7 +1060,7 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
             sid = _flatten_sessions(pls, sids) if ttl else None
             account(pls, st.run(_flatten(pls, ids), len(ids), first, sid, len(sids)))
             first += len(pls)
-            if kind in ("lru", "frequency") and len(ids) > limit:
+            if kind in ("lru", "frequency", "spf") and len(ids) > limit:
                 ids = st.compact(ids)
             elif ttl and (len(ids) > limit or len(sids) > limit):  # keys not cached, sessions not live
                 ids, sids = st.compact_ttl(ids, sids)

@@ -1,0 +1,1114 @@
+"""The sequential replay of the shipped ``spf_expected_utility`` arm, variant
+``"utility"`` (learned hit density), as one numba-compiled loop over int
+arrays: the same model, the same decisions and the same counts as
+:func:`spfcore.sim.simulator._run_sequential` driving a
+:class:`~spfcore.runtime.PolicyRuntime` with
+``spfcore_spf_expected_utility.ExpectedUtilityPolicy`` (its hooks, see
+:mod:`spfcore_spf_expected_utility.utility`) and the scored evictor it runs on
+(:mod:`spfcore.evictor`).
+
+Imported by the simulator on the first compiled ``spf`` replay only (see
+:mod:`spfcore.sim._replay_nb` for why numba is loaded late). Other modules'
+compiled code is called from inside the kernel:
+
+* the pool (per-key block lists, hashless stack, victims, counters):
+  :mod:`spfcore.sim._replay_nb` (``_insert``, ``_retire``, ``init``);
+* the policy's per-block passes and table rebuild:
+  ``spfcore_spf_expected_utility._nb`` (``store_records``, ``reaccess``,
+  ``evict_pass``, ``trim_pass``, ``index_table``, ``change_offsets``,
+  ``_group``), the plugin's own functions;
+* the scored evictor's expiry pieces, :mod:`spfcore._evictor_nb`
+  (``due_entries``, ``_q_fits``, ``_q_last``, the arrivals heap's
+  ``_t_push`` / ``_t_drop`` / ``_t_filter``), on its state layout (rows
+  ``IN``, ``ORD``, ``VER`` per block, its counters).
+
+The evictor's order and calendar are kept here in forms that give the same
+victims and the same re-score rounds for this policy (every block admitted,
+never pinned: the key is ``(value, release order)``, total), cheaper per
+re-score (about 270 blocks re-scored per arrival on the Mooncake trace, 16
+times the victims): chunked minima instead of the lazy-deletion heap (see
+the order section), an intrusive calendar instead of the pooled one (see the
+calendar section). The due blocks are read in the evictor's ``(expiry,
+version)`` order, the victims are its lowest keys, and the counters it
+keeps (versions, live blocks, the calendar's window) move as in it.
+
+What this module adds is the plugin's Python glue, over key ids instead of
+hashes: the record dict ``rec`` (hash -> slot of its newest record) is
+``kr[key, REC]``, the ghost records of resident hashes (``_dual``) are
+``kr[key, DUAL]``, a slot's hash (``key_of``) is ``sr[slot, KEY]``; the
+prompt's hash set is a stamp per key id (``kr[:, MARK]``); scores are computed
+as the plugin's by-hash path does (``_score_by_keys``: the resident record of
+each block's hash, the chain cap by parent hash, the latest copy of a hash met
+in the pass capping its children), which the plugin's id-map path answers
+identically. The plugin's id map, orphans and slot generations decide nothing
+(they only pick between the two identical paths) and are not kept. The
+histogram reductions numpy does in ``UtilityPolicy._build`` are reproduced in
+numpy's summation order (``hist.sum(0)``: row by row; ``never.sum()`` and
+``pooled.sum()``: numpy's pairwise sum, :func:`_pairwise`); ``decay ** k`` is
+Python's, computed by the caller (:func:`run`).
+
+Runtime order per request (:func:`spfcore.sim.simulator._run_sequential`):
+arrival hook (table rebuild every ``period`` arrivals, request kind), expired
+scores re-scored (one score call), lookup, hit hook, touch, allocation
+(expired scores first if cached blocks are taken; victims; one evicted call
+with the cached victims' hashes), store hook (new full prompt blocks), decode
+(store one block, allocate one), release (one score call for the cached
+blocks, tail first; hashless blocks on top of the stack).
+
+Covered: every ``utility`` parameter except ``count_weight`` > 0 (the
+simulator's Python loop runs that, and the ``seed`` variant).
+
+State: a dict of arrays (:func:`new_state`), grown by :func:`grow`
+(key ids) and by :func:`run` (record slots, between requests); key ids may
+be renumbered between calls (:func:`remap`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from spfcore import _evictor_nb as ev
+from spfcore.sim._replay_nb import EVICT_CALLS, HSN, LRUN, NVICT, _insert, _retire, init, warm_trace
+from spfcore_spf_expected_utility import _nb as pnb
+
+#: More counter indices (after ``_replay_nb``'s first five): hook calls,
+#: release orders handed out, the block a lookup found twice, the request a
+#: status names.
+HOOK_CALLS, ORDER, TWICE, AT = range(5, 9)
+NCOUNTERS_S = 9
+#: :func:`replay_spf` status: done, a request too big, a lookup found a block twice, more record slots needed.
+DONE, TOO_BIG, FOUND_TWICE, NEED_SLOTS = range(4)
+#: Per-slot columns of ``sr`` (``(slots, 8)``: one 64-byte row per slot, as the plugin's ``_R``; its
+#: record fields, ``_REC``; ``KEY``: the slot's hash, ``STAMP``: its ghost-list position).
+STATE, LAST, CLS, COUNT, FIRST, EPOCH_OF, KEY, STAMP = range(8)
+NSCOLS = 8
+#: Per-key-id columns of ``kr`` (``(key ids, 4)``, a key's fields on one cache line): slot of its
+#: newest record (-1: none), of its ghost record while a newer
+#: one is resident (-1: none), the prompt stamp (arrival + 1 of the request whose prompt holds it),
+#: its position in the score batch being capped (-1: none).
+REC, DUAL, MARK, POS = range(4)
+NKCOLS = 4
+#: Policy counters ``pc``: arrival, kind of the request's prompt blocks, next rebuild, table epoch,
+#: ghost records, free slots, ghost list head and end. Floats ``pf``: frontier, next frontier.
+T, KIND, NEXT_BUILD, EPOCH, NGHOST, NFREE, QH, QT = range(8)
+THETA, THETA_NEXT = range(2)
+#: Integer parameters ``ip``.
+(ROOT_BLOCKS, PERIOD, MAX_TTL, CHAIN_MONO, GAP_CLASSES, GAP_OCTAVES, GAP_MEAN, ND, DEPTH_OCT, PER_KIND,
+ MAX_COUNT, GHOST_CAP, NBK, NC, USE_GAP, PIN_CAP) = range(16)
+#: Float parameters ``fp``.
+PRIOR_WEIGHT, DECAY, REL_TOL, CUT_FACTOR = range(4)
+NEVER = 2**62
+
+_jit = numba.njit(cache=True, nogil=True)
+
+
+@_jit
+def _pairwise_leaf(a, lo, n):
+    """numpy's pairwise sum of ``a[lo:lo + n]`` for ``n <= 128``: sequential
+    below 8, else eight accumulators, combined as a tree, then the rest."""
+    if n < 8:
+        res = -0.0
+        for i in range(n):
+            res += a[lo + i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = 8
+    m = n - n % 8
+    while i < m:
+        j = lo + i
+        r0 += a[j]
+        r1 += a[j + 1]
+        r2 += a[j + 2]
+        r3 += a[j + 3]
+        r4 += a[j + 4]
+        r5 += a[j + 5]
+        r6 += a[j + 6]
+        r7 += a[j + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
+
+
+@_jit
+def _pairwise(a, lo, n):
+    """numpy's pairwise sum of ``a[lo:lo + n]`` (float64, contiguous): the
+    same additions in the same order (``DOUBLE_pairwise_sum``: blocks of at
+    most 128 by :func:`_pairwise_leaf`; above, the two halves, the first
+    ``n // 2`` rounded down to a multiple of 8, summed and added). The
+    recursion is run on an explicit stack (numba's cache does not keep
+    recursive functions)."""
+    if n <= 128:
+        return _pairwise_leaf(a, lo, n)
+    slo = np.empty(64, np.int64)
+    sn = np.empty(64, np.int64)
+    sstate = np.zeros(64, np.int64)
+    sleft = np.zeros(64, np.float64)
+    slo[0], sn[0], sstate[0] = lo, n, 0
+    d = 0
+    ret = 0.0
+    while d >= 0:
+        m = sn[d]
+        if m <= 128:
+            ret = _pairwise_leaf(a, slo[d], m)
+            d -= 1
+            continue
+        h = m // 2
+        h -= h % 8
+        st = sstate[d]
+        if st == 0:  # the first half
+            sstate[d] = 1
+            d += 1
+            slo[d], sn[d], sstate[d] = slo[d - 1], h, 0
+        elif st == 1:  # its sum came back: the second half
+            sleft[d] = ret
+            sstate[d] = 2
+            d += 1
+            slo[d], sn[d], sstate[d] = slo[d - 1] + h, m - h, 0
+        else:
+            ret = sleft[d] + ret
+            d -= 1
+    return ret
+
+
+@_jit
+def np_sum(a):
+    """``a.sum()`` of a 1-d contiguous float64 array, bit for bit as numpy
+    (the reduction starts from 0.0 and adds the pairwise sum)."""
+    return 0.0 + _pairwise(a, 0, a.shape[0])
+
+
+@_jit
+def _build(hist, never, vals, offs, gap_prior, rep, lo_f, lo_int, ip, fp, pc, pf):
+    """``UtilityPolicy._build``: the index table and its re-score offsets
+    from the histograms (then decayed), the frontier moved on, a new epoch."""
+    nc, nb = hist.shape
+    pooled = np.empty(nb)
+    for j in range(nb):
+        pooled[j] = hist[0, j]
+    for c in range(1, nc):  # hist.sum(0): row by row
+        for j in range(nb):
+            pooled[j] += hist[c, j]
+    pooled_never = np_sum(never)
+    tot = np_sum(pooled) + pooled_never
+    pw = fp[PRIOR_WEIGHT]
+    idx, same = pnb.index_table(hist, never, pooled, pooled_never, tot, pw, tot > 0 and pw > 0, gap_prior,
+                                ip[USE_GAP] != 0, rep, lo_f, nb, ip[PER_KIND], fp[DECAY])
+    theta = pf[THETA]
+    cut = fp[CUT_FACTOR] * theta if theta > 0 else np.inf
+    o = pnb.change_offsets(idx, lo_int, fp[REL_TOL], cut, same)
+    for c in range(nc):
+        for j in range(nb):
+            vals[c, j] = idx[c, j]
+            offs[c, j] = o[c, j]
+    pf[THETA] = pf[THETA_NEXT]
+    pf[THETA_NEXT] = 0.0
+    pc[EPOCH] += 1
+
+
+# ------------------------------------------------------------ the order
+# The scored evictor's order for this policy: every block admitted (tier 1), never pinned, so the
+# key is (value ``val[b]``, release order ``ib[ORD, b]``), total (release orders are distinct); the
+# lowest free block is the victim. Any exact minimum gives the evictor's victims, so the order is
+# kept in a form that makes a re-score O(1) (a re-score round moves about 270 blocks per arrival on
+# the Mooncake trace, 16 times the victims): block ids in chunks of ``CHUNK``, per chunk the id of
+# its lowest free block ``cmb`` (-1: none) and that block's key ``cmv``, ``cmo``; a victim is the
+# lowest chunk minimum (a scan of the chunks), and a chunk is scanned again when its minimum leaves
+# or rises. The evictor's rows IN, ORD and VER (and its calendar and expiry heaps) are kept as it
+# keeps them, so its expiry kernels (``q_due_any``, ``due_live``, ``drain``) read this state as
+# their own.
+CHUNK = 64
+
+
+@_jit
+def _o_less(a, b, val, ib):
+    """Whether block ``a``'s key ranks below block ``b``'s."""
+    va, vb = val[a], val[b]
+    return va < vb or (va == vb and ib[ev.ORD, a] < ib[ev.ORD, b])
+
+
+@_jit
+def _o_min(b, cmb, cmv, cmo, val, ib):
+    """Block ``b`` is its chunk's minimum."""
+    c = b // CHUNK
+    cmb[c] = b
+    cmv[c] = val[b]
+    cmo[c] = ib[ev.ORD, b]
+
+
+@_jit
+def _o_scan(c, cmb, cmv, cmo, val, ib):
+    """Chunk ``c``'s minimum anew (a scan of its free blocks)."""
+    lo = c * CHUNK
+    hi = lo + CHUNK
+    if hi > val.shape[0]:
+        hi = val.shape[0]
+    m = -1
+    for b in range(lo, hi):
+        if ib[ev.IN, b] and (m < 0 or _o_less(b, m, val, ib)):
+            m = b
+    cmb[c] = m
+    if m >= 0:
+        cmv[c] = val[m]
+        cmo[c] = ib[ev.ORD, m]
+
+
+@_jit
+def _o_set(b, old, cmb, cmv, cmo, val, ib):
+    """Block ``b`` (free) got its value ``val[b]`` (``old``: its value before,
+    NaN if it was not in the order)."""
+    c = b // CHUNK
+    m = cmb[c]
+    if m == b:
+        if not (val[b] <= old):  # its chunk's minimum rose
+            _o_scan(c, cmb, cmv, cmo, val, ib)
+        else:
+            cmv[c] = val[b]
+    elif m < 0 or _o_less(b, m, val, ib):
+        _o_min(b, cmb, cmv, cmo, val, ib)
+
+
+@_jit
+def _o_remove(b, cmb, cmv, cmo, val, ib):
+    """Block ``b`` left the order (``ib[IN, b]`` already 0)."""
+    c = b // CHUNK
+    if cmb[c] == b:
+        _o_scan(c, cmb, cmv, cmo, val, ib)
+
+
+@_jit
+def _o_pop(cmb, cmv, cmo, val, ib, ec):
+    """The lowest free block, out of the order (IN cleared, LIVE counted)."""
+    best = -1
+    bv = 0.0
+    bo = 0
+    for c in range(cmb.shape[0]):
+        if cmb[c] >= 0:
+            v = cmv[c]
+            if best < 0 or v < bv or (v == bv and cmo[c] < bo):
+                best, bv, bo = c, v, cmo[c]
+    b = cmb[best]
+    ib[ev.IN, b] = 0
+    ec[ev.LIVE] -= 1
+    _o_scan(best, cmb, cmv, cmo, val, ib)
+    return b
+
+
+# ------------------------------------------------------------ the expiry calendar
+# The evictor's arrivals calendar (an expiry at integer arrival ``x`` with ``base <= x < base + QW``
+# waits in bucket ``x % QW``, in push order = version order; others on the arrivals heap, merged by
+# ``(expiry, version)`` when read; ``base``: ``ec[QBASE]``, moved as the evictor moves it), kept
+# intrusively: a free block has at most one live expiry (the one of its version), so each block is
+# in at most one bucket, a doubly linked list through ``qe`` (``(3, blocks)``: its expiry, next and
+# previous block; -1 none), and leaves it when re-placed, hit or taken. The buckets hold no stale
+# entry, so a round reads only due blocks. ``qb`` ``(2, QW)``: first and last block per bucket.
+QW = ev.QW
+
+
+@_jit
+def _c_unlink(b, qe, qb):
+    """Block ``b`` leaves its bucket (if in one)."""
+    x = qe[0, b]
+    if x < 0:
+        return
+    k = x & (QW - 1)
+    nx, pv = qe[1, b], qe[2, b]
+    if pv >= 0:
+        qe[1, pv] = nx
+    else:
+        qb[0, k] = nx
+    if nx >= 0:
+        qe[2, nx] = pv
+    else:
+        qb[1, k] = pv
+    qe[0, b] = -1
+
+
+@_jit
+def _c_push(b, y, qe, qb):
+    """Block ``b`` (in no bucket) at the end of bucket ``y % QW``."""
+    k = y & (QW - 1)
+    t = qb[1, k]
+    qe[0, b], qe[1, b], qe[2, b] = y, -1, t
+    if t >= 0:
+        qe[1, t] = b
+    else:
+        qb[0, k] = b
+    qb[1, k] = b
+
+
+@_jit
+def _c_due_any(arrival, qb, ec):
+    """``spfcore._evictor_nb.q_due_any``: whether a bucket due by ``arrival``
+    holds a block; if none does, ``base`` moves past the clock."""
+    last = ev._q_last(arrival, ec)
+    for x in range(ec[ev.QBASE], last + 1):
+        if qb[0, x & (QW - 1)] >= 0:
+            return True
+    if last >= ec[ev.QBASE]:
+        ec[ev.QBASE] = np.int64(np.floor(min(arrival, ev.NEVER_ARRIVAL_F))) + 1
+    return False
+
+
+@_jit
+def _c_drain(arrival, qe, qb, ec):
+    """``spfcore._evictor_nb._q_drain``: the buckets due by ``arrival`` emptied, ``base`` moved past them."""
+    last = ev._q_last(arrival, ec)
+    if last < ec[ev.QBASE]:
+        return
+    for x in range(ec[ev.QBASE], last + 1):
+        k = x & (QW - 1)
+        b = qb[0, k]
+        while b >= 0:
+            nx = qe[1, b]
+            qe[0, b] = -1
+            b = nx
+        qb[0, k] = qb[1, k] = -1
+    ec[ev.QBASE] = np.int64(np.floor(min(arrival, ev.NEVER_ARRIVAL_F))) + 1
+
+
+@_jit
+def _place(ids, values, exp_a, orders, ib, val, cmb, cmv, cmo, tk, ti, ak, ai, qe, qb, ec):
+    """``spfcore._evictor_nb.place`` for this policy's answers (tier 1, no
+    pin, arrival expiries ``exp_a`` float64, ``NEVER``: none): in sequence,
+    per block a new version, its expiry registered (the calendar if it fits,
+    else the arrivals heap), and its key set (a block in the order at the same
+    value stays where it is; ``orders`` empty: each block's own release order,
+    a re-score); then stale expiry entries dropped as ``place`` does. Returns
+    False (nothing done) if an expiry structure lacks room."""
+    n = ids.shape[0]
+    if max(ec[ev.TN], ec[ev.AN]) + n > ak.shape[0]:
+        return False
+    has_ord = orders.shape[0] > 0
+    v = ec[ev.VERSION]
+    an = ec[ev.AN]
+    for k in range(n):
+        i = ids[k]
+        value = values[k]
+        v += 1
+        y = exp_a[k]
+        _c_unlink(i, qe, qb)  # (its entry, if any, is stale from now on)
+        if y < ev.NEVER_ARRIVAL_F:
+            if ev._q_fits(y, ec):
+                _c_push(i, np.int64(y), qe, qb)
+            else:
+                an = ev._t_push(ak, ai, an, y, v, i)
+        ib[ev.VER, i] = v
+        if ib[ev.IN, i]:
+            old = val[i]
+            if old == value:  # same rank: stays where it is
+                continue
+        else:
+            old = np.nan
+            ib[ev.IN, i] = 1
+            ec[ev.LIVE] += 1
+            if has_ord:
+                ib[ev.ORD, i] = orders[k]
+        val[i] = value
+        _o_set(i, old, cmb, cmv, cmo, val, ib)
+    ec[ev.VERSION] = v
+    tn = ec[ev.TN]
+    if tn + an > 2 * ec[ev.LIVE] + 1024:  # (stale heap entries; the calendar keeps none)
+        tn = ev._t_filter(ib, tk, ti, tn, -np.inf, True)
+        an = ev._t_filter(ib, ak, ai, an, -np.inf, True)
+    ec[ev.TN], ec[ev.AN] = tn, an
+    return True
+
+
+@_jit
+def _score(ids, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, t, ip):
+    """``spfcore_score_blocks`` of blocks ``ids`` (by hash, as
+    ``UtilityPolicy._score_by_keys``): per block the value ``vals[cls,
+    bucket of age]`` of its hash's resident record (0, never expiring,
+    without one), capped at its parent's within the batch (``chain_monotone``;
+    the pass runs tail first when the first block is deeper than the last;
+    the latest copy of a hash met in the pass caps), and the expiry
+    ``min(last + offset, t + max_ttl)`` (offset < 0: never), as float64 (the
+    evictor's column).
+
+    Returns:
+        ``(values float64 (n,), arrival expiries float64 (n,))``.
+    """
+    n = ids.shape[0]
+    x = np.empty(n, np.float64)
+    e = np.empty(n, np.float64)
+    top = bucket.shape[0] - 1
+    mt = ip[MAX_TTL]
+    for k in range(n):
+        s = kr[key_of[ids[k]], REC]
+        if s < 0 or sr[s, STATE] != 1:
+            s = 0
+        t0 = sr[s, LAST]
+        a = t - t0
+        b = bucket[a if a < top else top]
+        c = sr[s, CLS]
+        x[k] = vals[c, b]
+        off = offs[c, b]
+        if off < 0:
+            e[k] = NEVER
+        else:
+            y = t0 + off
+            z = t + mt
+            e[k] = y if y < z else z
+    if n > 1 and ip[CHAIN_MONO] != 0:
+        back = depth_of[ids[0]] > depth_of[ids[n - 1]]
+        for q in range(n):
+            k = n - 1 - q if back else q
+            b = ids[k]
+            p = par_of[b]
+            if p >= 0:
+                j = kr[p, POS]
+                if j >= 0 and x[j] < x[k]:
+                    x[k] = x[j]
+            kr[key_of[b], POS] = k
+        for k in range(n):
+            kr[key_of[ids[k]], POS] = -1
+    return x, e
+
+
+@_jit
+def _lexsort2(primary, secondary):
+    """``np.lexsort((secondary, primary))`` (stable sorts, so ties keep their order)."""
+    o = np.argsort(secondary, kind="mergesort")
+    o2 = np.argsort(primary[o], kind="mergesort")
+    return o[o2]
+
+
+@_jit
+def _due(now, arrival, ib, tk, ti, ak, ai, qe, qb, c):
+    """``spfcore._evictor_nb.due``: the blocks whose score expired by
+    ``now`` (seconds heap) then ``arrival`` (the calendar's due buckets merged
+    with the arrivals heap's live due entries), in ``(expiry, version)``
+    order, each once (a block has one live entry)."""
+    tv = np.empty(0, np.int64)
+    tid = np.empty(0, np.int64)
+    if c[ev.TN]:
+        tk_, tv, tid = ev.due_entries(tk, ti, c[ev.TN], now)
+        if tv.shape[0] > 1:
+            o = _lexsort2(tk_, tv)
+            tv, tid = tv[o], tid[o]
+    ak_ = np.empty(0, np.float64)
+    av = np.empty(0, np.int64)
+    aid = np.empty(0, np.int64)
+    if c[ev.AN]:
+        ak_, av, aid = ev.due_entries(ak, ai, c[ev.AN], arrival)
+        if av.shape[0] > 1:
+            o = _lexsort2(ak_, av)
+            ak_, av, aid = ak_[o], av[o], aid[o]
+    last = ev._q_last(arrival, c)
+    out = np.empty(tid.shape[0] + aid.shape[0] + c[ev.LIVE], np.int64)
+    m = 0
+    for j in range(tid.shape[0]):
+        i = tid[j]
+        if ib[ev.IN, i] and ib[ev.VER, i] == tv[j]:
+            out[m] = i
+            m += 1
+    h, nh = 0, aid.shape[0]
+    for x in range(c[ev.QBASE], last + 1):
+        b = qb[0, x & (QW - 1)]
+        while b >= 0:
+            v = ib[ev.VER, b]
+            while h < nh and (ak_[h] < x or (ak_[h] == x and av[h] < v)):
+                i = aid[h]
+                if ib[ev.IN, i] and ib[ev.VER, i] == av[h]:
+                    out[m] = i
+                    m += 1
+                h += 1
+            out[m] = b
+            m += 1
+            b = qe[1, b]
+    while h < nh:
+        i = aid[h]
+        if ib[ev.IN, i] and ib[ev.VER, i] == av[h]:
+            out[m] = i
+            m += 1
+        h += 1
+    return out[:m]
+
+
+@_jit
+def _expire(now, arrival, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, ip, ib, val, cmb, cmv, cmo, tk, ti, ak, ai,
+            qe, qb, ec, c):
+    """``Evictor.plan_expired`` + ``commit``: if a score expired by
+    ``arrival`` (the evictor's short-circuit test: seconds heap, arrivals
+    heap, then the calendar, which moves its window when nothing is due), the
+    due blocks are re-scored in one score call and placed again (tier and
+    release order kept); the due entries are dropped. Returns -1, or -2 if
+    the evictor lacked room (a bug)."""
+    due = False
+    if ec[ev.TN] != 0 and tk[0] <= now:
+        due = True
+    elif ec[ev.AN] != 0 and ak[0] <= arrival:
+        due = True
+    elif _c_due_any(arrival, qb, ec):
+        due = True
+    if not due:
+        return -1
+    ids = _due(now, arrival, ib, tk, ti, ak, ai, qe, qb, ec)
+    n = ids.shape[0]
+    if n:
+        c[HOOK_CALLS] += 1
+    x, e = _score(ids, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, np.int64(arrival), ip)
+    ec[ev.TN] = ev._t_drop(ib, tk, ti, ec[ev.TN], now)
+    ec[ev.AN] = ev._t_drop(ib, ak, ai, ec[ev.AN], arrival)
+    _c_drain(arrival, qe, qb, ec)
+    if n:
+        ei = np.empty(0, np.int64)
+        if not _place(ids, x, e, ei, ib, val, cmb, cmv, cmo, tk, ti, ak, ai, qe, qb, ec):
+            return -2
+    return -1
+
+
+@_jit
+def _release_slot(fs, pc, s):
+    fs[pc[NFREE]] = s
+    pc[NFREE] += 1
+
+
+@_jit
+def _evicted(gone, t, kr, sr, fs, q, never, vals, bucket, ip, pc, pf):
+    """``UtilityPolicy.spfcore_blocks_evicted`` of hashes ``gone`` (key
+    ids, the cached victims' in victim order): the frontier candidate (the last
+    one's index), records to ghosts (``evict_pass``), a ghost record of a
+    resident hash replaced in place by the new ghost, then the oldest ghosts
+    trimmed beyond ``ghost_cap``. Returns False if the ghost list lacked room
+    (a bug)."""
+    n = gone.shape[0]
+    slots = np.empty(n, np.int64)
+    for j in range(n):
+        slots[j] = kr[gone[j], REC]
+    state, stamp = sr[:, STATE], sr[:, STAMP]
+    qt = pc[QT]
+    if qt + n > q.shape[0]:  # _room: the live entries moved to the front, in order
+        h = pc[QH]
+        k = 0
+        for p in range(h, qt):
+            s = q[p]
+            if state[s] == 2 and stamp[s] == p:
+                q[k] = s
+                stamp[s] = k
+                k += 1
+        pc[QH] = 0
+        qt = pc[QT] = k
+        if k + n > q.shape[0]:
+            return False
+    x = -1.0
+    s = slots[n - 1]
+    if s > 0 and state[s] == 1:
+        a = t - sr[s, LAST]
+        top = bucket.shape[0] - 1
+        x = vals[sr[s, CLS], bucket[a if a < top else top]]
+    keep, qt = pnb.evict_pass(slots, state, never, sr[:, CLS], sr[:, EPOCH_OF], pc[EPOCH], q, qt, stamp)
+    pc[QT] = qt
+    if x > pf[THETA_NEXT]:
+        pf[THETA_NEXT] = x
+    pc[NGHOST] += keep.shape[0]
+    for j in range(keep.shape[0]):
+        k = gone[keep[j]]
+        g = kr[k, DUAL]
+        if g >= 0:  # the ghost record of a resident hash: the new ghost takes its place
+            kr[k, DUAL] = -1
+            r = slots[keep[j]]
+            p = stamp[g]
+            stamp[r] = p
+            q[p] = r
+            state[g] = 0
+            _release_slot(fs, pc, g)
+            pc[NGHOST] -= 1
+    over = pc[NGHOST] - ip[GHOST_CAP]
+    if over > 0:  # the oldest ghosts leave
+        tr, qh = pnb.trim_pass(q, pc[QH], pc[QT], over, state, stamp)
+        pc[QH] = qh
+        for j in range(tr.shape[0]):
+            s = tr[j]
+            k = sr[s, KEY]
+            if kr[k, REC] == s:
+                kr[k, REC] = -1
+            else:
+                kr[k, DUAL] = -1
+            _release_slot(fs, pc, s)
+        pc[NGHOST] -= tr.shape[0]
+    return True
+
+
+@_jit
+def _hit(blocks, h, t, key_of, depth_of, kr, sr, fs, hist, bucket, ip, pc):
+    """``UtilityPolicy.spfcore_blocks_hit`` of ``blocks[:h]`` (by hash): a
+    block whose hash has no resident record gets a new one (a ghost record
+    stays as the hash's ghost, ``DUAL``); the others are re-accessed
+    (``reaccess``), groups of the request's kind at each block's depth."""
+    if h == 0:
+        return
+    kind = pc[KIND]
+    nd, oc, pk = ip[ND], ip[DEPTH_OCT], ip[PER_KIND]
+    grp = np.empty(h, np.int64)
+    slots = np.empty(h, np.int64)
+    m = 0
+    for j in range(h):
+        b = blocks[j]
+        grp[j] = pnb._group(kind, depth_of[b], nd, oc)
+        s = kr[key_of[b], REC]
+        slots[j] = s
+        if not (s >= 0 and sr[s, STATE] == 1):
+            m += 1
+    og = grp
+    os_ = slots
+    if m:
+        base = pc[NFREE] - m
+        pc[NFREE] = base
+        og = np.empty(h - m, np.int64)
+        os_ = np.empty(h - m, np.int64)
+        i = 0
+        o = 0
+        for j in range(h):
+            s = slots[j]
+            if s >= 0 and sr[s, STATE] == 1:
+                og[o] = grp[j]
+                os_[o] = s
+                o += 1
+                continue
+            k = key_of[blocks[j]]
+            if s >= 0:  # a ghost record: kept in the list as the ghost of a resident hash
+                kr[k, DUAL] = s
+            ns = fs[base + i]
+            i += 1
+            sr[ns, LAST] = t
+            sr[ns, COUNT] = 1
+            sr[ns, CLS] = grp[j] * pk
+            sr[ns, FIRST] = t
+            sr[ns, STATE] = 1
+            kr[k, REC] = ns
+            sr[ns, KEY] = k
+    if os_.shape[0]:
+        pnb.reaccess(os_, og, t, False, sr[:, LAST], sr[:, COUNT], sr[:, FIRST], sr[:, CLS], hist, bucket, pk, ip[MAX_COUNT],
+                     ip[GAP_CLASSES] != 0, ip[GAP_OCTAVES], ip[GAP_MEAN] != 0)
+
+
+@_jit
+def _store(blocks, lo, n, t, key_of, depth_of, kr, sr, fs, hist, never, pw, bucket, ip, pc):
+    """``UtilityPolicy.spfcore_blocks_stored`` of ``blocks[lo:lo + n]``
+    (their keys and depths already written): kinds (the request's for a hash
+    of its prompt, 0 otherwise), ``store_records``, the new records' hashes."""
+    slots = np.empty(n, np.int64)
+    kinds = np.empty(n, np.int64)
+    ids = np.empty(n, np.int64)
+    kind = pc[KIND]
+    for j in range(n):
+        b = blocks[lo + j]
+        k = key_of[b]
+        ids[j] = b
+        slots[j] = kr[k, REC]
+        kinds[j] = kind if kr[k, MARK] == t + 1 else 0
+    fin, new, dup, back, base = pnb.store_records(
+        slots, kinds, ids, depth_of, ip[ND], ip[DEPTH_OCT], t, sr[:, STATE], never, sr[:, CLS], sr[:, EPOCH_OF], pc[EPOCH], pw,
+        sr[:, LAST], sr[:, COUNT], sr[:, FIRST], hist, bucket, ip[PER_KIND], ip[MAX_COUNT], ip[GAP_CLASSES] != 0,
+        ip[GAP_OCTAVES], ip[GAP_MEAN] != 0, fs, pc[NFREE])
+    pc[NFREE] = base
+    pc[NGHOST] -= back
+    for j in range(new.shape[0]):  # in order: a hash twice, the later record is its record
+        s = fin[new[j]]
+        k = key_of[ids[new[j]]]
+        kr[k, REC] = s
+        sr[s, KEY] = k
+
+
+@_jit
+def _alloc(n, blocks, at, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, fs, q, never, vals, offs,
+           bucket, ip, pc, pf, ib, val, cmb, cmv, cmo, tk, ti, ak, ai, qe, qb, ec, c, victims):
+    """``PolicyRuntime.evict(n)``: ``n`` victims into ``blocks[at:]``
+    (expired scores re-scored first when cached blocks are taken; hashless
+    blocks first, then the evictor's lowest), one evicted call with the cached
+    victims' hashes, then each victim leaves the prefix cache. Returns False
+    on a bug (no room)."""
+    c[EVICT_CALLS] += 1
+    if n > c[HSN]:
+        if _expire(now, float(t), key_of, par_of, depth_of, kr, sr, vals, offs, bucket, ip, ib, val, cmb, cmv, cmo, tk, ti,
+                   ak, ai, qe, qb, ec, c) < -1:
+            return False
+    got = 0
+    while c[HSN] > 0 and got < n:
+        c[HSN] -= 1
+        blocks[at + got] = hs[c[HSN]]
+        got += 1
+    need = n - got
+    if need:
+        for j in range(need):  # the lowest (value, release order) first
+            b = _o_pop(cmb, cmv, cmo, val, ib, ec)
+            _c_unlink(b, qe, qb)
+            blocks[at + got + j] = b
+    m = 0
+    for j in range(n):
+        if key_of[blocks[at + j]] >= 0:
+            m += 1
+    if m:
+        gone = np.empty(m, np.int64)
+        i = 0
+        for j in range(n):
+            k = key_of[blocks[at + j]]
+            if k >= 0:
+                gone[i] = k
+                i += 1
+        c[HOOK_CALLS] += 1
+        if not _evicted(gone, t, kr, sr, fs, q, never, vals, bucket, ip, pc, pf):
+            return False
+    for j in range(n):
+        _retire(blocks[at + j], key_of, kh, kt, dn, dp, c, victims)
+    return True
+
+
+@_jit
+def _stored(blocks, lo, n, depth0, parent, keys, k0, t, key_of, kh, kt, dn, dp, par_of, depth_of, kr, sr, fs,
+            hist, never, pw, bucket, ip, pc, c):
+    """``PolicyRuntime.stored`` of ``blocks[lo:lo + n]`` with keys
+    ``keys[k0:k0 + n]`` from depth ``depth0``, the first one's parent key
+    ``parent`` (-1: none): the blocks cached, one stored call."""
+    for j in range(n):
+        b = blocks[lo + j]
+        k = keys[k0 + j]
+        depth_of[b] = depth0 + j
+        par_of[b] = parent
+        _insert(b, k, key_of, kh, kt, dn, dp)
+        parent = k
+    c[HOOK_CALLS] += 1
+    _store(blocks, lo, n, t, key_of, depth_of, kr, sr, fs, hist, never, pw, bucket, ip, pc)
+
+
+@_jit
+def replay_spf(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, start, first_arrival, ip, fp, bucket, lo_int,
+               rep, lo_f, gap_prior, pw, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, fs, q, hist, never,
+               vals, offs, pc, pf, ib, val, cmb, cmv, cmo, tk, ti, ak, ai, qe, qb, ec, c, blocks, hits, victims):
+    """Replay requests ``r = start .. len(n_prompt)-1`` (the request arrays
+    of :func:`spfcore.sim._replay_nb.replay`; request ``r`` at arrival index
+    ``first_arrival + r``) under the ``utility`` policy and the scored
+    evictor. Writes ``hits[r]``; appends every victim to ``victims`` unless
+    it is empty; ``blocks``: scratch of at least ``max(n_total)`` entries.
+
+    Args:
+        ip, fp: int64 / float64 parameters (indices above); bucket: bucket of
+            each small integer age (the last for older); lo_int: first integer
+            age of each bucket and the end; rep: representative gap per
+            bucket; lo_f: float bucket edges; gap_prior: ``(classes,
+            buckets)``; pw: ``decay ** k`` for every epoch reached.
+        others: the state of :func:`new_state` (pool, policy, evictor).
+
+    Returns:
+        A status (``DONE``; ``TOO_BIG``: request ``c[AT]`` needs more blocks
+        than are free, nothing of it replayed; ``FOUND_TWICE``: request
+        ``c[AT]``'s lookup found block ``c[TWICE]`` twice, after its hit hook,
+        where the reference loop's touch raises ``KeyError``; ``NEED_SLOTS``:
+        request ``c[AT]`` may need more record slots than are free, nothing of
+        it replayed; -1: the evictor or the ghost list lacked room, a bug).
+    """
+    for r in range(start, len(n_prompt)):
+        f0 = bk_off[r]
+        f1 = bk_off[r + 1]
+        nf = nf_[r]
+        np_, nt = n_prompt[r], n_total[r]
+        if nt > c[HSN] + ec[ev.LIVE]:
+            c[AT] = r
+            return TOO_BIG
+        if pc[NFREE] < 2 * nt + 2:
+            c[AT] = r
+            return NEED_SLOTS
+        t = first_arrival + r
+        now = float(t)
+        # arrival: the policy's hook (rebuild, kind, the prompt's hashes), then expired scores
+        c[HOOK_CALLS] += 1
+        pc[T] = t
+        if t >= pc[NEXT_BUILD]:
+            _build(hist, never, vals, offs, gap_prior, rep, lo_f, lo_int, ip, fp, pc, pf)
+            per = ip[PERIOD]
+            w = 1 + t // 4
+            pc[NEXT_BUILD] = t + (per if per < w else w)
+        seen = 0
+        rb = ip[ROOT_BLOCKS]
+        for j in range(f0, f1):
+            if seen > rb or kr[bk[j], REC] < 0:
+                break
+            seen += 1
+        pc[KIND] = 2 if seen > rb else 1
+        for j in range(f0, f1):
+            kr[bk[j], MARK] = t + 1
+        if _expire(now, now, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, ip, ib, val, cmb, cmv, cmo, tk, ti, ak,
+                   ai, qe, qb, ec, c) < -1:
+            return -1
+        # lookup, hit hook, touch
+        h = 0
+        while h < n_look[r]:
+            b = kh[bk[f0 + h]]
+            if b < 0:
+                break
+            blocks[h] = b
+            h += 1
+        c[HOOK_CALLS] += 1
+        _hit(blocks, h, t, key_of, depth_of, kr, sr, fs, hist, bucket, ip, pc)
+        if h:
+            for k in range(h):  # touch: they leave the order (a block met twice is not free: KeyError)
+                b = blocks[k]
+                if not ib[ev.IN, b]:
+                    c[TWICE] = b
+                    c[AT] = r
+                    return FOUND_TWICE
+                ib[ev.IN, b] = 0
+                ec[ev.LIVE] -= 1
+                _o_remove(b, cmb, cmv, cmo, val, ib)
+                _c_unlink(b, qe, qb)
+        # prefill: allocation, then the new full prompt blocks stored
+        if not _alloc(np_ - h, blocks, h, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, fs, q, never,
+                      vals, offs, bucket, ip, pc, pf, ib, val, cmb, cmv, cmo, tk, ti, ak, ai, qe, qb, ec, c, victims):
+            return -1
+        if nf > h:
+            _stored(blocks, h, nf - h, h, bk[f0 + h - 1] if h else -1, bk, f0 + h, t, key_of, kh, kt, dn, dp, par_of,
+                    depth_of, kr, sr, fs, hist, never, pw, bucket, ip, pc, c)
+        d0 = dk_off[r]
+        nd = dk_off[r + 1] - d0
+        nb_ = np_
+        done = nf
+        if nt > np_ or nd:  # decode: block j-1 fills (is cached), then block j is allocated
+            nf_all = nf + nd
+            parent = bk[f0 + nf - 1] if nf else -1
+            for j in range(np_, nt + 1):
+                if done < j and done < nf_all:
+                    _stored(blocks, done, 1, done, parent, dk, d0 + done - nf, t, key_of, kh, kt, dn, dp, par_of,
+                            depth_of, kr, sr, fs, hist, never, pw, bucket, ip, pc, c)
+                    parent = dk[d0 + done - nf]
+                    done += 1
+                if j < nt:
+                    if not _alloc(1, blocks, nb_, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, fs,
+                                  q, never, vals, offs, bucket, ip, pc, pf, ib, val, cmb, cmv, cmo, tk, ti, ak, ai, qe, qb,
+                                  ec, c, victims):
+                        return -1
+                    nb_ += 1
+        # release, tail first: the cached blocks scored (one call) and placed with new release orders;
+        # the hashless ones on top of the stack
+        if done:
+            ids = np.empty(done, np.int64)
+            for j in range(done):
+                ids[j] = blocks[done - 1 - j]
+            c[HOOK_CALLS] += 1
+            x, e = _score(ids, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, t, ip)
+            o = c[ORDER]
+            c[ORDER] = o + done
+            if not _place(ids, x, e, np.arange(o + 1, o + 1 + done), ib, val, cmb, cmv, cmo, tk, ti, ak, ai, qe,
+                          qb, ec):
+                return -1
+        for j in range(done, nb_):
+            hs[c[HSN]] = blocks[j]
+            c[HSN] += 1
+        hits[r] = h
+    c[LRUN] = ec[ev.LIVE]
+    return DONE
+
+
+def _params(pol, rt_pin_cap: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ip, fp)`` of a configured ``UtilityPolicy``: its params and
+    derived sizes, as the kernel reads them."""
+    p = pol.params
+    ip = np.zeros(16, np.int64)
+    ip[ROOT_BLOCKS], ip[PERIOD], ip[MAX_TTL] = p.root_blocks, p.period, p.max_ttl
+    ip[CHAIN_MONO], ip[GAP_CLASSES], ip[GAP_OCTAVES], ip[GAP_MEAN] = (p.chain_monotone, p.gap_classes,
+                                                                      p.gap_octaves, p.gap_mean)
+    ip[ND], ip[DEPTH_OCT], ip[PER_KIND], ip[MAX_COUNT] = pol.nd, p.depth_octaves, pol.per_kind, p.max_count
+    ip[GHOST_CAP], ip[NBK], ip[NC] = pol.ghost_cap, pol.nb, pol.nc
+    ip[USE_GAP] = bool(p.gap_prior > 0 and p.gap_classes)
+    ip[PIN_CAP] = rt_pin_cap
+    fp = np.array([float(p.prior_weight), float(p.decay), float(p.rel_tol), float(p.cut_factor)])
+    return ip, fp
+
+
+def supports(pol) -> bool:
+    """Whether the compiled replay stands in for ``pol`` (a configured
+    ``UtilityPolicy``, no hook called yet): ``count_weight`` 0 (its count
+    term is the Python loop's), integer parameters that fit int64, and the
+    derived tables the kernel reads present on the instance."""
+    p = pol.params
+    try:
+        ok = (p.count_weight == 0 and all(type(getattr(p, a)) is int and 0 <= getattr(p, a) < 2**40
+                                          for a in ("root_blocks", "period", "max_ttl", "gap_octaves",
+                                                    "depth_octaves", "max_count"))
+              and pol.t == 0 and not pol.rec and pol.next_build == 0)
+        for a in ("gap_prior", "_rep", "_lo_f", "_bucket_np", "_lo_int_np", "nb", "nc", "nd", "per_kind",
+                  "ghost_cap"):
+            getattr(pol, a)
+    except AttributeError:
+        return False
+    return bool(ok)
+
+
+def new_state(pol, num_blocks: int, pin_cap: int, nkeys: int = 0) -> dict:
+    """A fresh state for :func:`replay_spf` of a pool of ``num_blocks``
+    blocks (null block included), every usable block hashless and free, and
+    the configured (fresh) ``UtilityPolicy`` ``pol``'s parameters and tables;
+    room for ``nkeys`` key ids (:func:`grow` adds more)."""
+    i64 = np.int64
+    ip, fp = _params(pol, pin_cap)
+    nc, nbk, ghost_cap = int(ip[NC]), int(ip[NBK]), int(ip[GHOST_CAP])
+    st = {"ip": ip, "fp": fp, "bucket": np.ascontiguousarray(pol._bucket_np, i64),
+          "lo_int": np.ascontiguousarray(pol._lo_int_np, i64), "rep": np.ascontiguousarray(pol._rep, np.float64),
+          "lo_f": np.ascontiguousarray(pol._lo_f, np.float64),
+          "gap_prior": np.ascontiguousarray(pol.gap_prior, np.float64), "pw_list": [1.0]}
+    st["pw"] = np.ones(1)
+    st["key_of"], st["dn"], st["dp"], st["par_of"] = (np.full(num_blocks, -1, i64) for _ in range(4))
+    st["hs"], st["depth_of"] = np.zeros(num_blocks, i64), np.zeros(num_blocks, i64)
+    st["kh"], st["kt"] = np.full(nkeys, -1, np.int32), np.full(nkeys, -1, np.int32)
+    kr = np.zeros((nkeys, NKCOLS), i64)
+    kr[:, [REC, DUAL, POS]] = -1
+    st["kr"] = kr
+    ns = max(64, num_blocks + ghost_cap // 4)
+    sr = np.zeros((ns, NSCOLS), i64)
+    sr[:, COUNT] = 1
+    sr[0, CLS] = nc  # the sentinel's class: the all-zero, never-changing row
+    st["sr"] = sr
+    st["fs"] = np.arange(ns - 1, -1, -1, dtype=i64)
+    pc = np.zeros(8, i64)
+    pc[NFREE] = ns - 1
+    st["pc"], st["pf"] = pc, np.zeros(2)
+    st["q"] = np.zeros(2 * (ghost_cap + num_blocks) + 1024, i64)
+    st["hist"], st["never"] = np.zeros((nc, nbk)), np.zeros(nc)
+    st["vals"] = np.zeros((nc + 1, nbk))
+    st["offs"] = np.full((nc + 1, nbk), -1, i64)  # (the empty table: flat, never re-scored)
+    nblk = max(int(num_blocks), 16)
+    ib = np.zeros((ev.NROWS, nblk), i64)
+    ib[ev.HST] = -1
+    cap = 4 * nblk + 4096  # the expiry heaps: room for any batch (see _place)
+    nch = -(-nblk // CHUNK)
+    st.update(ib=ib, val=np.zeros(nblk), cmb=np.full(nch, -1, i64), cmv=np.zeros(nch), cmo=np.zeros(nch, i64),
+              tk=np.zeros(cap), ti=np.zeros((2, cap), i64), ak=np.zeros(cap),
+              ai=np.zeros((2, cap), i64))
+    st["qe"], st["qb"] = np.full((3, nblk), -1, i64), np.full((2, QW), -1, i64)
+    st["ec"] = np.zeros(ev.NCOUNTERS, i64)
+    c = np.zeros(NCOUNTERS_S, i64)
+    init(num_blocks, np.zeros(num_blocks, i64), np.zeros(num_blocks, i64), st["hs"], c)
+    st["c"] = c
+    return st
+
+
+def grow(st: dict, nkeys: int) -> None:
+    """Room for key ids below ``nkeys`` (doubling)."""
+    have = len(st["kh"])
+    if nkeys <= have:
+        return
+    g = max(nkeys, 2 * have, 1024) - have
+    st["kh"] = np.concatenate([st["kh"], np.full(g, -1, np.int32)])
+    st["kt"] = np.concatenate([st["kt"], np.full(g, -1, np.int32)])
+    more = np.zeros((g, NKCOLS), np.int64)
+    more[:, [REC, DUAL, POS]] = -1
+    st["kr"] = np.concatenate([st["kr"], more])
+
+
+def _grow_slots(st: dict, m: int) -> None:
+    """At least ``m`` more free record slots (``UtilityPolicy._room_slots``:
+    the new slots at the bottom of the free stack)."""
+    sr, fs, pc = st["sr"], st["fs"], st["pc"]
+    n = sr.shape[0]
+    g = max(n, m)
+    new = np.zeros((n + g, NSCOLS), np.int64)
+    new[:n] = sr
+    st["sr"] = new
+    f = np.empty(n + g, np.int64)
+    f[:g] = np.arange(n + g - 1, n - 1, -1)
+    nfree = int(pc[NFREE])
+    f[g:g + nfree] = fs[:nfree]
+    st["fs"] = f
+    pc[NFREE] = nfree + g
+
+
+def _pw(st: dict, top: int) -> None:
+    """``decay ** k`` for ``k = 0 .. top`` at least, by Python's pow (``UtilityPolicy._decay_pow``)."""
+    pw = st["pw_list"]
+    if top >= len(pw):
+        decay = float(st["fp"][DECAY])
+        pw += [decay ** k for k in range(len(pw), top + 1)]
+        st["pw"] = np.array(pw)
+
+
+_ARGS = ("ip", "fp", "bucket", "lo_int", "rep", "lo_f", "gap_prior", "pw", "key_of", "kh", "kt", "dn", "dp", "hs",
+         "par_of", "depth_of", "kr", "sr", "fs", "q", "hist", "never", "vals", "offs", "pc", "pf", "ib", "val", "cmb",
+         "cmv", "cmo", "tk", "ti", "ak", "ai", "qe", "qb", "ec", "c")
+
+
+def run(st: dict, flat: tuple, first_arrival: int, hits: np.ndarray, victims: np.ndarray) -> int:
+    """Replay one chunk (:func:`spfcore.sim.simulator._flatten`'s arrays,
+    key ids below ``len(st["kh"])``, its first request at arrival index
+    ``first_arrival``) into ``hits`` (per request, hit blocks) and
+    ``victims`` (empty: not recorded); record slots are added between
+    requests as needed.
+
+    Returns:
+        :func:`replay_spf`'s status (never ``NEED_SLOTS``).
+    """
+    n_total = flat[7]
+    if not len(n_total):
+        return DONE
+    blocks = np.empty(int(n_total.max()), np.int64)
+    start = 0
+    while True:
+        _pw(st, int(st["pc"][EPOCH]) + len(n_total) - start + 2)  # at most one table build per request
+        status = replay_spf(*flat, start, first_arrival, *(st[a] for a in _ARGS), blocks, hits, victims)
+        if status != NEED_SLOTS:
+            return status
+        start = int(st["c"][AT])
+        _grow_slots(st, 2 * int(n_total[start]) + 2)
+
+
+def keep_keys(st: dict) -> np.ndarray:
+    """Per key id, whether the state still names it: cached, with a record
+    (resident or ghost), or the parent of a cached block (the chain cap
+    compares parents' hashes)."""
+    kr, key_of = st["kr"], st["key_of"]
+    keep = (st["kh"] >= 0) | (kr[:, REC] >= 0) | (kr[:, DUAL] >= 0)
+    par = st["par_of"][key_of >= 0]
+    keep[par[par >= 0]] = True
+    return keep
+
+
+def remap(st: dict, keep: np.ndarray) -> np.ndarray:
+    """Renumber the key ids ``keep`` marks densely from 0 (in order) and
+    forget the others (between calls; decisions do not depend on the
+    labels). Returns the old -> new map (-1: forgotten)."""
+    old = np.flatnonzero(keep)
+    m = len(old)
+    km = np.full(len(keep), -1, np.int64)
+    km[old] = np.arange(m)
+
+    def relabel(a: np.ndarray) -> None:
+        held = a >= 0
+        a[held] = km[a[held]]
+    key_of = st["key_of"]
+    relabel(key_of)
+    par = st["par_of"]
+    par[key_of < 0] = -1
+    relabel(par)
+    sr = st["sr"]
+    relabel(sr[:, KEY])
+    size = len(keep)
+    for name in ("kh", "kt"):
+        a = np.full(size, -1, st[name].dtype)
+        a[:m] = st[name][old]
+        st[name] = a
+    kr = np.zeros((size, NKCOLS), np.int64)
+    kr[:, [REC, DUAL, POS]] = -1
+    kr[:m] = st["kr"][old]
+    st["kr"] = kr
+    return km
+
+
+def warm() -> None:
+    """Call the kernel once on a tiny replay with the argument types the
+    simulator uses: compiles it (or loads numba's on-disk cache) now."""
+    from spfcore_spf_expected_utility.utility import UtilityPolicy
+
+    trace, _ = warm_trace()
+    nb = 8
+    pol = UtilityPolicy()
+    pol.spfcore_cache_configured(num_blocks=nb, block_size=16)
+    st = new_state(pol, nb, 4, 4)
+    i64 = np.int64
+    run(st, trace, 0, np.empty(2, i64), np.empty(8, i64))
+    keep_keys(st)
