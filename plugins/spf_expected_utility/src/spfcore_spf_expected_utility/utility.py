@@ -264,6 +264,11 @@ class UtilityPolicy:
     record keeps its slot from its first store until it falls off the ghost
     list. Slot 0 is a sentinel (no record: score 0, never re-scored).
 
+    The simulator's sequential replay of this class (``count_weight`` 0, not a
+    subclass) is compiled (:mod:`spfcore.sim._replay_spf_nb`): a change to the
+    records, ghosts, classes, table, score or chain cap needs the same change
+    there (``tests/test_sim_compiled.py`` compares every decision).
+
     Args:
         params: :class:`ExpectedUtilityParams`; only its ``utility`` fields are read.
     """
