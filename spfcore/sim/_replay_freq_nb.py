@@ -56,8 +56,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from spfcore.sim._replay_nb import (EVICT_CALLS, HSN, LRUN, _compact, _insert, _o_pop, _o_up, _retire, init,
-                                    warm_trace)
+from spfcore.sim._replay_nb import (EVICT_CALLS, HSN, LRUN, _compact, _insert, _lookup, _o_pop, _o_up, _retire,
+                                    init, warm_trace)
 
 #: More counter indices (frequency; after ``_replay_nb``'s first five): hook
 #: calls, order-heap entries, release orders handed out, ghost entries,
@@ -180,13 +180,7 @@ def replay_frequency(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, min
     for r in range(len(n_prompt)):
         f0 = bk_off[r]
         nf = nf_[r]
-        h = 0
-        while h < n_look[r]:
-            b = kh[bk[f0 + h]]
-            if b < 0:
-                break
-            blocks[h] = b
-            h += 1
+        h = _lookup(kh, bk, f0, n_look[r], blocks)
         np_, nt = n_prompt[r], n_total[r]
         if nt > c[HSN] + c[LRUN]:
             return r

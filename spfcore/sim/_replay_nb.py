@@ -62,6 +62,22 @@ def _drop(b, key_of, kh, kt, dn, dp):
 
 
 @_jit
+def _lookup(kh, bk, f0, n, blocks):
+    """A request's cache lookup: the longest cached chain of its first ``n``
+    block keys (key ids ``bk[f0:f0 + n]``; ``kh``: key id -> the earliest
+    inserted block holding it, or -1) written to ``blocks[:h]``; returns ``h``,
+    the hit blocks."""
+    h = 0
+    while h < n:
+        b = kh[bk[f0 + h]]
+        if b < 0:
+            break
+        blocks[h] = b
+        h += 1
+    return h
+
+
+@_jit
 def _insert(b, k, key_of, kh, kt, dn, dp):
     """Block ``b`` is cached with key ``k`` (appended to the key's blocks)."""
     key_of[b] = k
@@ -138,13 +154,7 @@ def replay(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total,
         f0 = bk_off[r]
         nf = nf_[r]
         # lookup: the longest cached chain (earliest inserted block per key)
-        h = 0
-        while h < n_look[r]:
-            b = kh[bk[f0 + h]]
-            if b < 0:
-                break
-            blocks[h] = b
-            h += 1
+        h = _lookup(kh, bk, f0, n_look[r], blocks)
         np_, nt = n_prompt[r], n_total[r]
         if nt > c[HSN] + c[LRUN]:  # needs nt - h blocks; h of the free ones are its hits
             return r
@@ -383,13 +393,7 @@ def replay_belady(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, uses, 
         if c[XN] and xv[0] <= pos:
             _rescore_due(pos, pos, mark, due_buf, key_of, depth, ordr, ver, inn, uses, uses_off,
                          ov, oo, ob, ox, xv, xo, xb, xx, c)
-        h = 0
-        while h < n_look[r]:
-            b = kh[bk[f0 + h]]
-            if b < 0:
-                break
-            blocks[h] = b
-            h += 1
+        h = _lookup(kh, bk, f0, n_look[r], blocks)
         c[HOOK_CALLS] += 1  # spfcore_blocks_hit: the request is served, no longer waiting
         np_, nt = n_prompt[r], n_total[r]
         if nt > c[HSN] + c[LRUN]:

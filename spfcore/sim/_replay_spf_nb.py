@@ -71,7 +71,7 @@ import numba
 import numpy as np
 
 from spfcore import _evictor_nb as ev
-from spfcore.sim._replay_nb import EVICT_CALLS, HSN, LRUN, NVICT, _insert, _retire, init, warm_trace
+from spfcore.sim._replay_nb import EVICT_CALLS, HSN, LRUN, NVICT, _insert, _lookup, _retire, init, warm_trace
 from spfcore_spf_expected_utility import _nb as pnb
 
 #: More counter indices (after ``_replay_nb``'s first five): hook calls,
@@ -839,13 +839,7 @@ def replay_spf(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, start, fi
                    ai, qe, qb, ec, c) < -1:
             return -1
         # lookup, hit hook, touch
-        h = 0
-        while h < n_look[r]:
-            b = kh[bk[f0 + h]]
-            if b < 0:
-                break
-            blocks[h] = b
-            h += 1
+        h = _lookup(kh, bk, f0, n_look[r], blocks)
         c[HOOK_CALLS] += 1
         _hit(blocks, h, t, key_of, depth_of, kr, sr, fs, hist, bucket, ip, pc)
         if h:
