@@ -301,14 +301,18 @@ def _values(a: np.ndarray, n: int, policy: str) -> np.ndarray:
 
 def _budgeted(hook, kw: dict, budget: float):
     """``hook(**kw)`` under a SIGALRM timer of ``budget`` seconds (raising
-    :class:`HookTimeout` in the hook) where one can be used, else plainly."""
+    :class:`HookTimeout` in the hook) where one can be used, else plainly.
+    A timer that rang inside a C call which turned its :class:`HookTimeout`
+    into another exception (a numba function's dispatcher raises
+    ``SystemError``) still raises :class:`HookTimeout`."""
     if (not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread()
             or signal.getitimer(signal.ITIMER_REAL)[0]):
         return hook(**kw)
-    armed = [True]
+    armed, rang = [True], [False]
 
     def ring(signum, frame):
         if armed[0]:
+            rang[0] = True
             raise HookTimeout
 
     old = signal.signal(signal.SIGALRM, ring)
@@ -316,6 +320,12 @@ def _budgeted(hook, kw: dict, budget: float):
         signal.setitimer(signal.ITIMER_REAL, budget)
         try:
             return hook(**kw)
+        except HookTimeout:
+            raise
+        except BaseException as exc:
+            if rang[0]:  # the timer's HookTimeout came out of a C call as another error (a numba function
+                raise HookTimeout from exc  # returns SystemError "returned a result with an exception set")
+            raise
         finally:
             armed[0] = False
             signal.setitimer(signal.ITIMER_REAL, 0)

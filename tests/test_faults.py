@@ -374,3 +374,34 @@ def test_sys_exit_in_a_hook_or_constructor_is_that_policys_fault():
 
     with pytest.raises(TypeError, match=r"cannot be built with default Params: SystemExit\(7\)"):
         registry._validate(InitExits)  # discovery lists this reason instead of exiting
+
+
+def test_a_budget_timer_inside_a_numba_call_is_a_timeout():
+    """The budget's timer rings inside a compiled (numba) call that returns an
+    array: numba's dispatcher turns the timer's HookTimeout into a
+    SystemError ("returned a result with an exception set") on returning a
+    tuple; the runtime still reports the budget, not the SystemError."""
+    import numba
+    import numpy as np
+
+    from spfcore import hookimpl
+
+    @numba.njit(cache=False)
+    def spin(a):  # ~0.25 s on a 2-core development machine
+        s = 0.0
+        for i in range(100_000_000):
+            s += np.sqrt(i)
+        return a * s, a + s
+
+    spin(np.ones(1))
+
+    class Slow:
+        @hookimpl
+        def spfcore_tier_score(self, request, keys, now):
+            return spin(np.ones(len(keys)))[0]
+
+    pm = registry.new_plugin_manager()
+    pm.register(Slow(), name="slow")
+    rt = PolicyRuntime(pm, 8, 16, policy_name="slow", hook_budget_s=0.01)
+    with pytest.raises(PolicyError, match=r"hook spfcore_tier_score interrupted after .* ms, over its budget of 10 ms"):
+        rt.call_hook("spfcore_tier_score", request=None, keys=[1, 2], now=0.0)

@@ -7,6 +7,7 @@ non-default params too)."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -617,6 +618,9 @@ def test_which_arms_compile_and_the_switch(monkeypatch, tmp_path):
     pm = registry.new_plugin_manager()
     pm.register(SpfSubclass(), name="spfsub")
     assert kind(PolicyRuntime(pm, 16, 4, policy_name="spfsub")) is None
+    for arm in ("belady_oracle", "session_ttl", "frequency", spf):  # a hook budget bounds hook calls: they run
+        assert kind(PolicyRuntime.for_policy(arm, 16, 4, hook_budget_ms=60_000)) is None, arm
+    assert kind(PolicyRuntime.for_policy("lru", 16, 4, hook_budget_ms=60_000)) == "lru"  # (no hook to bound)
     monkeypatch.setenv(simulator.REPLAY_ENV, "python")
     assert kind(PolicyRuntime.for_policy("lru", 16, 4)) is None
     assert kind(PolicyRuntime.for_policy("belady_oracle", 16, 4)) is None
@@ -668,3 +672,27 @@ print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_a_hook_budget_runs_the_hooks_and_bounds_them(monkeypatch):
+    """Under ``hook_budget_ms`` the simulator runs spf's hooks (the compiled
+    replay makes no call to bound), with the same cell as without the budget
+    (timings aside); without one, the compiled replay calls none."""
+    from spfcore_spf_expected_utility import utility as U
+
+    calls = []
+    stored = U.UtilityPolicy.spfcore_blocks_stored
+
+    @functools.wraps(stored)  # (its hookimpl mark too)
+    def counted(self, request, blocks, now):
+        calls.append(len(blocks))
+        return stored(self, request, blocks, now)
+    monkeypatch.setattr(U.UtilityPolicy, "spfcore_blocks_stored", counted)
+    monkeypatch.setenv(simulator.REPLAY_ENV, "auto")
+    prep = prepare(make("multiturn", seed=5), 16)
+    nb = max(prep.blocks_needed) + 40
+    plain = simulate(prep, "spf_expected_utility", num_blocks=nb, block_size=16)
+    assert calls == []  # compiled: no hook called
+    budgeted = simulate(prep, "spf_expected_utility", num_blocks=nb, block_size=16, hook_budget_ms=60_000)
+    assert len(calls) > 10 and sum(calls) > 0
+    assert strip(budgeted) == strip(plain) and plain["evictions"] > 0

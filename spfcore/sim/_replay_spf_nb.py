@@ -939,7 +939,29 @@ def new_state(pol, num_blocks: int, pin_cap: int, nkeys: int = 0) -> dict:
     """A fresh state for :func:`replay_spf` of a pool of ``num_blocks``
     blocks (null block included), every usable block hashless and free, and
     the configured (fresh) ``UtilityPolicy`` ``pol``'s parameters and tables;
-    room for ``nkeys`` key ids (:func:`grow` adds more)."""
+    room for ``nkeys`` key ids (:func:`grow` adds more).
+
+    Returns:
+        A dict of arrays (int64 unless said), ``B`` = ``num_blocks``, ``K`` =
+        key ids, ``S`` = record slots, ``C`` = classes, ``J`` = age buckets:
+        ``ip``/``fp`` the integer/float parameters (:func:`_params`);
+        ``bucket``, ``lo_int``, ``rep``, ``lo_f``, ``gap_prior`` the plugin's
+        bucket tables; per block (``B``) ``key_of``, ``par_of``, ``depth_of``
+        (key id, parent key id, 0-based depth; -1 none), ``dn``/``dp``/``hs``
+        the pool's lists (:mod:`spfcore.sim._replay_nb`); per key id
+        ``kh``/``kt`` (int32: head/tail of its cached blocks' list, -1) and
+        ``kr`` ``(K, NKCOLS)`` (record slot, dual slot: the ghost record of a
+        resident hash, a prompt's stamp, a batch-position scratch);
+        ``sr`` ``(S, NSCOLS)`` the record rows (as the plugin's, one cache
+        line each) and ``fs`` the free slots; ``q`` the ghost list (a queue of slots);
+        ``hist`` ``(C, J)`` and ``never`` ``(C,)`` float64, the decayed reuse
+        histograms; ``vals``/``offs`` ``(C + 1, J)`` the index table and its
+        change points; ``ib``/``val``, ``cmb``/``cmv``/``cmo`` (chunk minima of
+        :data:`CHUNK` blocks), ``tk``/``ti``/``ak``/``ai``/``qe``/``qb``/``ec``
+        the evictor's rows, expiry heaps, calendar and counters
+        (:mod:`spfcore._evictor_nb`); ``pc``/``pf`` the policy's scalars (clock, kind, next rebuild,
+        table epoch, ghosts, free slots, ghost-queue head and tail);
+        ``c`` the replay's counters."""
     i64 = np.int64
     ip, fp = _params(pol, pin_cap)
     nc, nbk, ghost_cap = int(ip[NC]), int(ip[NBK]), int(ip[GHOST_CAP])

@@ -524,8 +524,10 @@ def _compiled_kind(rt: PolicyRuntime) -> str | None:
     shipped ``spf_expected_utility`` plugin's own class with variant
     ``"utility"`` and params the replay takes (:func:`_spf_policy`; its
     decisions in :func:`~spfcore.sim._replay_spf_nb.replay_spf`), else ``None``;
-    always ``None`` with :data:`REPLAY_ENV` = ``python`` or with hook calls
-    monitored (``SPFCORE_TRACE_HOOKS``).
+    always ``None`` with :data:`REPLAY_ENV` = ``python``, with hook calls
+    monitored (``SPFCORE_TRACE_HOOKS``), and ``None`` but for ``"lru"`` under
+    a hook budget (``rt.hook_budget_s``: it bounds hook calls, and a compiled
+    replay makes none, so the hooks run and the budget holds, as in the engine).
 
     Raises:
         ValueError: :data:`REPLAY_ENV` is neither ``auto`` nor ``python``.
@@ -537,6 +539,8 @@ def _compiled_kind(rt: PolicyRuntime) -> str | None:
         return None
     if not rt.needs_future and not any(rt.implements(h) for h in HOOK_NAMES if h != "spfcore_cache_configured"):
         return "lru"
+    if rt.hook_budget_s is not None:
+        return None
     plugins = rt.pm.get_plugins()
     inst = next(iter(plugins)) if len(plugins) == 1 else None
     cls = type(inst) if inst is not None else None
@@ -1295,9 +1299,10 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
             fails the arm with a PolicyError), or None: see
             :meth:`PolicyRuntime.for_policy`.
 
-    Sequential ``lru``, ``belady_oracle``, ``frequency`` and ``session_ttl``
-    (arrivals mode) run compiled unless ``SPFCORE_SIM_REPLAY=python`` (see the
-    module doc; same results).
+    Sequential ``lru``, ``belady_oracle``, ``frequency``, ``session_ttl``
+    (arrivals mode) and ``spf_expected_utility`` (variant ``utility``) run
+    compiled unless ``SPFCORE_SIM_REPLAY=python`` or ``hook_budget_ms`` is set
+    (see the module doc and :func:`_compiled_kind`; same results).
 
     Returns:
         A cell record: ``arm, seed, status`` (``"ok"``), ``mode, num_blocks, block_size, num_requests,
@@ -1395,9 +1400,10 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
         per_request: Keep the per-request records (``requests`` in the
             result; memory then grows by one record per request).
 
-    ``lru``, ``belady_oracle``, ``frequency`` and ``session_ttl`` (arrivals
-    mode) run compiled unless ``SPFCORE_SIM_REPLAY=python`` (see the module
-    doc; same results): ``lru``'s interned keys and ``session_ttl``'s key and
+    ``lru``, ``belady_oracle``, ``frequency``, ``session_ttl`` (arrivals
+    mode) and ``spf_expected_utility`` (variant ``utility``) run compiled
+    unless ``SPFCORE_SIM_REPLAY=python`` or ``hook_budget_ms`` is set (see the
+    module doc; same results): ``lru``'s interned keys and ``session_ttl``'s key and
     session ids are bounded by the cache, ``frequency``'s by the cache and its
     ghost list (``ghost_factor * num_blocks`` keys; 32 bytes of arrays per key
     id); ``belady_oracle`` builds its future index in one pass first.
