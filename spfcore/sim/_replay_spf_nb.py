@@ -438,24 +438,14 @@ def _score(ids, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, t, ip):
     n = ids.shape[0]
     x = np.empty(n, np.float64)
     e = np.empty(n, np.float64)
-    top = bucket.shape[0] - 1
     mt = ip[MAX_TTL]
     for k in range(n):
         s = kr[key_of[ids[k]], REC]
         if s < 0 or sr[s, STATE] != 1:
             s = 0
-        t0 = sr[s, LAST]
-        a = t - t0
-        b = bucket[a if a < top else top]
-        c = sr[s, CLS]
-        x[k] = vals[c, b]
-        off = offs[c, b]
-        if off < 0:
-            e[k] = NEVER
-        else:
-            y = t0 + off
-            z = t + mt
-            e[k] = y if y < z else z
+        xk, ek, _ = pnb.score_one(t, sr[s, LAST], sr[s, CLS], bucket, vals, offs, mt, NEVER)
+        x[k] = xk
+        e[k] = ek
     if n > 1 and ip[CHAIN_MONO] != 0:
         back = depth_of[ids[0]] > depth_of[ids[n - 1]]
         for q in range(n):

@@ -445,6 +445,26 @@ def trim_pass(q, h, t, over, state, stamp):
 
 
 @_jit
+def score_one(t, t0, c, bucket, vals, offs, max_ttl, never_arrival):
+    """The index of a record last accessed at arrival ``t0``, class ``c``, at
+    arrival ``t`` (its age's bucket in the table ``vals``), and when it
+    expires: the arrival at which its age reaches the bucket's change point
+    (``offs``; -1: never), at most ``t + max_ttl``; ``never_arrival`` if
+    never. Returns ``(value float, expiry int, expires bool)``. The one form of
+    the score, shared by the hooks (:func:`score_ids`) and the simulator's
+    compiled replay."""
+    a = t - t0
+    top = bucket.shape[0] - 1
+    b = bucket[a if a < top else top]
+    off = offs[c, b]
+    if off < 0:
+        return vals[c, b], never_arrival, False
+    y = t0 + off
+    z = t + max_ttl
+    return vals[c, b], (y if y < z else z), True
+
+
+@_jit
 def score_ids(ids, slot_of_id, pslot_of_id, pgen_of_id, gen, scratch, last, cls, vals, offs, bucket, depth,
               t, max_ttl, cap, never_arrival):
     """The whole score of a batch of block ids in one pass (the id map's
@@ -504,25 +524,16 @@ def score_ids(ids, slot_of_id, pslot_of_id, pgen_of_id, gen, scratch, last, cls,
         for k in range(n):
             scratch[s[k]] = -1
         return (2 if stale else 1), x, e, False
-    nbk = bucket.shape[0]
     expiring = False
     for k in range(n):
         sk = s[k]
         if cap:
             q = pslot_of_id[ids[k]]
             pi[k] = scratch[q] if q > 0 else -1
-        t0 = last[sk]
-        a = t - t0
-        b = bucket[a if a < nbk - 1 else nbk - 1]
-        c = cls[sk]
-        x[k] = vals[c, b]
-        off = offs[c, b]
-        if off < 0:
-            e[k] = never_arrival
-        else:
-            y = t0 + off
-            z = t + max_ttl
-            e[k] = y if y < z else z
+        xk, ek, exp = score_one(t, last[sk], cls[sk], bucket, vals, offs, max_ttl, never_arrival)
+        x[k] = xk
+        e[k] = ek
+        if exp:
             expiring = True
     if cap:
         for k in range(n):
