@@ -505,6 +505,30 @@ def test_chunks_and_forgotten_keys_identical(monkeypatch):
     assert (rt.evictions, rt.evict_calls) == (ref["evictions"], ref["evict_calls"])
 
 
+def chunked_replay(monkeypatch, wl, bs, nb, arm, kind, options, ref, ref_victims):
+    """Replay ``wl`` compiled (``kind``) in chunks of 5 requests, the interned keys compacted
+    after each; assert the same victims, records, totals and counters as the reference cell
+    ``ref``. Returns ``(kept, rt)``: per compaction ``(key ids before, after, ghost_cap)``."""
+    monkeypatch.setenv(simulator.REPLAY_ENV, "auto")
+    rt = PolicyRuntime.for_policy(arm, nb, bs, options)
+    kept = []
+    compact = simulator._CompiledReplay.compact
+
+    def recording(self, ids):
+        new = compact(self, ids)
+        kept.append((len(ids), len(new), self.ghost_cap))
+        return new
+    monkeypatch.setattr(simulator._CompiledReplay, "compact", recording)
+    rows, victims = [], []
+    totals = simulator._replay_compiled(iter_plans(wl.requests, bs, nb), rt, nb, kind, rows, victims, chunk=5,
+                                        limit=1)
+    assert victims == ref_victims
+    assert [h * bs for *_, h in rows] == [r["cached_tokens"] for r in ref["requests"]]
+    assert totals == (ref["num_requests"], ref["prompt_tokens"], ref["block_refs"], ref["hit_blocks"])
+    assert (rt.evictions, rt.evict_calls, rt.hook_calls) == (ref["evictions"], ref["evict_calls"], ref["hook_calls"])
+    return kept, rt
+
+
 @pytest.mark.parametrize("options", [None, {"ghost_factor": "0.2"}])
 def test_spf_chunks_and_forgotten_keys_identical(monkeypatch, options):
     """spf_expected_utility streamed in chunks of 5 requests with the interned keys compacted
@@ -517,25 +541,9 @@ def test_spf_chunks_and_forgotten_keys_identical(monkeypatch, options):
     nb = max(prep.blocks_needed) + 40
     ref, ref_victims = reference(monkeypatch, prep, nb, bs, "spf_expected_utility", options)
     assert ref["hit_blocks"] > 100 and ref["evictions"] > 100
-    monkeypatch.setenv(simulator.REPLAY_ENV, "auto")
-    rt = PolicyRuntime.for_policy("spf_expected_utility", nb, bs, options)
+    kept, rt = chunked_replay(monkeypatch, wl, bs, nb, "spf_expected_utility", "spf", options, ref, ref_victims)
     assert simulator._compiled_kind(rt) == "spf"
-    kept = []
-    compact = simulator._CompiledReplay.compact
-
-    def recording(self, ids):
-        new = compact(self, ids)
-        kept.append((len(ids), len(new)))
-        return new
-    monkeypatch.setattr(simulator._CompiledReplay, "compact", recording)
-    rows, victims = [], []
-    totals = simulator._replay_compiled(iter_plans(wl.requests, bs, nb), rt, nb, "spf", rows, victims, chunk=5,
-                                        limit=1)
-    assert victims == ref_victims
-    assert [h * bs for *_, h in rows] == [r["cached_tokens"] for r in ref["requests"]]
-    assert totals == (ref["num_requests"], ref["prompt_tokens"], ref["block_refs"], ref["hit_blocks"])
-    assert (rt.evictions, rt.evict_calls, rt.hook_calls) == (ref["evictions"], ref["evict_calls"], ref["hook_calls"])
-    assert len(kept) > 10 and any(new < old for old, new in kept)  # keys were forgotten
+    assert len(kept) > 10 and any(new < old for old, new, _ in kept)  # keys were forgotten
 
 
 def test_spf_prepared_stream_identical(monkeypatch, tmp_path):
@@ -569,22 +577,7 @@ def test_frequency_chunks_and_forgotten_keys_identical(monkeypatch, options):
     nb = max(prep.blocks_needed) + 40
     ref, ref_victims = reference(monkeypatch, prep, nb, bs, "frequency", options)
     assert ref["hit_blocks"] > 100
-    rt = PolicyRuntime.for_policy("frequency", nb, bs, options)
-    kept = []
-    compact = simulator._CompiledReplay.compact
-
-    def recording(self, ids):
-        new = compact(self, ids)
-        kept.append((len(ids), len(new), self.ghost_cap))
-        return new
-    monkeypatch.setattr(simulator._CompiledReplay, "compact", recording)
-    rows, victims = [], []
-    totals = simulator._replay_compiled(iter_plans(wl.requests, bs, nb), rt, nb, "frequency", rows, victims, chunk=5,
-                                        limit=1)
-    assert victims == ref_victims
-    assert [h * bs for *_, h in rows] == [r["cached_tokens"] for r in ref["requests"]]
-    assert totals == (ref["num_requests"], ref["prompt_tokens"], ref["block_refs"], ref["hit_blocks"])
-    assert (rt.evictions, rt.evict_calls, rt.hook_calls) == (ref["evictions"], ref["evict_calls"], ref["hook_calls"])
+    kept, rt = chunked_replay(monkeypatch, wl, bs, nb, "frequency", "frequency", options, ref, ref_victims)
     assert len(kept) > 10 and all(new <= nb - 1 + cap for _, new, cap in kept)
     assert any(new < old for old, new, _ in kept)  # keys were forgotten
 

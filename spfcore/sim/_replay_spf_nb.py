@@ -471,6 +471,29 @@ def _lexsort2(primary, secondary):
 
 
 @_jit
+def _due_sorted(hk, hi, n, bound):
+    """``spfcore._evictor_nb.due_entries`` of one expiry heap (``n`` entries,
+    due by ``bound``): ``(expiries, versions, ids)`` sorted by ``(expiry,
+    version)``."""
+    k, v, i = ev.due_entries(hk, hi, n, bound)
+    if v.shape[0] > 1:
+        o = _lexsort2(k, v)
+        k, v, i = k[o], v[o], i[o]
+    return k, v, i
+
+
+@_jit
+def _keep_live(out, m, i, v, ib):
+    """Append block ``i`` to ``out[:m]`` if its entry's version ``v`` is live
+    (a heap entry of a block in the order, not re-placed since); returns the
+    new length. (The calendar's entries are live by construction.)"""
+    if ib[ev.IN, i] and ib[ev.VER, i] == v:
+        out[m] = i
+        m += 1
+    return m
+
+
+@_jit
 def _due(now, arrival, ib, tk, ti, ak, ai, qe, qb, c):
     """``spfcore._evictor_nb.due``: the blocks whose score expired by
     ``now`` (seconds heap) then ``arrival`` (the calendar's due buckets merged
@@ -479,45 +502,30 @@ def _due(now, arrival, ib, tk, ti, ak, ai, qe, qb, c):
     tv = np.empty(0, np.int64)
     tid = np.empty(0, np.int64)
     if c[ev.TN]:
-        tk_, tv, tid = ev.due_entries(tk, ti, c[ev.TN], now)
-        if tv.shape[0] > 1:
-            o = _lexsort2(tk_, tv)
-            tv, tid = tv[o], tid[o]
+        _, tv, tid = _due_sorted(tk, ti, c[ev.TN], now)
     ak_ = np.empty(0, np.float64)
     av = np.empty(0, np.int64)
     aid = np.empty(0, np.int64)
     if c[ev.AN]:
-        ak_, av, aid = ev.due_entries(ak, ai, c[ev.AN], arrival)
-        if av.shape[0] > 1:
-            o = _lexsort2(ak_, av)
-            ak_, av, aid = ak_[o], av[o], aid[o]
+        ak_, av, aid = _due_sorted(ak, ai, c[ev.AN], arrival)
     last = ev._q_last(arrival, c)
     out = np.empty(tid.shape[0] + aid.shape[0] + c[ev.LIVE], np.int64)
     m = 0
     for j in range(tid.shape[0]):
-        i = tid[j]
-        if ib[ev.IN, i] and ib[ev.VER, i] == tv[j]:
-            out[m] = i
-            m += 1
+        m = _keep_live(out, m, tid[j], tv[j], ib)
     h, nh = 0, aid.shape[0]
     for x in range(c[ev.QBASE], last + 1):
         b = qb[0, x & (QW - 1)]
         while b >= 0:
             v = ib[ev.VER, b]
             while h < nh and (ak_[h] < x or (ak_[h] == x and av[h] < v)):
-                i = aid[h]
-                if ib[ev.IN, i] and ib[ev.VER, i] == av[h]:
-                    out[m] = i
-                    m += 1
+                m = _keep_live(out, m, aid[h], av[h], ib)
                 h += 1
             out[m] = b
             m += 1
             b = qe[1, b]
     while h < nh:
-        i = aid[h]
-        if ib[ev.IN, i] and ib[ev.VER, i] == av[h]:
-            out[m] = i
-            m += 1
+        m = _keep_live(out, m, aid[h], av[h], ib)
         h += 1
     return out[:m]
 
