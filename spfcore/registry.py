@@ -261,18 +261,19 @@ def discover(env: typing.Mapping[str, str] | None = None) -> list[PolicyInfo]:
             continue
         claims.setdefault(ep.name, {}).setdefault((dist, ep.value), ep)  # same dist twice: once
     out = []
-    for name, eps in claims.items():
-        eps = list(eps.values())
-        builtin = [ep for ep in eps if _dist_name(ep) == BUILTIN_DIST]
+    for name, by_dist in claims.items():
+        eps = list(by_dist.values())
         if len(eps) == 1:
             out.append(_info(eps[0]))
             continue
+        # the distribution names read once per sys.path (_entry_points), not each entry point's metadata again
+        builtin = [ep for (dist, _), ep in by_dist.items() if dist == BUILTIN_DIST]
         if builtin:
             out.append(_info(builtin[0]))
             why = f"name {name!r} belongs to the built-in policy ({BUILTIN_DIST}); this entry point is ignored"
             rivals = [ep for ep in eps if ep is not builtin[0]]
         else:
-            dists = ", ".join(sorted(_dist_name(ep) for ep in eps))
+            dists = ", ".join(sorted(dist for dist, _ in by_dist))
             why = f"name {name!r} is claimed by several distributions ({dists}); uninstall all but one"
             rivals = eps
         out.extend(_info(ep, refused=why) for ep in rivals)

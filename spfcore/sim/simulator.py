@@ -154,12 +154,43 @@ class Prepared:
     plans: tuple
     #: The compiled replay's interned arrays of these plans, built on first use.
     _flat: list = attrs.field(factory=list, init=False, eq=False, repr=False)
+    #: :meth:`_needs`' array, built on first use.
+    _need: list = attrs.field(factory=list, init=False, eq=False, repr=False)
+    #: :meth:`_records`' templates, one dict per request (~0.3 KB each), built on first use.
+    _rec: list = attrs.field(factory=list, init=False, eq=False, repr=False)
 
     @property
     def blocks_needed(self) -> list[int]:
         """Per request, blocks held at the end: ``cdiv(P + O - 1, bs)``."""
-        bs = self.block_size
-        return [-(-(p + o - 1) // bs) for p, o in zip(self.prompt_tokens, self.output_tokens)]
+        return self._needs().tolist()
+
+    def _needs(self) -> np.ndarray:
+        """:attr:`blocks_needed` as an int64 array, shape ``(requests,)``,
+        blocks (each plan's ``total_blocks``); computed once and kept (read-only)."""
+        if not self._need:
+            need = np.fromiter((pl[5] for pl in self.plans), np.int64, len(self.plans))
+            need.flags.writeable = False
+            self._need.append(need)
+        return self._need[0]
+
+    def _records(self, hits: np.ndarray) -> list[dict]:
+        """The per-request records of a sequential replay (a cell's
+        ``requests``, as :func:`_cell` builds them from rows): per request
+        ``{request_id, session_id, prefix_group, arrival_s, prompt_tokens,
+        cached_tokens}``, ``cached_tokens = hits[i] * block_size`` (``hits``:
+        hit blocks per request, int array of shape ``(requests,)``).
+        Each record is a fresh copy of a template kept on the Prepared (the
+        five fields the replay does not change, and a placeholder for the
+        sixth, so that setting it keeps the key order and never resizes)."""
+        if not self._rec:
+            self._rec.append([{"request_id": v.request_id, "session_id": v.session_id,
+                               "prefix_group": v.prefix_group, "arrival_s": pl[6],
+                               "prompt_tokens": v.num_prompt_tokens, "cached_tokens": 0}
+                              for pl in self.plans for v in (pl[0],)])
+        recs = [t.copy() for t in self._rec[0]]
+        for d, c in zip(recs, (hits * self.block_size).tolist(), strict=True):
+            d["cached_tokens"] = c
+        return recs
 
 
 def _plan(r, i: int, block_size: int) -> tuple:
@@ -348,13 +379,16 @@ class _Cache:
 
 
 def _cell(arm, seed, mode: str, num_blocks: int, bs: int, totals: tuple, runtime: PolicyRuntime,
-          wall_seconds: float, rows: list | None, extra: dict | None = None, concurrent: dict | None = None) -> dict:
+          wall_seconds: float, rows: list | None, extra: dict | None = None, concurrent: dict | None = None,
+          records: list | None = None) -> dict:
     """A cell record (:class:`spfcore.run.cell.SimRecord`, as a dict) from the
     replay's totals ``(requests, prompt tokens, block refs, hit blocks)``
     and, when given, per-request rows ``(request_id, session_id,
-    prefix_group, arrival_s, prompt_tokens, hit_blocks)``, their ``extra``
-    columns and concurrent mode's ``max_running``, ``token_budget``,
-    ``step_overhead_s``, ``per_token_s``.
+    prefix_group, arrival_s, prompt_tokens, hit_blocks)`` (any iterable of
+    them), their ``extra`` columns (per column name, one value per row) and
+    concurrent mode's ``max_running``, ``token_budget``, ``step_overhead_s``,
+    ``per_token_s``. ``records``: the per-request records already built
+    (:meth:`Prepared._records`), used as they are, instead of ``rows``.
 
     Raises:
         TypeError, spfcore.run.cell.CellFormatError: a missing, unknown or
@@ -362,15 +396,13 @@ def _cell(arm, seed, mode: str, num_blocks: int, bs: int, totals: tuple, runtime
     """
     n, prompt, refs, hit_blocks = totals
     ctok = hit_blocks * bs
-    reqs = None
+    reqs = records
     if rows is not None:
-        reqs = []
-        for j, (rid, sid, group, arr, p, h) in enumerate(rows):
-            d = {"request_id": rid, "session_id": sid, "prefix_group": group, "arrival_s": arr,
-                 "prompt_tokens": p, "cached_tokens": h * bs}
-            if extra:
-                d.update({k: vals[j] for k, vals in extra.items()})
-            reqs.append(d)
+        reqs = [{"request_id": rid, "session_id": sid, "prefix_group": group, "arrival_s": arr,
+                 "prompt_tokens": p, "cached_tokens": h * bs} for rid, sid, group, arr, p, h in rows]
+        for k, vals in (extra or {}).items():  # after the others, in extra's order
+            for d, v in zip(reqs, vals, strict=True):
+                d[k] = v
     return SimRecord(arm=arm, seed=seed, mode=mode, num_blocks=num_blocks, block_size=bs, num_requests=n,
                      prompt_tokens=prompt, cached_tokens=ctok, token_hit_rate=ctok / prompt if prompt else 0.0,
                      block_refs=refs, hit_blocks=hit_blocks, block_hit_rate=hit_blocks / refs if refs else 0.0,
@@ -379,10 +411,14 @@ def _cell(arm, seed, mode: str, num_blocks: int, bs: int, totals: tuple, runtime
 
 
 def _check_fits(prep: Prepared, num_blocks: int) -> None:
-    need = prep.blocks_needed
-    worst = max(range(len(need)), key=need.__getitem__, default=None)
-    if worst is not None and need[worst] > num_blocks - 1:
-        raise _too_big(prep.views[worst].request_id, need[worst], prep.block_size, num_blocks)
+    """Raise :func:`simulate`'s "does not fit" ``ValueError``, naming the
+    first request that needs the most blocks, if it needs more than
+    ``num_blocks - 1`` (from :meth:`Prepared._needs`, kept on ``prep``)."""
+    need = prep._needs()
+    if len(need):
+        worst = int(need.argmax())  # the first of the largest, as max() over the indices
+        if need[worst] > num_blocks - 1:
+            raise _too_big(prep.views[worst].request_id, int(need[worst]), prep.block_size, num_blocks)
 
 
 def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, bs: int,
@@ -707,10 +743,12 @@ class _CompiledReplay:
     ``"frequency"`` with ``params = (min_count, ghost_cap)``
     (:func:`_frequency_params`), or ``"spf"`` with ``params = (the
     configured UtilityPolicy, pin cap in blocks)`` (its state in
-    :mod:`spfcore.sim._replay_spf_nb`)."""
+    :mod:`spfcore.sim._replay_spf_nb`); ``nkeys``, when known (a whole
+    :class:`Prepared` or prepared stream), sizes ``spf``'s per-key-id state
+    for key ids below it at once (the arrays :meth:`run` would grow it to)."""
 
     def __init__(self, num_blocks: int, kind: str = "lru", victims: list | None = None,
-                 future: tuple | None = None, params: tuple | None = None) -> None:
+                 future: tuple | None = None, params: tuple | None = None, nkeys: int = 0) -> None:
         if num_blocks >= 2**31:
             raise ValueError(f"num_blocks must be < 2**31 for the compiled replay, got {num_blocks}")
         self.nb = nb = _load_kernels(kind)
@@ -739,8 +777,8 @@ class _CompiledReplay:
             self.key_of, self.kh, self.kt, self.dn, self.dp, self.hs, self.inn, self.ordr = st[:8]
             self.cnt, self.gv, self.gn, self.gp = st[8:12]  # per key id: count, ghost count, ghost list links
             self.heaps, self.c = list(st[12:16]), st[16]
-        elif kind == "spf":
-            self.st = _spf_nb.new_state(params[0], num_blocks, params[1])
+        elif kind == "spf":  # room for nkeys key ids from the start: as grow's first doubling, without its copy
+            self.st = _spf_nb.new_state(params[0], num_blocks, params[1], max(nkeys, 1024) if nkeys else 0)
             self.ghost_cap = int(self.st["ip"][_spf_nb.GHOST_CAP])
             self.c = self.st["c"]
 
@@ -765,15 +803,17 @@ class _CompiledReplay:
             raise ValueError(f"{nkeys} key ids: the compiled frequency replay takes < 2**31")
         if nkeys > len(self.kh):  # room for every key id of the chunk
             grow = max(nkeys, 2 * len(self.kh), 1024) - len(self.kh)
-            self.kh = np.concatenate([self.kh, np.full(grow, -1, np.int32)])
-            self.kt = np.concatenate([self.kt, np.full(grow, -1, np.int32)])
+
+            def more(a: np.ndarray, fill: int, dtype) -> np.ndarray:
+                """``a`` and ``grow`` more entries ``fill`` (the first time, ``a`` empty: no copy)."""
+                tail = np.full(grow, fill, dtype)
+                return np.concatenate([a, tail]) if len(a) else tail
+            self.kh, self.kt = more(self.kh, -1, np.int32), more(self.kt, -1, np.int32)
             if self.kind == "belady":
-                self.mark = np.concatenate([self.mark, np.full(grow, -2, np.int64)])
+                self.mark = more(self.mark, -2, np.int64)
             elif self.kind == "frequency":
-                self.cnt = np.concatenate([self.cnt, np.zeros(grow, np.int64)])
-                self.gv = np.concatenate([self.gv, np.zeros(grow, np.int64)])
-                self.gn = np.concatenate([self.gn, np.full(grow, -1, np.int32)])
-                self.gp = np.concatenate([self.gp, np.full(grow, -1, np.int32)])
+                self.cnt, self.gv = more(self.cnt, 0, np.int64), more(self.gv, 0, np.int64)
+                self.gn, self.gp = more(self.gn, -1, np.int32), more(self.gp, -1, np.int32)
         n_total = flat[7]
         n = len(n_total)
         hits = np.empty(n, np.int64)
@@ -984,12 +1024,15 @@ class _CompiledReplay:
 
 def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru", rows: list | None = None,
                      victims: list | None = None, chunk: int = 4096, limit: int | None = None,
-                     stream_future: tuple | None = None) -> tuple[int, int, int, int]:
+                     stream_future: tuple | None = None, hits: list | None = None) -> tuple[int, int, int, int]:
     """:func:`_run_sequential` of a policy that has a compiled replay (see
     :func:`_compiled_kind`): same return value, same ``rows``, same ``rt``
     counters (:meth:`_CompiledReplay.stats`); ``rt``'s block table is not
-    kept. ``plans``: a :class:`Prepared` (its keys interned once and kept on
-    it) or an iterable of plans, read ``chunk`` requests at a time. ``lru``,
+    kept. ``hits``, when a list, receives the hit blocks per request as int64
+    arrays, one per replayed chunk in arrival order (one for a
+    :class:`Prepared`: the input of :meth:`Prepared._records`). ``plans``:
+    a :class:`Prepared` (its keys interned once and kept on it) or an
+    iterable of plans, read ``chunk`` requests at a time. ``lru``,
     ``frequency`` and ``spf`` keep the interned keys bounded by the cache (and
     the ghost list): once more than ``limit`` (default ``4 *
     num_blocks + ghost_cap + 65536``) are held, those no longer cached (nor
@@ -1011,14 +1054,22 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
     totals = [0, 0, 0, 0]
     params = _frequency_params(rt) if kind == "frequency" else None
 
-    def account(pls, hits: np.ndarray) -> None:
+    def account(pls, flat: tuple, got: np.ndarray, prompt: int | None = None) -> None:
+        """Add one replayed chunk to ``totals``: ``pls`` its plans, ``flat``
+        their :func:`_flatten` arrays (``flat[1]``, ``bk_off``, ends at the
+        chunk's prompt block refs), ``got`` its hit blocks per request
+        (shape ``(len(pls),)``), ``prompt`` its prompt tokens when known (else
+        summed over the views); its hits to ``hits`` and its rows to ``rows``
+        when kept."""
         totals[0] += len(pls)
-        totals[1] += sum(pl[0].num_prompt_tokens for pl in pls)
-        totals[2] += sum(len(pl[0].block_keys) for pl in pls)
-        totals[3] += int(hits.sum())
+        totals[1] += sum(pl[0].num_prompt_tokens for pl in pls) if prompt is None else prompt
+        totals[2] += int(flat[1][-1])
+        totals[3] += int(got.sum())
+        if hits is not None:
+            hits.append(got)
         if rows is not None:
             keep = rows.append
-            for pl, h in zip(pls, hits.tolist()):
+            for pl, h in zip(pls, got.tolist()):
                 v = pl[0]
                 keep((v.request_id, v.session_id, v.prefix_group, pl[6], v.num_prompt_tokens, h))
 
@@ -1040,20 +1091,24 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
             if len(plans._flat) == 1:
                 plans._flat.append(_future_index(flat[0], flat[1], nkeys))
             future = plans._flat[1]
-        st = _CompiledReplay(num_blocks, kind, victims, future, params)
+        st = _CompiledReplay(num_blocks, kind, victims, future, params, nkeys)
         sid = _flatten_sessions(plans.plans, sids) if ttl else None
-        account(plans.plans, st.run(flat, nkeys, 0, sid, len(sids)))
+        got = st.run(flat, nkeys, 0, sid, len(sids))
+        account(plans.plans, flat, got, sum(plans.prompt_tokens))
     elif isinstance(plans, PreparedStream):
-        st = _CompiledReplay(num_blocks, kind, victims, plans.future() if kind == "belady" else None, params)
+        st = _CompiledReplay(num_blocks, kind, victims, plans.future() if kind == "belady" else None, params,
+                             plans.num_keys)
         if ttl:
             a = plans.arrays
-            hits = st.run_mapped(plans.flat(), a["sid"], plans.num_keys, len(a["name_off"]) - 1, chunk, limit)
+            got = st.run_mapped(plans.flat(), a["sid"], plans.num_keys, len(a["name_off"]) - 1, chunk, limit)
         else:
-            hits = st.run(plans.flat(), plans.num_keys)
+            got = st.run(plans.flat(), plans.num_keys)
         totals[:3] = plans.totals()
-        totals[3] = int(hits.sum())
+        totals[3] = int(got.sum())
         if rows is not None:
-            rows.extend(plans.rows(hits))
+            rows.extend(plans.rows(got))
+        if hits is not None:
+            hits.append(got)
     else:
         ids, future = stream_future if kind == "belady" else ({}, None)
         st = _CompiledReplay(num_blocks, kind, victims, future, params)
@@ -1062,7 +1117,8 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
         limit = 4 * num_blocks + st.ghost_cap + 65536 if limit is None else limit
         while pls := list(islice(it, chunk)):
             sid = _flatten_sessions(pls, sids) if ttl else None
-            account(pls, st.run(_flatten(pls, ids), len(ids), first, sid, len(sids)))
+            flat = _flatten(pls, ids)
+            account(pls, flat, st.run(flat, len(ids), first, sid, len(sids)))
             first += len(pls)
             if kind in ("lru", "frequency", "spf") and len(ids) > limit:
                 ids = st.compact(ids)
@@ -1334,16 +1390,20 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
         kind = _compiled_kind(rt)
         if rt.needs_future and kind is None:  # the compiled belady replay builds its own future index
             rt.set_future(prep.views)
-        rows: list = []
+        rows: list = []  # (the reference loop) one row per request
+        hits: list = []  # (a compiled replay) the hit blocks per request, one array
         if kind is not None:
             _load_kernels(kind)  # numba and the cached kernels load outside the timed replay (~1 s, once a process)
         with _no_gc():
             t = time.perf_counter()
             if kind is not None:
-                totals = _replay_compiled(prep, rt, num_blocks, kind, rows)
+                totals = _replay_compiled(prep, rt, num_blocks, kind, hits=hits)
             else:
                 totals = _run_sequential(prep.plans, rt, num_blocks, block_size, rows)
             wall = time.perf_counter() - t
+        if kind is not None:  # the same records as from rows, from the templates kept on prep
+            return _cell(arm, seed, mode, num_blocks, block_size, totals, rt, wall, None,
+                         records=prep._records(hits[0]))
         return _cell(arm, seed, mode, num_blocks, block_size, totals, rt, wall, rows)
     if max_running < 1 or token_budget < 1:
         raise ValueError(f"max_running and token_budget must be >= 1, got {max_running}, {token_budget}")
@@ -1470,7 +1530,7 @@ def infinite_blocks(workload: Workload | Prepared, block_size: int) -> int:
     """A cache size (null block included) at which nothing is ever evicted in
     sequential mode: every block a request ever holds, plus the null block.
     For a stream, :attr:`Scan.infinite_blocks` of :func:`scan` is the same."""
-    return sum(prepare(workload, block_size).blocks_needed) + 1
+    return int(prepare(workload, block_size)._needs().sum()) + 1
 
 
 _CEILING_KEYS = ("token_hit_rate", "block_hit_rate", "prefill_tokens_recomputed", "cached_tokens")
