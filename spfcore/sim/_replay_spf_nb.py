@@ -76,21 +76,20 @@ from spfcore_spf_expected_utility import _nb as pnb
 
 #: More counter indices (after ``_replay_nb``'s first five): hook calls,
 #: release orders handed out, the block a lookup found twice, the request a
-#: status names.
-HOOK_CALLS, ORDER, TWICE, AT = range(5, 9)
-NCOUNTERS_S = 9
+#: status names, blocks met by the chain cap's passes (:func:`_score`).
+HOOK_CALLS, ORDER, TWICE, AT, PASS = range(5, 10)
+NCOUNTERS_S = 10
 #: :func:`replay_spf` status: done, a request too big, a lookup found a block twice, more record slots needed.
 DONE, TOO_BIG, FOUND_TWICE, NEED_SLOTS = range(4)
 #: Per-slot columns of ``sr`` (``(slots, 8)``: one 64-byte row per slot, as the plugin's ``_R``; its
 #: record fields, ``_REC``; ``KEY``: the slot's hash, ``STAMP``: its ghost-list position).
 STATE, LAST, CLS, COUNT, FIRST, EPOCH_OF, KEY, STAMP = range(8)
 NSCOLS = 8
-#: Per-key-id columns of ``kr`` (``(key ids, 4)``, a key's fields on one cache line): slot of its
-#: newest record (-1: none), of its ghost record while a newer
-#: one is resident (-1: none), the prompt stamp (arrival + 1 of the request whose prompt holds it),
-#: its position in the score batch being capped (-1: none).
-REC, DUAL, MARK, POS = range(4)
-NKCOLS = 4
+#: Per-key-id columns of ``kr`` (``(key ids, 3)``): slot of its newest record (-1: none), of its
+#: ghost record while a newer one is resident (-1: none), the prompt stamp (arrival + 1 of the
+#: request whose prompt holds it).
+REC, DUAL, MARK = range(3)
+NKCOLS = 3
 #: Policy counters ``pc``: arrival, kind of the request's prompt blocks, next rebuild, table epoch,
 #: ghost records, free slots, ghost list head and end. Floats ``pf``: frontier, next frontier.
 T, KIND, NEXT_BUILD, EPOCH, NGHOST, NFREE, QH, QT = range(8)
@@ -214,89 +213,123 @@ def _build(hist, never, vals, offs, gap_prior, rep, lo_f, lo_int, ip, fp, pc, pf
 
 # ------------------------------------------------------------ the order
 # The scored evictor's order for this policy: every block admitted (tier 1), never pinned, so the
-# key is (value ``val[b]``, release order ``ib[ORD, b]``), total (release orders are distinct); the
-# lowest free block is the victim. Any exact minimum gives the evictor's victims, so the order is
-# kept in a form that makes a re-score O(1) (a re-score round moves about 270 blocks per arrival on
-# the Mooncake trace, 16 times the victims): block ids in chunks of ``CHUNK``, per chunk the id of
-# its lowest free block ``cmb`` (-1: none) and that block's key ``cmv``, ``cmo``; a victim is the
-# lowest chunk minimum (a scan of the chunks), and a chunk is scanned again when its minimum leaves
-# or rises. The evictor's rows IN, ORD and VER (and its calendar and expiry heaps) are kept as it
-# keeps them, so its expiry kernels (``q_due_any``, ``due_live``, ``drain``) read this state as
-# their own.
+# key is (value, release order ``ib[ORD, b]``), total (release orders are distinct); the lowest
+# free block is the victim. Any exact minimum gives the evictor's victims, so the order is kept in a
+# form that makes a re-score O(1) (a re-score round moves about 270 blocks per arrival on the
+# Mooncake trace, 16 times the victims) and a victim a few vector passes: per block its value as an
+# order key ``ok[b]`` (:func:`_okey`, int64, ordered as the values; ``EMPTY`` while the block is
+# not in the order), block ids in chunks of ``CHUNK``, per chunk the id of its lowest block ``cmb``
+# (-1: none) and that block's key ``cmk`` (``EMPTY``: none) and release order ``cmo``. A victim is
+# the lowest chunk minimum; a chunk is scanned again when its minimum leaves or rises. The scans
+# are minimum reductions over int64 (vectorized; ties on the value, frequent since the values come
+# from a table, broken by a second pass over the release orders). The evictor's rows IN, ORD and
+# VER (and its calendar and expiry heaps) are kept as it keeps them, so its expiry kernels
+# (``q_due_any``, ``due_live``, ``drain``) read this state as their own.
 CHUNK = 64
+#: The order key of a block not in the order (above every value's key).
+EMPTY = 2**63 - 1
 
 
 @_jit
-def _o_less(a, b, val, ib):
+def _okey(x):
+    """The order key of a value ``x`` (float64, not NaN): an int64 that
+    orders as the values do, equal for equal values (``-0.0`` as ``0.0``):
+    the IEEE-754 bits, the non-sign bits flipped for negatives (the usual
+    total-order map of doubles)."""
+    b = np.float64(x + 0.0).view(np.int64)
+    return b ^ ((b >> 63) & 0x7FFFFFFFFFFFFFFF)
+
+
+@_jit
+def _o_less(a, b, ok, ib):
     """Whether block ``a``'s key ranks below block ``b``'s."""
-    va, vb = val[a], val[b]
-    return va < vb or (va == vb and ib[ev.ORD, a] < ib[ev.ORD, b])
+    ka, kb = ok[a], ok[b]
+    return ka < kb or (ka == kb and ib[ev.ORD, a] < ib[ev.ORD, b])
 
 
 @_jit
-def _o_min(b, cmb, cmv, cmo, val, ib):
+def _o_min(b, cmb, cmk, cmo, ok, ib):
     """Block ``b`` is its chunk's minimum."""
     c = b // CHUNK
     cmb[c] = b
-    cmv[c] = val[b]
+    cmk[c] = ok[b]
     cmo[c] = ib[ev.ORD, b]
 
 
+#: :func:`_lowest` packs ``(release order, index)`` into one int64: indices below ``2**IX_BITS``, release
+#: orders below ``2**(63 - IX_BITS)`` (checked by :func:`new_state` and :func:`run`).
+IX_BITS = 24
+IX_MASK = (1 << IX_BITS) - 1
+MAX_ORDER = 1 << (63 - IX_BITS)
+
+
 @_jit
-def _o_scan(c, cmb, cmv, cmo, val, ib):
-    """Chunk ``c``'s minimum anew (a scan of its free blocks)."""
+def _lowest(k, o, lo, hi):
+    """The index ``j`` in ``lo:hi`` of the lowest ``(k[j], o[j])`` (``o``
+    distinct where ``k`` ties) and that key: ``(j, k[j], o[j])``; ``(-1,
+    EMPTY, EMPTY)`` if every ``k`` is ``EMPTY``. Two minimum reductions (the
+    second over ``(o[j], j - lo)`` packed), on slices, whose indices from 0 let
+    the loops vectorize."""
+    ks = k[lo:hi]
+    os_ = o[lo:hi]
+    n = ks.shape[0]
+    m = EMPTY
+    for j in range(n):
+        v = ks[j]
+        if v < m:
+            m = v
+    if m == EMPTY:
+        return -1, m, m
+    mo = EMPTY
+    for j in range(n):
+        v = (os_[j] << IX_BITS) | j if ks[j] == m else EMPTY
+        if v < mo:
+            mo = v
+    return lo + (mo & IX_MASK), m, mo >> IX_BITS
+
+
+@_jit
+def _o_scan(c, cmb, cmk, cmo, ok, ib):
+    """Chunk ``c``'s minimum anew (a scan of its blocks' keys)."""
     lo = c * CHUNK
     hi = lo + CHUNK
-    if hi > val.shape[0]:
-        hi = val.shape[0]
-    m = -1
-    for b in range(lo, hi):
-        if ib[ev.IN, b] and (m < 0 or _o_less(b, m, val, ib)):
-            m = b
-    cmb[c] = m
-    if m >= 0:
-        cmv[c] = val[m]
-        cmo[c] = ib[ev.ORD, m]
+    if hi > ok.shape[0]:
+        hi = ok.shape[0]
+    cmb[c], cmk[c], cmo[c] = _lowest(ok, ib[ev.ORD], lo, hi)
 
 
 @_jit
-def _o_set(b, old, cmb, cmv, cmo, val, ib):
-    """Block ``b`` (free) got its value ``val[b]`` (``old``: its value before,
-    NaN if it was not in the order)."""
+def _o_set(b, old, cmb, cmk, cmo, ok, ib):
+    """Block ``b`` (free) got its key ``ok[b]`` (``old``: its key before,
+    ``EMPTY`` if it was not in the order)."""
     c = b // CHUNK
     m = cmb[c]
     if m == b:
-        if not (val[b] <= old):  # its chunk's minimum rose
-            _o_scan(c, cmb, cmv, cmo, val, ib)
+        if ok[b] > old:  # its chunk's minimum rose
+            _o_scan(c, cmb, cmk, cmo, ok, ib)
         else:
-            cmv[c] = val[b]
-    elif m < 0 or _o_less(b, m, val, ib):
-        _o_min(b, cmb, cmv, cmo, val, ib)
+            cmk[c] = ok[b]
+    elif m < 0 or _o_less(b, m, ok, ib):
+        _o_min(b, cmb, cmk, cmo, ok, ib)
 
 
 @_jit
-def _o_remove(b, cmb, cmv, cmo, val, ib):
-    """Block ``b`` left the order (``ib[IN, b]`` already 0)."""
+def _o_remove(b, cmb, cmk, cmo, ok, ib):
+    """Block ``b`` leaves the order (``ib[IN, b]`` already 0)."""
+    ok[b] = EMPTY
     c = b // CHUNK
     if cmb[c] == b:
-        _o_scan(c, cmb, cmv, cmo, val, ib)
+        _o_scan(c, cmb, cmk, cmo, ok, ib)
 
 
 @_jit
-def _o_pop(cmb, cmv, cmo, val, ib, ec):
+def _o_pop(cmb, cmk, cmo, ok, ib, ec):
     """The lowest free block, out of the order (IN cleared, LIVE counted)."""
-    best = -1
-    bv = 0.0
-    bo = 0
-    for c in range(cmb.shape[0]):
-        if cmb[c] >= 0:
-            v = cmv[c]
-            if best < 0 or v < bv or (v == bv and cmo[c] < bo):
-                best, bv, bo = c, v, cmo[c]
-    b = cmb[best]
+    c, _, _ = _lowest(cmk, cmo, 0, cmk.shape[0])
+    b = cmb[c]
     ib[ev.IN, b] = 0
     ec[ev.LIVE] -= 1
-    _o_scan(best, cmb, cmv, cmo, val, ib)
+    _o_remove(b, cmb, cmk, cmo, ok, ib)
     return b
 
 
@@ -357,31 +390,30 @@ def _c_due_any(arrival, qb, ec):
 
 
 @_jit
-def _c_drain(arrival, qe, qb, ec):
-    """``spfcore._evictor_nb._q_drain``: the buckets due by ``arrival`` emptied, ``base`` moved past them."""
+def _c_drain(arrival, qb, ec):
+    """``spfcore._evictor_nb._q_drain``: the buckets due by ``arrival`` emptied (their blocks
+    already out of them: :func:`_due` unlinks each as it reads it), ``base`` moved past them."""
     last = ev._q_last(arrival, ec)
     if last < ec[ev.QBASE]:
         return
     for x in range(ec[ev.QBASE], last + 1):
         k = x & (QW - 1)
-        b = qb[0, k]
-        while b >= 0:
-            nx = qe[1, b]
-            qe[0, b] = -1
-            b = nx
         qb[0, k] = qb[1, k] = -1
     ec[ev.QBASE] = np.int64(np.floor(min(arrival, ev.NEVER_ARRIVAL_F))) + 1
 
 
 @_jit
-def _place(ids, values, exp_a, orders, ib, val, cmb, cmv, cmo, tk, ti, ak, ai, qe, qb, ec):
+def _place(ids, values, exp_a, orders, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe, qb, ec):
     """``spfcore._evictor_nb.place`` for this policy's answers (tier 1, no
     pin, arrival expiries ``exp_a`` float64, ``NEVER``: none): in sequence,
     per block a new version, its expiry registered (the calendar if it fits,
     else the arrivals heap), and its key set (a block in the order at the same
     value stays where it is; ``orders`` empty: each block's own release order,
-    a re-score); then stale expiry entries dropped as ``place`` does. Returns
-    False (nothing done) if an expiry structure lacks room."""
+    a re-score); then stale expiry entries dropped as ``place`` does. The
+    blocks are in no calendar bucket (a due block left it in :func:`_due`, a
+    hit or taken block in :func:`_c_unlink`), so a heap entry of theirs is
+    what goes stale. Returns False (nothing done) if an expiry structure lacks
+    room."""
     n = ids.shape[0]
     if max(ec[ev.TN], ec[ev.AN]) + n > ak.shape[0]:
         return False
@@ -393,25 +425,25 @@ def _place(ids, values, exp_a, orders, ib, val, cmb, cmv, cmo, tk, ti, ak, ai, q
         value = values[k]
         v += 1
         y = exp_a[k]
-        _c_unlink(i, qe, qb)  # (its entry, if any, is stale from now on)
         if y < ev.NEVER_ARRIVAL_F:
             if ev._q_fits(y, ec):
                 _c_push(i, np.int64(y), qe, qb)
             else:
                 an = ev._t_push(ak, ai, an, y, v, i)
         ib[ev.VER, i] = v
+        key = _okey(value)
         if ib[ev.IN, i]:
-            old = val[i]
-            if old == value:  # same rank: stays where it is
+            old = ok[i]
+            if old == key:  # same rank: stays where it is
                 continue
         else:
-            old = np.nan
+            old = EMPTY
             ib[ev.IN, i] = 1
             ec[ev.LIVE] += 1
             if has_ord:
                 ib[ev.ORD, i] = orders[k]
-        val[i] = value
-        _o_set(i, old, cmb, cmv, cmo, val, ib)
+        ok[i] = key
+        _o_set(i, old, cmb, cmk, cmo, ok, ib)
     ec[ev.VERSION] = v
     tn = ec[ev.TN]
     if tn + an > 2 * ec[ev.LIVE] + 1024:  # (stale heap entries; the calendar keeps none)
@@ -422,7 +454,37 @@ def _place(ids, values, exp_a, orders, ib, val, cmb, cmv, cmo, tk, ti, ak, ai, q
 
 
 @_jit
-def _score(ids, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, t, ip):
+def _inputs(k, kr, sr):
+    """The score inputs of key id ``k``: ``(last access, class)`` of its
+    resident record, the sentinel's (slot 0: class ``nc``, the all-zero row
+    of the table) without one."""
+    s = kr[k, REC]
+    if s < 0 or sr[s, STATE] != 1:
+        s = 0
+    return sr[s, LAST], sr[s, CLS]
+
+
+@_jit
+def _refresh(blocks, lo, hi, key_of, kh, kt, dn, kr, sr, ib, bsc):
+    """After the records of the keys of ``blocks[lo:hi]`` changed (a hit, a
+    store, an eviction): the score inputs ``bsc`` of every free block holding
+    one of those keys anew (a hash cached twice: the other copy's; a key with
+    one block needs nothing, that block is in use)."""
+    for j in range(lo, hi):
+        k = key_of[blocks[j]]
+        if k < 0 or kh[k] == kt[k]:
+            continue
+        last, cls = _inputs(k, kr, sr)
+        b = kh[k]
+        while b >= 0:
+            if ib[ev.IN, b]:
+                bsc[b, 0] = last
+                bsc[b, 1] = cls
+            b = dn[b]
+
+
+@_jit
+def _score(ids, cached, key_of, par_of, depth_of, kh, dn, kr, sr, bsc, bq, vals, offs, bucket, t, ip, c):
     """``spfcore_score_blocks`` of blocks ``ids`` (by hash, as
     ``UtilityPolicy._score_by_keys``): per block the value ``vals[cls,
     bucket of age]`` of its hash's resident record (0, never expiring,
@@ -432,6 +494,14 @@ def _score(ids, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, t, ip):
     ``min(last + offset, t + max_ttl)`` (offset < 0: never), as float64 (the
     evictor's column).
 
+    The record's ``(last, class)`` come from ``bsc`` (per block, ``(B, 2)``)
+    when ``cached`` (a re-score: the blocks are free, and :func:`_refresh`
+    keeps their inputs current), else from the records, written to ``bsc`` (a
+    release). The cap finds a parent's hash as the block met just before
+    (almost always: a chain re-scored or released together), else among the
+    parent hash's cached blocks, by ``bq`` (per block, the pass order it was
+    met in, counted across calls by ``c[PASS]``).
+
     Returns:
         ``(values float64 (n,), arrival expiries float64 (n,))``.
     """
@@ -440,25 +510,38 @@ def _score(ids, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, t, ip):
     e = np.empty(n, np.float64)
     mt = ip[MAX_TTL]
     for k in range(n):
-        s = kr[key_of[ids[k]], REC]
-        if s < 0 or sr[s, STATE] != 1:
-            s = 0
-        xk, ek, _ = pnb.score_one(t, sr[s, LAST], sr[s, CLS], bucket, vals, offs, mt, NEVER)
+        b = ids[k]
+        if not cached:
+            bsc[b, 0], bsc[b, 1] = _inputs(key_of[b], kr, sr)
+        xk, ek, _ = pnb.score_one(t, bsc[b, 0], bsc[b, 1], bucket, vals, offs, mt, NEVER)
         x[k] = xk
         e[k] = ek
     if n > 1 and ip[CHAIN_MONO] != 0:
+        base = c[PASS]
+        c[PASS] = base + n
         back = depth_of[ids[0]] > depth_of[ids[n - 1]]
+        kq = -1  # the position of the block met just before
         for q in range(n):
             k = n - 1 - q if back else q
             b = ids[k]
             p = par_of[b]
             if p >= 0:
-                j = kr[p, POS]
+                j = -1
+                if kq >= 0 and key_of[ids[kq]] == p:
+                    j = kq
+                else:  # the latest block of hash p met in this pass, if any
+                    top = base - 1
+                    d = kh[p]
+                    while d >= 0:
+                        if bq[d] > top:
+                            top = bq[d]
+                        d = dn[d]
+                    if top >= base:
+                        j = n - 1 - (top - base) if back else top - base
                 if j >= 0 and x[j] < x[k]:
                     x[k] = x[j]
-            kr[key_of[b], POS] = k
-        for k in range(n):
-            kr[key_of[ids[k]], POS] = -1
+            bq[b] = base + q
+            kq = k
     return x, e
 
 
@@ -498,7 +581,8 @@ def _due(now, arrival, ib, tk, ti, ak, ai, qe, qb, c):
     """``spfcore._evictor_nb.due``: the blocks whose score expired by
     ``now`` (seconds heap) then ``arrival`` (the calendar's due buckets merged
     with the arrivals heap's live due entries), in ``(expiry, version)``
-    order, each once (a block has one live entry)."""
+    order, each once (a block has one live entry). The calendar's blocks read
+    leave their buckets (``qe``; :func:`_c_drain` empties the buckets)."""
     tv = np.empty(0, np.int64)
     tid = np.empty(0, np.int64)
     if c[ev.TN]:
@@ -517,12 +601,14 @@ def _due(now, arrival, ib, tk, ti, ak, ai, qe, qb, c):
     for x in range(c[ev.QBASE], last + 1):
         b = qb[0, x & (QW - 1)]
         while b >= 0:
-            v = ib[ev.VER, b]
-            while h < nh and (ak_[h] < x or (ak_[h] == x and av[h] < v)):
-                m = _keep_live(out, m, aid[h], av[h], ib)
-                h += 1
+            if h < nh:
+                v = ib[ev.VER, b]
+                while h < nh and (ak_[h] < x or (ak_[h] == x and av[h] < v)):
+                    m = _keep_live(out, m, aid[h], av[h], ib)
+                    h += 1
             out[m] = b
             m += 1
+            qe[0, b] = -1  # (out of its bucket: _c_drain empties the buckets read here)
             b = qe[1, b]
     while h < nh:
         m = _keep_live(out, m, aid[h], av[h], ib)
@@ -531,7 +617,7 @@ def _due(now, arrival, ib, tk, ti, ak, ai, qe, qb, c):
 
 
 @_jit
-def _expire(now, arrival, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, ip, ib, val, cmb, cmv, cmo, tk, ti, ak, ai,
+def _expire(now, arrival, key_of, par_of, depth_of, kh, dn, kr, sr, bsc, bq, vals, offs, bucket, ip, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai,
             qe, qb, ec, c):
     """``Evictor.plan_expired`` + ``commit``: if a score expired by
     ``arrival`` (the evictor's short-circuit test: seconds heap, arrivals
@@ -552,13 +638,13 @@ def _expire(now, arrival, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, 
     n = ids.shape[0]
     if n:
         c[HOOK_CALLS] += 1
-    x, e = _score(ids, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, np.int64(arrival), ip)
+    x, e = _score(ids, True, key_of, par_of, depth_of, kh, dn, kr, sr, bsc, bq, vals, offs, bucket, np.int64(arrival), ip, c)
     ec[ev.TN] = ev._t_drop(ib, tk, ti, ec[ev.TN], now)
     ec[ev.AN] = ev._t_drop(ib, ak, ai, ec[ev.AN], arrival)
-    _c_drain(arrival, qe, qb, ec)
+    _c_drain(arrival, qb, ec)
     if n:
         ei = np.empty(0, np.int64)
-        if not _place(ids, x, e, ei, ib, val, cmb, cmv, cmo, tk, ti, ak, ai, qe, qb, ec):
+        if not _place(ids, x, e, ei, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe, qb, ec):
             return -2
     return -1
 
@@ -717,8 +803,8 @@ def _store(blocks, lo, n, t, key_of, depth_of, kr, sr, fs, hist, never, pw, buck
 
 
 @_jit
-def _alloc(n, blocks, at, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, fs, q, never, vals, offs,
-           bucket, ip, pc, pf, ib, val, cmb, cmv, cmo, tk, ti, ak, ai, qe, qb, ec, c, victims):
+def _alloc(n, blocks, at, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, bsc, bq, fs, q, never, vals, offs,
+           bucket, ip, pc, pf, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe, qb, ec, c, victims):
     """``PolicyRuntime.evict(n)``: ``n`` victims into ``blocks[at:]``
     (expired scores re-scored first when cached blocks are taken; hashless
     blocks first, then the evictor's lowest), one evicted call with the cached
@@ -726,7 +812,7 @@ def _alloc(n, blocks, at, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, 
     on a bug (no room)."""
     c[EVICT_CALLS] += 1
     if n > c[HSN]:
-        if _expire(now, float(t), key_of, par_of, depth_of, kr, sr, vals, offs, bucket, ip, ib, val, cmb, cmv, cmo, tk, ti,
+        if _expire(now, float(t), key_of, par_of, depth_of, kh, dn, kr, sr, bsc, bq, vals, offs, bucket, ip, ib, ok, cmb, cmk, cmo, tk, ti,
                    ak, ai, qe, qb, ec, c) < -1:
             return False
     got = 0
@@ -737,7 +823,7 @@ def _alloc(n, blocks, at, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, 
     need = n - got
     if need:
         for j in range(need):  # the lowest (value, release order) first
-            b = _o_pop(cmb, cmv, cmo, val, ib, ec)
+            b = _o_pop(cmb, cmk, cmo, ok, ib, ec)
             _c_unlink(b, qe, qb)
             blocks[at + got + j] = b
     m = 0
@@ -755,14 +841,15 @@ def _alloc(n, blocks, at, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, 
         c[HOOK_CALLS] += 1
         if not _evicted(gone, t, kr, sr, fs, q, never, vals, bucket, ip, pc, pf):
             return False
+        _refresh(blocks, at, at + n, key_of, kh, kt, dn, kr, sr, ib, bsc)
     for j in range(n):
         _retire(blocks[at + j], key_of, kh, kt, dn, dp, c, victims)
     return True
 
 
 @_jit
-def _stored(blocks, lo, n, depth0, parent, keys, k0, t, key_of, kh, kt, dn, dp, par_of, depth_of, kr, sr, fs,
-            hist, never, pw, bucket, ip, pc, c):
+def _stored(blocks, lo, n, depth0, parent, keys, k0, t, key_of, kh, kt, dn, dp, par_of, depth_of, kr, sr, bsc, ib,
+            fs, hist, never, pw, bucket, ip, pc, c):
     """``PolicyRuntime.stored`` of ``blocks[lo:lo + n]`` with keys
     ``keys[k0:k0 + n]`` from depth ``depth0``, the first one's parent key
     ``parent`` (-1: none): the blocks cached, one stored call."""
@@ -775,12 +862,13 @@ def _stored(blocks, lo, n, depth0, parent, keys, k0, t, key_of, kh, kt, dn, dp, 
         parent = k
     c[HOOK_CALLS] += 1
     _store(blocks, lo, n, t, key_of, depth_of, kr, sr, fs, hist, never, pw, bucket, ip, pc)
+    _refresh(blocks, lo, lo + n, key_of, kh, kt, dn, kr, sr, ib, bsc)
 
 
 @_jit
 def replay_spf(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, start, first_arrival, ip, fp, bucket, lo_int,
-               rep, lo_f, gap_prior, pw, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, fs, q, hist, never,
-               vals, offs, pc, pf, ib, val, cmb, cmv, cmo, tk, ti, ak, ai, qe, qb, ec, c, blocks, hits, victims):
+               rep, lo_f, gap_prior, pw, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, bsc, bq, fs, q, hist, never,
+               vals, offs, pc, pf, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe, qb, ec, c, blocks, hits, victims):
     """Replay requests ``r = start .. len(n_prompt)-1`` (the request arrays
     of :func:`spfcore.sim._replay_nb.replay`; request ``r`` at arrival index
     ``first_arrival + r``) under the ``utility`` policy and the scored
@@ -833,13 +921,14 @@ def replay_spf(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, start, fi
         pc[KIND] = 2 if seen > rb else 1
         for j in range(f0, f1):
             kr[bk[j], MARK] = t + 1
-        if _expire(now, now, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, ip, ib, val, cmb, cmv, cmo, tk, ti, ak,
+        if _expire(now, now, key_of, par_of, depth_of, kh, dn, kr, sr, bsc, bq, vals, offs, bucket, ip, ib, ok, cmb, cmk, cmo, tk, ti, ak,
                    ai, qe, qb, ec, c) < -1:
             return -1
         # lookup, hit hook, touch
         h = _lookup(kh, bk, f0, n_look[r], blocks)
         c[HOOK_CALLS] += 1
         _hit(blocks, h, t, key_of, depth_of, kr, sr, fs, hist, bucket, ip, pc)
+        _refresh(blocks, 0, h, key_of, kh, kt, dn, kr, sr, ib, bsc)
         if h:
             for k in range(h):  # touch: they leave the order (a block met twice is not free: KeyError)
                 b = blocks[k]
@@ -849,15 +938,15 @@ def replay_spf(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, start, fi
                     return FOUND_TWICE
                 ib[ev.IN, b] = 0
                 ec[ev.LIVE] -= 1
-                _o_remove(b, cmb, cmv, cmo, val, ib)
+                _o_remove(b, cmb, cmk, cmo, ok, ib)
                 _c_unlink(b, qe, qb)
         # prefill: allocation, then the new full prompt blocks stored
-        if not _alloc(np_ - h, blocks, h, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, fs, q, never,
-                      vals, offs, bucket, ip, pc, pf, ib, val, cmb, cmv, cmo, tk, ti, ak, ai, qe, qb, ec, c, victims):
+        if not _alloc(np_ - h, blocks, h, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, bsc, bq, fs, q, never,
+                      vals, offs, bucket, ip, pc, pf, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe, qb, ec, c, victims):
             return -1
         if nf > h:
             _stored(blocks, h, nf - h, h, bk[f0 + h - 1] if h else -1, bk, f0 + h, t, key_of, kh, kt, dn, dp, par_of,
-                    depth_of, kr, sr, fs, hist, never, pw, bucket, ip, pc, c)
+                    depth_of, kr, sr, bsc, ib, fs, hist, never, pw, bucket, ip, pc, c)
         d0 = dk_off[r]
         nd = dk_off[r + 1] - d0
         nb_ = np_
@@ -868,12 +957,12 @@ def replay_spf(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, start, fi
             for j in range(np_, nt + 1):
                 if done < j and done < nf_all:
                     _stored(blocks, done, 1, done, parent, dk, d0 + done - nf, t, key_of, kh, kt, dn, dp, par_of,
-                            depth_of, kr, sr, fs, hist, never, pw, bucket, ip, pc, c)
+                            depth_of, kr, sr, bsc, ib, fs, hist, never, pw, bucket, ip, pc, c)
                     parent = dk[d0 + done - nf]
                     done += 1
                 if j < nt:
-                    if not _alloc(1, blocks, nb_, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, fs,
-                                  q, never, vals, offs, bucket, ip, pc, pf, ib, val, cmb, cmv, cmo, tk, ti, ak, ai, qe, qb,
+                    if not _alloc(1, blocks, nb_, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, bsc, bq, fs,
+                                  q, never, vals, offs, bucket, ip, pc, pf, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe, qb,
                                   ec, c, victims):
                         return -1
                     nb_ += 1
@@ -884,10 +973,10 @@ def replay_spf(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, start, fi
             for j in range(done):
                 ids[j] = blocks[done - 1 - j]
             c[HOOK_CALLS] += 1
-            x, e = _score(ids, key_of, par_of, depth_of, kr, sr, vals, offs, bucket, t, ip)
+            x, e = _score(ids, False, key_of, par_of, depth_of, kh, dn, kr, sr, bsc, bq, vals, offs, bucket, t, ip, c)
             o = c[ORDER]
             c[ORDER] = o + done
-            if not _place(ids, x, e, np.arange(o + 1, o + 1 + done), ib, val, cmb, cmv, cmo, tk, ti, ak, ai, qe,
+            if not _place(ids, x, e, np.arange(o + 1, o + 1 + done), ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe,
                           qb, ec):
                 return -1
         for j in range(done, nb_):
@@ -954,7 +1043,7 @@ def new_state(pol, num_blocks: int, pin_cap: int, nkeys: int = 0) -> dict:
         line each) and ``fs`` the free slots; ``q`` the ghost list (a queue of slots);
         ``hist`` ``(C, J)`` and ``never`` ``(C,)`` float64, the decayed reuse
         histograms; ``vals``/``offs`` ``(C + 1, J)`` the index table and its
-        change points; ``ib``/``val``, ``cmb``/``cmv``/``cmo`` (chunk minima of
+        change points; ``ib``/``ok``, ``cmb``/``cmk``/``cmo`` (order keys, chunk minima of
         :data:`CHUNK` blocks), ``tk``/``ti``/``ak``/``ai``/``qe``/``qb``/``ec``
         the evictor's rows, expiry heaps, calendar and counters
         (:mod:`spfcore._evictor_nb`); ``pc``/``pf`` the policy's scalars (clock, kind, next rebuild,
@@ -972,7 +1061,7 @@ def new_state(pol, num_blocks: int, pin_cap: int, nkeys: int = 0) -> dict:
     st["hs"], st["depth_of"] = np.zeros(num_blocks, i64), np.zeros(num_blocks, i64)
     st["kh"], st["kt"] = np.full(nkeys, -1, np.int32), np.full(nkeys, -1, np.int32)
     kr = np.zeros((nkeys, NKCOLS), i64)
-    kr[:, [REC, DUAL, POS]] = -1
+    kr[:, [REC, DUAL]] = -1
     st["kr"] = kr
     ns = max(64, num_blocks + ghost_cap // 4)
     sr = np.zeros((ns, NSCOLS), i64)
@@ -992,7 +1081,12 @@ def new_state(pol, num_blocks: int, pin_cap: int, nkeys: int = 0) -> dict:
     ib[ev.HST] = -1
     cap = 4 * nblk + 4096  # the expiry heaps: room for any batch (see _place)
     nch = -(-nblk // CHUNK)
-    st.update(ib=ib, val=np.zeros(nblk), cmb=np.full(nch, -1, i64), cmv=np.zeros(nch), cmo=np.zeros(nch, i64),
+    if nch > IX_MASK:
+        raise ValueError(f"num_blocks={num_blocks}: the compiled spf replay takes at most {IX_MASK * CHUNK} blocks")
+    st["bsc"] = np.zeros((nblk, 2), i64)
+    st["bq"] = np.full(nblk, -1, i64)
+    st.update(ib=ib, ok=np.full(nblk, EMPTY, i64), cmb=np.full(nch, -1, i64), cmk=np.full(nch, EMPTY, i64),
+              cmo=np.zeros(nch, i64),
               tk=np.zeros(cap), ti=np.zeros((2, cap), i64), ak=np.zeros(cap),
               ai=np.zeros((2, cap), i64))
     st["qe"], st["qb"] = np.full((3, nblk), -1, i64), np.full((2, QW), -1, i64)
@@ -1012,7 +1106,7 @@ def grow(st: dict, nkeys: int) -> None:
     st["kh"] = np.concatenate([st["kh"], np.full(g, -1, np.int32)])
     st["kt"] = np.concatenate([st["kt"], np.full(g, -1, np.int32)])
     more = np.zeros((g, NKCOLS), np.int64)
-    more[:, [REC, DUAL, POS]] = -1
+    more[:, [REC, DUAL]] = -1
     st["kr"] = np.concatenate([st["kr"], more])
 
 
@@ -1043,8 +1137,8 @@ def _pw(st: dict, top: int) -> None:
 
 
 _ARGS = ("ip", "fp", "bucket", "lo_int", "rep", "lo_f", "gap_prior", "pw", "key_of", "kh", "kt", "dn", "dp", "hs",
-         "par_of", "depth_of", "kr", "sr", "fs", "q", "hist", "never", "vals", "offs", "pc", "pf", "ib", "val", "cmb",
-         "cmv", "cmo", "tk", "ti", "ak", "ai", "qe", "qb", "ec", "c")
+         "par_of", "depth_of", "kr", "sr", "bsc", "bq", "fs", "q", "hist", "never", "vals", "offs", "pc", "pf", "ib", "ok", "cmb",
+         "cmk", "cmo", "tk", "ti", "ak", "ai", "qe", "qb", "ec", "c")
 
 
 def run(st: dict, flat: tuple, first_arrival: int, hits: np.ndarray, victims: np.ndarray) -> int:
@@ -1061,6 +1155,8 @@ def run(st: dict, flat: tuple, first_arrival: int, hits: np.ndarray, victims: np
     if not len(n_total):
         return DONE
     blocks = np.empty(int(n_total.max()), np.int64)
+    if int(st["c"][ORDER]) + int(n_total.sum()) >= MAX_ORDER:  # (release orders: see _lowest)
+        raise OverflowError(f"the compiled spf replay hands out release orders below {MAX_ORDER}")
     start = 0
     while True:
         _pw(st, int(st["pc"][EPOCH]) + len(n_total) - start + 2)  # at most one table build per request
@@ -1107,7 +1203,7 @@ def remap(st: dict, keep: np.ndarray) -> np.ndarray:
         a[:m] = st[name][old]
         st[name] = a
     kr = np.zeros((size, NKCOLS), np.int64)
-    kr[:, [REC, DUAL, POS]] = -1
+    kr[:, [REC, DUAL]] = -1
     kr[:m] = st["kr"][old]
     st["kr"] = kr
     return km
