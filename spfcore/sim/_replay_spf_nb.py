@@ -465,14 +465,15 @@ def _inputs(k, kr, sr):
 
 
 @_jit
-def _refresh(blocks, lo, hi, key_of, kh, kt, dn, kr, sr, ib, bsc):
+def _refresh(blocks, lo, hi, key_of, kh, dn, dp, kr, sr, ib, bsc):
     """After the records of the keys of ``blocks[lo:hi]`` changed (a hit, a
     store, an eviction): the score inputs ``bsc`` of every free block holding
-    one of those keys anew (a hash cached twice: the other copy's; a key with
-    one block needs nothing, that block is in use)."""
+    one of those keys anew (a hash cached twice: the other copy's; a block
+    alone in its key's list needs nothing, it is in use)."""
     for j in range(lo, hi):
-        k = key_of[blocks[j]]
-        if k < 0 or kh[k] == kt[k]:
+        bj = blocks[j]
+        k = key_of[bj]
+        if k < 0 or (dn[bj] < 0 and dp[bj] < 0):
             continue
         last, cls = _inputs(k, kr, sr)
         b = kh[k]
@@ -841,7 +842,7 @@ def _alloc(n, blocks, at, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, 
         c[HOOK_CALLS] += 1
         if not _evicted(gone, t, kr, sr, fs, q, never, vals, bucket, ip, pc, pf):
             return False
-        _refresh(blocks, at, at + n, key_of, kh, kt, dn, kr, sr, ib, bsc)
+        _refresh(blocks, at, at + n, key_of, kh, dn, dp, kr, sr, ib, bsc)
     for j in range(n):
         _retire(blocks[at + j], key_of, kh, kt, dn, dp, c, victims)
     return True
@@ -862,7 +863,7 @@ def _stored(blocks, lo, n, depth0, parent, keys, k0, t, key_of, kh, kt, dn, dp, 
         parent = k
     c[HOOK_CALLS] += 1
     _store(blocks, lo, n, t, key_of, depth_of, kr, sr, fs, hist, never, pw, bucket, ip, pc)
-    _refresh(blocks, lo, lo + n, key_of, kh, kt, dn, kr, sr, ib, bsc)
+    _refresh(blocks, lo, lo + n, key_of, kh, dn, dp, kr, sr, ib, bsc)
 
 
 @_jit
@@ -928,7 +929,7 @@ def replay_spf(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, start, fi
         h = _lookup(kh, bk, f0, n_look[r], blocks)
         c[HOOK_CALLS] += 1
         _hit(blocks, h, t, key_of, depth_of, kr, sr, fs, hist, bucket, ip, pc)
-        _refresh(blocks, 0, h, key_of, kh, kt, dn, kr, sr, ib, bsc)
+        _refresh(blocks, 0, h, key_of, kh, dn, dp, kr, sr, ib, bsc)
         if h:
             for k in range(h):  # touch: they leave the order (a block met twice is not free: KeyError)
                 b = blocks[k]
