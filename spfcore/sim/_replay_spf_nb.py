@@ -25,8 +25,8 @@ compiled code is called from inside the kernel:
 The evictor's order and calendar are kept here in forms that give the same
 victims and the same re-score rounds for this policy (every block admitted,
 never pinned: the key is ``(value, release order)``, total), cheaper per
-re-score (about 270 blocks re-scored per arrival on the Mooncake trace, 16
-times the victims): chunked minima instead of the lazy-deletion heap (see
+re-score (about 330 blocks re-scored per arrival on the Mooncake trace, 19
+times the victims): chunked minima of int64 order keys instead of the lazy-deletion heap (see
 the order section), an intrusive calendar instead of the pooled one (see the
 calendar section). The due blocks are read in the evictor's ``(expiry,
 version)`` order, the victims are its lowest keys, and the counters it
@@ -40,7 +40,9 @@ prompt's hash set is a stamp per key id (``kr[:, MARK]``); scores are computed
 as the plugin's by-hash path does (``_score_by_keys``: the resident record of
 each block's hash, the chain cap by parent hash, the latest copy of a hash met
 in the pass capping its children), which the plugin's id-map path answers
-identically. The plugin's id map, orphans and slot generations decide nothing
+identically; a re-score reads each block's record inputs from a per-block
+row (``bsc``, kept current by :func:`_refresh`), and the cap finds the
+parent's hash without a per-hash table (:func:`_score`). The plugin's id map, orphans and slot generations decide nothing
 (they only pick between the two identical paths) and are not kept. The
 histogram reductions numpy does in ``UtilityPolicy._build`` are reproduced in
 numpy's summation order (``hist.sum(0)``: row by row; ``never.sum()`` and
@@ -215,8 +217,8 @@ def _build(hist, never, vals, offs, gap_prior, rep, lo_f, lo_int, ip, fp, pc, pf
 # The scored evictor's order for this policy: every block admitted (tier 1), never pinned, so the
 # key is (value, release order ``ib[ORD, b]``), total (release orders are distinct); the lowest
 # free block is the victim. Any exact minimum gives the evictor's victims, so the order is kept in a
-# form that makes a re-score O(1) (a re-score round moves about 270 blocks per arrival on the
-# Mooncake trace, 16 times the victims) and a victim a few vector passes: per block its value as an
+# form that makes a re-score O(1) (a re-score round moves about 330 blocks per arrival on the
+# Mooncake trace, 19 times the victims) and a victim a few vector passes: per block its value as an
 # order key ``ok[b]`` (:func:`_okey`, int64, ordered as the values; ``EMPTY`` while the block is
 # not in the order), block ids in chunks of ``CHUNK``, per chunk the id of its lowest block ``cmb``
 # (-1: none) and that block's key ``cmk`` (``EMPTY``: none) and release order ``cmo``. A victim is
