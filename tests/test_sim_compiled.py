@@ -113,6 +113,26 @@ def test_trace_head_identical(monkeypatch, arm, options):
     assert ref["evictions"] > 10_000 and 0 < ref["block_hit_rate"] < 1  # a cache under pressure
 
 
+@pytest.mark.skipif(not TRACE.exists(), reason="Mooncake trace not present")
+def test_spf_arrivals_heap_identical(monkeypatch):
+    """Expiries beyond the arrivals calendar's window (``max_ttl`` above its 2,048 arrivals, a
+    frontier cut that keeps far change points) wait on the evictor's arrivals heap, which
+    ``_due`` merges with the calendar's buckets: the same victims and records as the hooks."""
+    from spfcore import _evictor_nb as ev
+    from spfcore.sim import _replay_spf_nb
+    wl = read_mooncake(TRACE)  # (the whole trace: ages past the window)
+    held = []
+    run = _replay_spf_nb.run
+
+    def recording(st, *a, **k):
+        out = run(st, *a, **k)
+        held.append(int(st["ec"][ev.AN]))
+        return out
+    monkeypatch.setattr(_replay_spf_nb, "run", recording)
+    assert_same(monkeypatch, wl, 2000, 512, "spf_expected_utility", {"cut_factor": "1e-9", "max_ttl": "100000"})
+    assert max(held) > 100  # the heap held live expiries
+
+
 @pytest.mark.parametrize("name,flags,bs,pressure", [
     ("personas", dict(personas=4, prefix_tokens=512, sessions=8, turns=3, query_tokens=32, output_tokens=8), 16, 1.2),
     ("multiturn", {}, 16, 2.0),  # output tokens defined: decode blocks hit later turns
