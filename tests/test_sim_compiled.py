@@ -573,17 +573,24 @@ def chunked_replay(monkeypatch, wl, bs, nb, arm, kind, options, ref, ref_victims
     return kept, rt
 
 
-@pytest.mark.parametrize("options", [None, {"ghost_factor": "0.2"}])
-def test_spf_chunks_and_forgotten_keys_identical(monkeypatch, options):
-    """spf_expected_utility streamed in chunks of 5 requests with the interned keys compacted
-    after each chunk: records, ghosts and parents survive the renumbering (the same victims,
-    records and counters as the reference loop), keys no longer named are forgotten."""
+def personas_reference(monkeypatch, arm: str, options: dict | None):
+    """The chunked-replay tests' workload (120 personas requests, block size 16, a cache of the
+    largest request + 40 blocks) and the reference loop's cell and victims under ``arm``:
+    ``(workload, block size, num_blocks, cell, victims)``."""
     wl = make("personas", seed=5, personas=6, prefix_tokens=256, sessions=40, turns=3, query_tokens=32,
               output_tokens=8)
     bs = 16
     prep = prepare(wl, bs)
     nb = max(prep.blocks_needed) + 40
-    ref, ref_victims = reference(monkeypatch, prep, nb, bs, "spf_expected_utility", options)
+    return (wl, bs, nb) + reference(monkeypatch, prep, nb, bs, arm, options)
+
+
+@pytest.mark.parametrize("options", [None, {"ghost_factor": "0.2"}])
+def test_spf_chunks_and_forgotten_keys_identical(monkeypatch, options):
+    """spf_expected_utility streamed in chunks of 5 requests with the interned keys compacted
+    after each chunk: records, ghosts and parents survive the renumbering (the same victims,
+    records and counters as the reference loop), keys no longer named are forgotten."""
+    wl, bs, nb, ref, ref_victims = personas_reference(monkeypatch, "spf_expected_utility", options)
     assert ref["hit_blocks"] > 100 and ref["evictions"] > 100
     kept, rt = chunked_replay(monkeypatch, wl, bs, nb, "spf_expected_utility", "spf", options, ref, ref_victims)
     assert simulator._compiled_kind(rt) == "spf"
@@ -614,12 +621,7 @@ def test_frequency_chunks_and_forgotten_keys_identical(monkeypatch, options):
     list (cached, counted or ghost keys only)."""
     # 120 requests, 336 keys, 59 blocks: hits and ghost counts coming back (ghost_factor 1: 564 hit
     # blocks, 0: 168), more keys than the cache and the ghost list hold
-    wl = make("personas", seed=5, personas=6, prefix_tokens=256, sessions=40, turns=3, query_tokens=32,
-              output_tokens=8)
-    bs = 16
-    prep = prepare(wl, bs)
-    nb = max(prep.blocks_needed) + 40
-    ref, ref_victims = reference(monkeypatch, prep, nb, bs, "frequency", options)
+    wl, bs, nb, ref, ref_victims = personas_reference(monkeypatch, "frequency", options)
     assert ref["hit_blocks"] > 100
     kept, rt = chunked_replay(monkeypatch, wl, bs, nb, "frequency", "frequency", options, ref, ref_victims)
     assert len(kept) > 10 and all(new <= nb - 1 + cap for _, new, cap in kept)
