@@ -405,8 +405,7 @@ def test_spf_numpy_sums():
     around every split of numpy's pairwise sum, values over many magnitudes."""
     import numpy as np
 
-    simulator._load_kernels("spf")
-    np_sum = simulator._spf_nb.np_sum
+    np_sum = simulator._kernel("spf").np_sum
     rng = np.random.default_rng(7)
     for n in [*range(0, 300), 383, 384, 385, 1000, 1024, 1031, 4099]:
         for _ in range(3):

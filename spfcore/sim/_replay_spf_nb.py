@@ -1025,10 +1025,32 @@ def supports(pol) -> bool:
     return bool(ok)
 
 
-def new_state(pol, num_blocks: int, pin_cap: int, nkeys: int = 0) -> dict:
+def params_of(rt) -> tuple | None:
+    """The kernel protocol's parameters (see :data:`spfcore.sim.simulator.KERNELS`):
+    ``(pol, pin_cap)``, the configured ``UtilityPolicy`` of ``rt``'s shipped
+    ``spf_expected_utility`` policy and ``rt``'s pin cap in blocks, or ``None``
+    where this replay does not stand in (variant ``"seed"``, a subclass of
+    the variant's class, parameters :func:`supports` refuses)."""
+    inst = next(iter(rt.pm.get_plugins()))
+    impl = getattr(inst, "impl", None)
+    p = getattr(inst, "params", None)
+    if getattr(p, "variant", None) != "utility" or type(impl).__qualname__ != "UtilityPolicy" \
+            or type(impl).__module__ != "spfcore_spf_expected_utility.utility":
+        return None
+    return (impl, rt.pin_cap) if supports(impl) else None
+
+
+def ghost_cap(st: dict) -> int:
+    """Key ids the state may name beyond the cached ones' (the ghost records'
+    bound): the simulator's compaction limit adds it."""
+    return int(st["ip"][GHOST_CAP])
+
+
+def new_state(num_blocks: int, params: tuple, nkeys: int = 0) -> dict:
     """A fresh state for :func:`replay_spf` of a pool of ``num_blocks``
     blocks (null block included), every usable block hashless and free, and
-    the configured (fresh) ``UtilityPolicy`` ``pol``'s parameters and tables;
+    ``params = (pol, pin_cap)`` (:func:`params_of`): the configured (fresh)
+    ``UtilityPolicy`` ``pol``'s parameters and tables, the pin cap in blocks;
     room for ``nkeys`` key ids (:func:`grow` adds more).
 
     Returns:
@@ -1053,6 +1075,7 @@ def new_state(pol, num_blocks: int, pin_cap: int, nkeys: int = 0) -> dict:
         table epoch, ghosts, free slots, ghost-queue head and tail);
         ``c`` the replay's counters."""
     i64 = np.int64
+    pol, pin_cap = params
     ip, fp = _params(pol, pin_cap)
     nc, nbk, ghost_cap = int(ip[NC]), int(ip[NBK]), int(ip[GHOST_CAP])
     st = {"ip": ip, "fp": fp, "bucket": np.ascontiguousarray(pol._bucket_np, i64),
@@ -1221,7 +1244,7 @@ def warm() -> None:
     nb = 8
     pol = UtilityPolicy()
     pol.spfcore_cache_configured(num_blocks=nb, block_size=16)
-    st = new_state(pol, nb, 4, 4)
+    st = new_state(nb, (pol, 4), 4)
     i64 = np.int64
     run(st, trace, 0, np.empty(2, i64), np.empty(8, i64))
     keep_keys(st)

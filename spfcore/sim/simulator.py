@@ -101,6 +101,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import os
 import time
 from array import array
@@ -531,7 +532,44 @@ REPLAY_ENV = "SPFCORE_SIM_REPLAY"
 _nb = None  # spfcore.sim._replay_nb, once loaded
 _nbf = None  # spfcore.sim._replay_freq_nb, once loaded
 _ttl_nb = None  # spfcore.sim._replay_ttl_nb, once loaded
-_spf_nb = None  # spfcore.sim._replay_spf_nb, once loaded
+#: Compiled replays written to one protocol, by the policy class they stand in
+#: for (the class itself, not a subclass): ``(class module, class qualname) ->
+#: (kind, kernel module)``. A kernel module offers:
+#:
+#: * ``params_of(rt) -> tuple | None``: the configured policy's parameters the
+#:   kernel takes, or ``None`` where it does not stand in (the hooks run);
+#: * ``new_state(num_blocks, params, nkeys) -> dict``: a fresh pool, every
+#:   usable block hashless and free, room for ``nkeys`` key ids; ``st["c"]``
+#:   the int64 counters (:mod:`spfcore.sim._replay_nb`'s ``EVICTIONS``,
+#:   ``EVICT_CALLS``, ``NVICT`` and the module's ``HOOK_CALLS``, ``TWICE``, ``AT``);
+#: * ``grow(st, nkeys)``: room for key ids below ``nkeys``;
+#: * ``run(st, flat, first_arrival, hits, victims) -> status``: one chunk
+#:   (:func:`_flatten`'s arrays), hit blocks per request into ``hits``, every
+#:   block handed out into ``victims`` unless it is empty; ``DONE``,
+#:   ``TOO_BIG`` (request ``c[AT]`` needs more blocks than are free, nothing
+#:   of it replayed) or ``FOUND_TWICE`` (a lookup found block ``c[TWICE]`` twice);
+#: * ``keep_keys(st) -> bool array`` (the key ids the state still names) and
+#:   ``remap(st, keep) -> int64 array`` (renumber those densely, old -> new, -1
+#:   forgotten), between chunks;
+#: * ``ghost_cap(st) -> int``: key ids it may name beyond the cached blocks';
+#: * ``warm()``: compile (or load numba's cache) now.
+KERNELS = {
+    ("spfcore_spf_expected_utility", "ExpectedUtilityPolicy"): ("spf", "spfcore.sim._replay_spf_nb"),
+}
+_KERNEL_KINDS = {kind: mod for kind, mod in KERNELS.values()}
+_kernels: dict = {}  # kind -> its kernel module, once loaded and warmed
+
+
+def _kernel(kind: str):
+    """The kernel module of ``kind`` (a :data:`KERNELS` kind), imported and
+    warmed once a process."""
+    mod = _kernels.get(kind)
+    if mod is None:
+        _load_nb()
+        mod = importlib.import_module(_KERNEL_KINDS[kind])
+        mod.warm()
+        _kernels[kind] = mod
+    return mod
 
 
 def replay_mode() -> str:
@@ -558,8 +596,10 @@ def _compiled_kind(rt: PolicyRuntime) -> str | None:
     replay takes (:func:`_frequency_params`; its decisions in
     :func:`~spfcore.sim._replay_freq_nb.replay_frequency`), ``"spf"`` for the
     shipped ``spf_expected_utility`` plugin's own class with variant
-    ``"utility"`` and params the replay takes (:func:`_spf_policy`; its
-    decisions in :func:`~spfcore.sim._replay_spf_nb.replay_spf`), else ``None``;
+    ``"utility"`` and params the replay takes (its module's ``params_of``; its
+    decisions in :func:`~spfcore.sim._replay_spf_nb.replay_spf`), the kind of a
+    :data:`KERNELS` entry for its class whose module's ``params_of`` takes the
+    configured policy, else ``None``;
     always ``None`` with :data:`REPLAY_ENV` = ``python``, with hook calls
     monitored (``SPFCORE_TRACE_HOOKS``), and ``None`` but for ``"lru"`` under
     a hook budget (``rt.hook_budget_s``: it bounds hook calls, and a compiled
@@ -587,26 +627,10 @@ def _compiled_kind(rt: PolicyRuntime) -> str | None:
         return "session_ttl"  # arrivals mode, ``until`` exact in float64 (seconds mode: the Python loop)
     if cls is not None and (cls.__module__, cls.__qualname__) == ("spfcore_frequency", "FrequencyPolicy"):
         return "frequency" if _frequency_params(rt) is not None else None
-    if cls is not None and (cls.__module__, cls.__qualname__) == ("spfcore_spf_expected_utility",
-                                                                  "ExpectedUtilityPolicy"):
-        return "spf" if _spf_policy(rt) is not None else None
+    entry = KERNELS.get((cls.__module__, cls.__qualname__)) if cls is not None else None
+    if entry is not None:  # (numba: imported only for the arm that runs it)
+        return entry[0] if importlib.import_module(entry[1]).params_of(rt) is not None else None
     return None
-
-
-def _spf_policy(rt: PolicyRuntime):
-    """The configured ``UtilityPolicy`` of ``rt``'s shipped
-    ``spf_expected_utility`` policy (variant ``"utility"``, the variant's own
-    class, every hook the variant's), or ``None`` where the compiled replay
-    does not stand in (variant ``"seed"``, a subclass, ``count_weight`` > 0:
-    see :func:`spfcore.sim._replay_spf_nb.supports`)."""
-    inst = next(iter(rt.pm.get_plugins()))
-    impl = getattr(inst, "impl", None)
-    p = getattr(inst, "params", None)
-    if getattr(p, "variant", None) != "utility" or type(impl).__qualname__ != "UtilityPolicy" \
-            or type(impl).__module__ != "spfcore_spf_expected_utility.utility":
-        return None
-    from spfcore.sim import _replay_spf_nb  # (numba: only for the arm that runs it)
-    return impl if _replay_spf_nb.supports(impl) else None
 
 
 def _frequency_params(rt: PolicyRuntime) -> tuple[int, int] | None:
@@ -641,13 +665,11 @@ def _load_kernels(kind: str | None):
     :mod:`spfcore.sim._replay_nb` (:func:`_load_nb`); for ``"frequency"``
     also loads :mod:`spfcore.sim._replay_freq_nb` (kept in ``_nbf``), for
     ``"session_ttl"`` :mod:`spfcore.sim._replay_ttl_nb` (kept in ``_ttl_nb``),
-    for ``"spf"`` :mod:`spfcore.sim._replay_spf_nb` (kept in ``_spf_nb``)."""
-    global _nbf, _ttl_nb, _spf_nb
+    for a :data:`KERNELS` kind its kernel module (:func:`_kernel`)."""
+    global _nbf, _ttl_nb
     nb = _load_nb()
-    if kind == "spf" and _spf_nb is None:
-        from spfcore.sim import _replay_spf_nb
-        _replay_spf_nb.warm()
-        _spf_nb = _replay_spf_nb
+    if kind in _KERNEL_KINDS:
+        _kernel(kind)
     if kind == "frequency" and _nbf is None:
         from spfcore.sim import _replay_freq_nb
         _replay_freq_nb.warm()
@@ -741,10 +763,9 @@ class _CompiledReplay:
     ``"session_ttl"`` with ``params = (ttl_arrivals, pin cap in blocks,
     max_sessions)`` (its state in :mod:`spfcore.sim._replay_ttl_nb`), or
     ``"frequency"`` with ``params = (min_count, ghost_cap)``
-    (:func:`_frequency_params`), or ``"spf"`` with ``params = (the
-    configured UtilityPolicy, pin cap in blocks)`` (its state in
-    :mod:`spfcore.sim._replay_spf_nb`); ``nkeys``, when known (a whole
-    :class:`Prepared` or prepared stream), sizes ``spf``'s per-key-id state
+    (:func:`_frequency_params`), or a :data:`KERNELS` kind with its module's
+    ``params_of(rt)`` (its state the module's); ``nkeys``, when known (a whole
+    :class:`Prepared` or prepared stream), sizes a kernel's per-key-id state
     for key ids below it at once (the arrays :meth:`run` would grow it to)."""
 
     def __init__(self, num_blocks: int, kind: str = "lru", victims: list | None = None,
@@ -752,6 +773,7 @@ class _CompiledReplay:
         if num_blocks >= 2**31:
             raise ValueError(f"num_blocks must be < 2**31 for the compiled replay, got {num_blocks}")
         self.nb = nb = _load_kernels(kind)
+        self.mod = _kernel(kind) if kind in _KERNEL_KINDS else None  # a kernel module (KERNELS)
         self.ghost_cap = 0  # (frequency) the ghost list's bound: key ids it may keep beyond the cache's
         i64 = np.int64
         self.num_blocks, self.kind, self.victims = num_blocks, kind, victims
@@ -777,9 +799,9 @@ class _CompiledReplay:
             self.key_of, self.kh, self.kt, self.dn, self.dp, self.hs, self.inn, self.ordr = st[:8]
             self.cnt, self.gv, self.gn, self.gp = st[8:12]  # per key id: count, ghost count, ghost list links
             self.heaps, self.c = list(st[12:16]), st[16]
-        elif kind == "spf":  # room for nkeys key ids from the start: as grow's first doubling, without its copy
-            self.st = _spf_nb.new_state(params[0], num_blocks, params[1], max(nkeys, 1024) if nkeys else 0)
-            self.ghost_cap = int(self.st["ip"][_spf_nb.GHOST_CAP])
+        elif self.mod is not None:  # room for nkeys key ids from the start: as grow's first doubling, no copy
+            self.st = self.mod.new_state(num_blocks, params, max(nkeys, 1024) if nkeys else 0)
+            self.ghost_cap = self.mod.ghost_cap(self.st)
             self.c = self.st["c"]
 
     def run(self, flat: tuple, nkeys: int, first_id: int = 0, sid: np.ndarray | None = None,
@@ -797,8 +819,8 @@ class _CompiledReplay:
         """
         if self.kind == "session_ttl":
             return self._run_ttl(flat, nkeys, first_id, sid, nsessions)
-        if self.kind == "spf":
-            return self._run_spf(flat, nkeys, first_id)
+        if self.mod is not None:
+            return self._run_kernel(flat, nkeys, first_id)
         if self.kind == "frequency" and nkeys >= 2**31:  # (its ghost list links key ids as int32)
             raise ValueError(f"{nkeys} key ids: the compiled frequency replay takes < 2**31")
         if nkeys > len(self.kh):  # room for every key id of the chunk
@@ -870,8 +892,8 @@ class _CompiledReplay:
             raise self._too_big(first_id + bad, int(n_total[bad]))
         return hits
 
-    def _run_spf(self, flat: tuple, nkeys: int, first_id: int) -> np.ndarray:
-        sn, st = _spf_nb, self.st
+    def _run_kernel(self, flat: tuple, nkeys: int, first_id: int) -> np.ndarray:
+        sn, st = self.mod, self.st
         sn.grow(st, nkeys)
         n_total = flat[7]
         hits = np.empty(len(n_total), np.int64)
@@ -888,7 +910,7 @@ class _CompiledReplay:
             at = int(c[sn.AT])
             raise self._too_big(first_id + at, int(n_total[at]))
         if status != sn.DONE:
-            raise RuntimeError(f"compiled spf replay: no room in its state (status {status})")
+            raise RuntimeError(f"compiled {self.kind} replay: no room in its state (status {status})")
         return hits
 
     def _ttl_keep(self) -> tuple[np.ndarray, np.ndarray]:
@@ -955,15 +977,15 @@ class _CompiledReplay:
         return hits
 
     def compact(self, ids: dict) -> dict:
-        """(``lru``, ``frequency``, ``spf``) Renumber the keys still cached (and, for
-        ``frequency``, those counted or on the ghost list; for ``spf`` those
-        with a record or parents of cached blocks) densely from 0 and
+        """(``lru``, ``frequency``, a :data:`KERNELS` kind) Renumber the keys
+        still cached (and, for ``frequency``, those counted or on the ghost
+        list; for a kernel those its ``keep_keys`` names) densely from 0 and
         forget the others (bounds ``ids`` by the cache and the ghost list,
         not the trace); returns the new key -> id map."""
-        if self.kind == "spf":
-            keep = _spf_nb.keep_keys(self.st)
+        if self.mod is not None:
+            keep = self.mod.keep_keys(self.st)
             live = {k: i for k, i in ids.items() if keep[i]}
-            km = _spf_nb.remap(self.st, keep)
+            km = self.mod.remap(self.st, keep)
             return dict(zip(live, km[np.fromiter(live.values(), np.int64, len(live))].tolist()))
         kh = self.kh
         keep = kh >= 0
@@ -1016,8 +1038,8 @@ class _CompiledReplay:
             rt.pins_refused_replayed += int(c[_ttl_nb.REFUSED])
         elif self.kind == "frequency":
             rt.hook_calls += int(c[_nbf.HOOK_CALLS])
-        elif self.kind == "spf":
-            rt.hook_calls += int(c[_spf_nb.HOOK_CALLS])
+        elif self.mod is not None:
+            rt.hook_calls += int(c[self.mod.HOOK_CALLS])
         rt.policy_seconds += seconds
         rt.evict_seconds += seconds
 
@@ -1073,8 +1095,8 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
                 v = pl[0]
                 keep((v.request_id, v.session_id, v.prefix_group, pl[6], v.num_prompt_tokens, h))
 
-    if kind == "spf":  # the configured policy: its parameters and tables, as its hooks read them
-        params = (_spf_policy(rt), rt.pin_cap)
+    if kind in _KERNEL_KINDS:  # the configured policy's parameters (and tables), as its hooks read them
+        params = _kernel(kind).params_of(rt)
     ttl = None
     if kind == "session_ttl":  # the policy's parameters, as its hooks read them
         inst = next(iter(rt.pm.get_plugins()))
@@ -1120,7 +1142,7 @@ def _replay_compiled(plans, rt: PolicyRuntime, num_blocks: int, kind: str = "lru
             flat = _flatten(pls, ids)
             account(pls, flat, st.run(flat, len(ids), first, sid, len(sids)))
             first += len(pls)
-            if kind in ("lru", "frequency", "spf") and len(ids) > limit:
+            if (kind in ("lru", "frequency") or kind in _KERNEL_KINDS) and len(ids) > limit:
                 ids = st.compact(ids)
             elif ttl and (len(ids) > limit or len(sids) > limit):  # keys not cached, sessions not live
                 ids, sids = st.compact_ttl(ids, sids)
