@@ -56,9 +56,10 @@ from spfcore.sim._replay_classic_nb import evictable, r_append, r_first, r_new, 
 from spfcore.sim._replay_nb import EVICT_CALLS, HSN, LRUN, NVICT, _insert, _lookup, _retire, init, warm_trace
 
 #: More counter indices (after ``_replay_nb``'s first five): hook calls, the
-#: block a lookup found twice, the request a status names, the hand (-1: none).
-HOOK_CALLS, TWICE, AT, HAND = range(5, 9)
-NCOUNTERS = 9
+#: block a lookup found twice, the request a status names, the hand (-1: none),
+#: victims found by the copies exception (``ClassicPolicy._victim_among_copies`` calls).
+HOOK_CALLS, TWICE, AT, HAND, COPIES = range(5, 10)
+NCOUNTERS = 10
 #: :func:`replay_sieve` status: done, a request too big, a lookup found a
 #: block twice, no evictable block even among copies (a bug).
 DONE, TOO_BIG, FOUND_TWICE, STUCK = range(4)
@@ -113,6 +114,7 @@ def _alloc(n, blocks, at, key_of, kh, kt, dn, dp, hs, par_of, kids, fr, vis, rn,
         while got < n:
             b = _victim(rn, rp, rg, rl, vis, fr, key_of, kids, kh, kt, c, False)
             if b < 0:
+                c[COPIES] += 1
                 b = _victim(rn, rp, rg, rl, vis, fr, key_of, kids, kh, kt, c, True)
                 if b < 0:
                     return False
@@ -282,13 +284,28 @@ def run(st: dict, flat: tuple, first_arrival: int, hits: np.ndarray, victims: np
     (no decision depends on it).
 
     Returns:
-        :func:`replay_sieve`'s status.
+        :func:`replay_sieve`'s status, but ``STUCK``.
+
+    Raises:
+        spfcore.runtime.PolicyError: no evictable block, not even among
+            copies (keys that repeat within a prompt can make every free
+            block a parent): the plugin's ``NoEvictable`` as the runtime
+            reports it.
     """
     n_total = flat[7]
     if not len(n_total):
         return DONE
     blocks = np.empty(int(n_total.max()), np.int64)
-    return replay_sieve(*flat, *(st[a] for a in _ARGS), blocks, hits, victims)
+    status = replay_sieve(*flat, *(st[a] for a in _ARGS), blocks, hits, victims)
+    if status == STUCK:
+        from spfcore.runtime import PolicyError
+        from spfcore_classic._base import NoEvictable
+
+        exc = NoEvictable(f"sieve: no evictable block (free, without a cached child) among {int(st['rl'][Q])} "
+                          "resident blocks")
+        raise PolicyError(f"policy 'sieve' failed in hook spfcore_evict_blocks: {exc!r}", policy="sieve",
+                          hook="spfcore_evict_blocks")
+    return status
 
 
 def keep_keys(st: dict) -> np.ndarray:
