@@ -556,6 +556,7 @@ _ttl_nb = None  # spfcore.sim._replay_ttl_nb, once loaded
 KERNELS = {
     ("spfcore_spf_expected_utility", "ExpectedUtilityPolicy"): ("spf", "spfcore.sim._replay_spf_nb"),
     ("spfcore_classic.sieve", "Sieve"): ("sieve", "spfcore.sim._replay_sieve_nb"),
+    ("spfcore_classic.twoq", "TwoQ"): ("twoq", "spfcore.sim._replay_twoq_nb"),
 }
 _KERNEL_KINDS = {kind: mod for kind, mod in KERNELS.values()}
 _kernels: dict = {}  # kind -> its kernel module, once loaded and warmed
