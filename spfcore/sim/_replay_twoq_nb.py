@@ -278,8 +278,7 @@ def params_of(rt) -> tuple | None:
 
 
 def ghost_cap(st: dict) -> int:
-    """Key ids the state may name beyond the cached ones': A1out's bound
-    (``from_ghost`` adds at most one prompt's keys)."""
+    """Key ids the state may name beyond the cached ones': A1out's bound."""
     return int(st["ip"][AOUT_CAP])
 
 
@@ -374,8 +373,10 @@ def run(st: dict, flat: tuple, first_arrival: int, hits: np.ndarray, victims: np
 
 def keep_keys(st: dict) -> np.ndarray:
     """Per key id, whether the state still names it: cached, the parent of a
-    cached block (``kids``), in A1out or in ``from_ghost``."""
-    keep = (st["kh"] >= 0) | (st["kids"] > 0) | (st["krg"] >= 0) | (st["fg"] > 0)
+    cached block (``kids``) or in A1out. (``from_ghost`` is read only by the
+    stores of the request whose hit hook filled it: between chunks it is
+    dead, and :func:`remap` clears it.)"""
+    keep = (st["kh"] >= 0) | (st["kids"] > 0) | (st["krg"] >= 0)
     par = st["par_of"][st["key_of"] >= 0]
     keep[par[par >= 0]] = True
     return keep
@@ -384,7 +385,9 @@ def keep_keys(st: dict) -> np.ndarray:
 def remap(st: dict, keep: np.ndarray) -> np.ndarray:
     """Renumber the key ids ``keep`` marks densely from 0 (in order) and
     forget the others (between calls; decisions do not depend on the
-    labels; A1out keeps its order). Returns the old -> new map (-1: forgotten)."""
+    labels; A1out keeps its order; ``from_ghost`` cleared, as the next
+    request's ``on_miss`` clears it before any store reads it). Returns the
+    old -> new map (-1: forgotten)."""
     old = np.flatnonzero(keep)
     m = len(old)
     km = np.full(len(keep), -1, np.int64)
@@ -396,13 +399,10 @@ def remap(st: dict, keep: np.ndarray) -> np.ndarray:
     par[~held] = -1
     p = par >= 0
     par[p] = km[par[p]]
-    c, fg, fgl = st["c"], st["fg"], st["fgl"]
-    live = fgl[: int(c[NFG])]
-    live = live[fg[live] > 0]  # (those taken out by a store since are no longer in from_ghost)
-    fgl[: len(live)] = km[live]
-    c[NFG] = len(live)
+    st["c"][NFG] = 0
     size = len(keep)
-    for name, fill in (("kh", -1), ("kt", -1), ("kids", 0), ("fg", 0)):
+    st["fg"] = np.zeros(size, np.int64)
+    for name, fill in (("kh", -1), ("kt", -1), ("kids", 0)):
         a = np.full(size, fill, st[name].dtype)
         a[:m] = st[name][old]
         st[name] = a
