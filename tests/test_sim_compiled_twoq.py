@@ -76,7 +76,8 @@ def test_copies_exception_identical(monkeypatch):
     check_copies(monkeypatch, ARM)
 
 
-@pytest.mark.parametrize("options", [None, {"a_out_size_ratio": "4"}, {"a_in_size_ratio": "0.5", "a_out_size_ratio": "1"}],
+@pytest.mark.parametrize("options", [None, {"a_out_size_ratio": "4"},
+                                     {"a_in_size_ratio": "0.5", "a_out_size_ratio": "1"}],
                          ids=["default", "out4", "in0.5-out1"])
 def test_chunks_and_forgotten_keys_identical(monkeypatch, options):
     """Chunks of 5 requests, key ids compacted after each: A1out and from_ghost survive the
