@@ -178,6 +178,17 @@ def check_trace_head(monkeypatch, arm, options=None):
     assert ref["evictions"] > 10_000 and 0 < ref["block_hit_rate"] < 1  # a cache under pressure
 
 
+def check_too_big(monkeypatch, arm):
+    """A streamed request that does not fit raises when reached, as the reference loop does."""
+    from spfcore.sim import simulate_stream
+
+    reqs = [Request("a", 0.0, (1, 2, 3, 4), 1, session_id="s"), Request("big", 0.0, tuple(range(40)), 4)]
+    for mode in ("python", "auto"):
+        monkeypatch.setenv(simulator.REPLAY_ENV, mode)
+        with pytest.raises(ValueError, match="request big needs 11 blocks of 4 tokens but the cache has 5 usable"):
+            simulate_stream(reqs, arm, num_blocks=6, block_size=4)
+
+
 # ------------------------------------------------------------------ sieve
 @pytest.mark.parametrize("name,flags,bs,pressure", GENERATED, ids=[g[0] for g in GENERATED])
 def test_generated_identical(monkeypatch, name, flags, bs, pressure):
@@ -223,6 +234,10 @@ def test_prepared_stream_identical(monkeypatch, tmp_path):
 @pytest.mark.skipif(not TRACE.exists(), reason="Mooncake trace not present")
 def test_trace_head_identical(monkeypatch):
     check_trace_head(monkeypatch, ARM)
+
+
+def test_request_too_big_for_the_stream(monkeypatch):
+    check_too_big(monkeypatch, ARM)
 
 
 def test_which_policies_compile(monkeypatch):

@@ -17,8 +17,8 @@ from spfcore.runtime import PolicyRuntime
 from spfcore.sim import simulator
 from tests.test_sim_compiled import TRACE, flat_workload, hash_id_workload, random_workload
 from tests.test_sim_compiled_sieve import (GENERATED, SETTINGS, check_chunked, check_copies, check_flat,
-                                           check_generated, check_prepared_stream, check_random, check_trace_head,
-                                           victims_differ_from_lru)
+                                           check_generated, check_prepared_stream, check_random, check_too_big,
+                                           check_trace_head, victims_differ_from_lru)
 
 ARM = "twoq"
 KIND = "twoq"
@@ -94,6 +94,10 @@ def test_prepared_stream_identical(monkeypatch, tmp_path):
                          ids=["default", "in0.5-out1"])
 def test_trace_head_identical(monkeypatch, options):
     check_trace_head(monkeypatch, ARM, options)
+
+
+def test_request_too_big_for_the_stream(monkeypatch):
+    check_too_big(monkeypatch, ARM)
 
 
 def test_which_policies_compile(monkeypatch):
