@@ -48,9 +48,10 @@ from spfcore.sim import _replay_classic_nb as cl
 from spfcore.sim._replay_nb import EVICT_CALLS, EVICTIONS, HSN, LRUN, NVICT, _insert, _lookup, _retire, init, warm_trace
 
 #: More counter indices (after ``_replay_nb``'s first five): hook calls, the block a lookup found
-#: twice, the request a status names.
-HOOK_CALLS, TWICE, AT = range(5, 8)
-NCOUNTERS = 8
+#: twice, the request a status names, victims found by the copies exception (``_victim_among_copies``),
+#: walks that passed blocks over (their block not the queue's first: in use or a parent).
+HOOK_CALLS, TWICE, AT, COPIES, PASSED = range(5, 10)
+NCOUNTERS = 10
 #: :func:`replay_s3fifo` status: done, a request too big, a lookup found a block twice, no evictable block (a bug).
 DONE, TOO_BIG, FOUND_TWICE, NO_VICTIM = range(4)
 #: Block rings: the small and the main queue.
@@ -73,14 +74,17 @@ def _ghost_add(k, gn, gp, gg, gl, cap):
 
 
 @_jit
-def _evict_small(rn, rp, rg, rl, freq, fr, key_of, kids, kh, kt, copies, gn, gp, gg, gl, pc):
+def _evict_small(rn, rp, rg, rl, freq, fr, key_of, kids, kh, kt, copies, gn, gp, gg, gl, pc, c):
     """``S3FIFO._evict_small``: walk the small queue; a block hit at least ``THR`` times moves to
     the main queue (count 0), the first other one is the victim (its hash to the ghost). -1: none."""
     thr = pc[THR]
     while rl[SMALL]:
+        x = rn[SMALL]
         i = cl.walk(rn, rp, 2, SMALL, fr, key_of, kids, kh, kt, copies)
         if i < 0:
             return -1
+        if i + 2 != x:
+            c[PASSED] += 1
         cl.r_remove(rn, rp, rg, rl, i)
         if freq[i] >= thr:
             cl.r_append(rn, rp, rg, rl, MAIN, i)
@@ -93,13 +97,16 @@ def _evict_small(rn, rp, rg, rl, freq, fr, key_of, kids, kh, kt, copies, gn, gp,
 
 
 @_jit
-def _evict_main(rn, rp, rg, rl, freq, fr, key_of, kids, kh, kt, copies):
+def _evict_main(rn, rp, rg, rl, freq, fr, key_of, kids, kh, kt, copies, c):
     """``S3FIFO._evict_main``: walk the main queue; a block with a positive count is re-inserted
     with ``min(count, 3) - 1``, the first with count 0 is the victim. -1: none."""
     while rl[MAIN]:
+        x = rn[MAIN]
         i = cl.walk(rn, rp, 2, MAIN, fr, key_of, kids, kh, kt, copies)
         if i < 0:
             return -1
+        if i + 2 != x:
+            c[PASSED] += 1
         f = freq[i]
         if f >= 1:
             cl.r_move_to_end(rn, rp, rg, rl, i)
@@ -111,17 +118,17 @@ def _evict_main(rn, rp, rg, rl, freq, fr, key_of, kids, kh, kt, copies):
 
 
 @_jit
-def _victim(rn, rp, rg, rl, freq, fr, key_of, kids, kh, kt, copies, gn, gp, gg, gl, pc):
+def _victim(rn, rp, rg, rl, freq, fr, key_of, kids, kh, kt, copies, gn, gp, gg, gl, pc, c):
     """``S3FIFO.victim``: the main queue first when it holds more than its share or the small
     queue is empty, else the small queue (then the main queue). -1: no evictable block."""
     pc[HAS_EVICTED] = 1
     if rl[MAIN] > pc[MAIN_CAP] or rl[SMALL] == 0:
-        i = _evict_main(rn, rp, rg, rl, freq, fr, key_of, kids, kh, kt, copies)
+        i = _evict_main(rn, rp, rg, rl, freq, fr, key_of, kids, kh, kt, copies, c)
         if i >= 0:
             return i
-    i = _evict_small(rn, rp, rg, rl, freq, fr, key_of, kids, kh, kt, copies, gn, gp, gg, gl, pc)
+    i = _evict_small(rn, rp, rg, rl, freq, fr, key_of, kids, kh, kt, copies, gn, gp, gg, gl, pc, c)
     if i < 0:
-        i = _evict_main(rn, rp, rg, rl, freq, fr, key_of, kids, kh, kt, copies)
+        i = _evict_main(rn, rp, rg, rl, freq, fr, key_of, kids, kh, kt, copies, c)
     return i
 
 
@@ -143,11 +150,12 @@ def _alloc(n, blocks, at, key_of, kh, kt, dn, dp, hs, par_of, kids, fr, freq, rn
     if got < n:
         c[HOOK_CALLS] += 1
         for j in range(got, n):
-            i = _victim(rn, rp, rg, rl, freq, fr, key_of, kids, kh, kt, False, gn, gp, gg, gl, pc)
+            i = _victim(rn, rp, rg, rl, freq, fr, key_of, kids, kh, kt, False, gn, gp, gg, gl, pc, c)
             if i < 0:
-                i = _victim(rn, rp, rg, rl, freq, fr, key_of, kids, kh, kt, True, gn, gp, gg, gl, pc)
+                i = _victim(rn, rp, rg, rl, freq, fr, key_of, kids, kh, kt, True, gn, gp, gg, gl, pc, c)
                 if i < 0:
                     return False
+                c[COPIES] += 1
             fr[i] = 0
             c[LRUN] -= 1
             cl.unparent(i, par_of, kids)
