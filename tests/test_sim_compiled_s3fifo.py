@@ -216,3 +216,77 @@ def test_which_runs(monkeypatch):
     assert kind(PolicyRuntime(pm, 16, 4, policy_name="sub")) is None
     monkeypatch.setenv(simulator.REPLAY_ENV, "python")
     assert kind(PolicyRuntime.for_policy(ARM, 16, 4)) is None
+
+
+@st.composite
+def flat_workload(draw):
+    """Token requests for test_sim_compiled's flat keys (a key per token value: keys repeated
+    within a prompt and across requests, so one store may hold a hash twice, one of them found
+    in the ghost), caches of a few blocks; s3fifo's params drawn."""
+    bs = draw(st.sampled_from([1, 2]))
+    vocab = draw(st.integers(2, 10))
+    reqs = []
+    for i in range(draw(st.integers(1, 40))):
+        prompt = draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=8))
+        reqs.append(Request(f"r{i}", 0.0, tuple(prompt), draw(st.integers(1, 3))))
+    return Workload("flat", {}, reqs), bs, draw(st.integers(0, 3)), draw(s3fifo_options())
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                    HealthCheck.function_scoped_fixture])
+@given(flat_workload())
+def test_keys_repeated_within_a_prompt(monkeypatch, case):
+    """The same cell and victims, or the same KeyError (a lookup that finds a block twice); where
+    the keys' parents form a cycle (no free block is a leaf, not even among copies: the plugin
+    raises NoEvictable), the compiled replay refuses too (its NO_VICTIM status)."""
+    from spfcore.runtime import PolicyError
+    from tests.test_sim_compiled import _flat_keys
+
+    wl, bs, extra, options = case
+    monkeypatch.setattr(simulator, "block_keys", _flat_keys)
+    prep = prepare(wl, bs)
+    nb = max(prep.blocks_needed) + 1 + extra
+    try:
+        ref, ref_victims = reference(monkeypatch, prep, nb, bs, ARM, options)
+    except KeyError as exc:
+        event("KeyError")
+        with pytest.raises(KeyError, match=str(exc.args[0])):
+            compiled(monkeypatch, prep, nb, bs, ARM, options=options)
+        return
+    except PolicyError as exc:
+        assert "NoEvictable" in str(exc)
+        event("NoEvictable")
+        with pytest.raises(RuntimeError, match=f"status {nb_mod.NO_VICTIM}"):
+            compiled(monkeypatch, prep, nb, bs, ARM, options=options)
+        return
+    got, got_victims = compiled(monkeypatch, prep, nb, bs, ARM, options=options)
+    assert strip(got) == strip(ref)
+    assert got_victims == ref_victims
+
+
+def test_a_ghost_hash_twice_in_one_store(monkeypatch):
+    """Flat keys (a key per token value) over seeded workloads where one store holds a hash
+    twice, found in the ghost at the miss: the deeper block goes to the main queue and takes the
+    hash out of from_ghost, the other to the small queue (S3FIFO.on_inserts)."""
+    from spfcore.runtime import PolicyError
+    from tests.test_sim_compiled import _flat_keys
+
+    monkeypatch.setattr(simulator, "block_keys", _flat_keys)
+    compared = 0
+    for seed in range(150):
+        rng = random.Random(seed)
+        vocab = rng.randint(4, 10)
+        reqs = [Request(f"r{i}", 0.0, tuple(rng.randrange(vocab) for _ in range(rng.randint(1, 5))), 1)
+                for i in range(rng.randint(5, 30))]
+        wl = Workload("flat", {}, reqs)
+        prep = prepare(wl, 1)
+        nb = max(prep.blocks_needed) + 1 + rng.randint(0, 3)
+        try:
+            ref, ref_victims = reference(monkeypatch, prep, nb, 1, ARM)
+        except (KeyError, PolicyError):
+            continue
+        got, got_victims = compiled(monkeypatch, prep, nb, 1, ARM)
+        assert strip(got) == strip(ref)
+        assert got_victims == ref_victims
+        compared += 1
+    assert compared > 15
