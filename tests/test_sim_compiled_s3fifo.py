@@ -133,13 +133,19 @@ def seeded_workload(seed: int) -> tuple[Workload, int, int]:
     rng = random.Random(seed)
     bs = rng.choice([1, 2])
     reqs = []
-    for i in range(rng.randint(4, 24)):
+    for i in range(rng.randint(10, 40)):
         prompt = tuple(rng.randint(0, 1) for _ in range(rng.randint(1, 12)))
         out = rng.randint(1, 5)
         outs = tuple(rng.randint(0, 1) for _ in range(out)) if rng.random() < 0.5 else ()
         reqs.append(Request(f"r{i}", 0.0, prompt, out, session_id=f"s{i % 3}", output_token_ids=outs))
     wl = Workload("seeded", {}, reqs)
-    return wl, bs, max(prepare(wl, bs).blocks_needed) + 1 + rng.randint(0, 2)
+    return wl, bs, max(prepare(wl, bs).blocks_needed) + 1 + rng.randint(0, 4)
+
+
+#: the copies exception's victim from the main queue first (a main queue above its share) and
+#: from the small queue
+COPIES_OPTIONS = (None, {"small_size_ratio": "0.9", "move_to_main_threshold": "1"},
+                  {"small_size_ratio": "0.7", "ghost_size_ratio": "3", "move_to_main_threshold": "1"})
 
 
 def test_copies_exception_identical(monkeypatch, counters):
@@ -155,14 +161,15 @@ def test_copies_exception_identical(monkeypatch, counters):
         return orig(self)
     monkeypatch.setattr(ClassicPolicy, "_victim_among_copies", recording)
     reached = 0
-    for seed in range(60):
+    for seed in range(40):
         wl, bs, nb = seeded_workload(seed)
-        counters.clear()
-        calls.clear()
-        same(monkeypatch, wl, nb, bs, stream=False)
-        got = max(c for c, _, _ in counters)
-        assert (got > 0) == bool(calls)  # the kernel took its copies path where the hooks did
-        reached += got > 0
+        for options in COPIES_OPTIONS:
+            counters.clear()
+            calls.clear()
+            same(monkeypatch, wl, nb, bs, options, stream=False)
+            got = max(c for c, _, _ in counters)
+            assert (got > 0) == bool(calls)  # the kernel took its copies path where the hooks did
+            reached += got > 0
     assert reached >= 3
 
 
@@ -290,3 +297,29 @@ def test_a_ghost_hash_twice_in_one_store(monkeypatch):
         assert got_victims == ref_victims
         compared += 1
     assert compared > 15
+
+
+def test_a_block_moved_into_main_within_an_eviction_call(monkeypatch):
+    """A case found by search where the plugin's walk memory (ClassicPolicy._stuck) missed a
+    block that S3FIFO._evict_small moved into the main queue earlier in the same eviction call:
+    the memory, rechecked at the main queue's first walk in that call, took the new length as
+    seen and answered "no evictable block" with that block free and a leaf (a victim from the
+    small queue instead). S3FIFO._evict_small now registers the block (ClassicPolicy._entered):
+    the hooks give the plain walk's victims, which the kernel makes."""
+    from spfcore_classic import s3fifo
+    from spfcore_classic._base import ClassicPolicy
+    from spfcore_classic._ring import Ring
+
+    wl, bs, nb = seeded_workload(126)
+    options = {"small_size_ratio": "0.9", "move_to_main_threshold": "1"}
+    ref, ref_victims = same(monkeypatch, wl, nb, bs, options, stream=False)
+    configure = s3fifo.S3FIFO.configure
+
+    def plain_rings(self, capacity):
+        configure(self, capacity)
+        self.small, self.main = Ring(), Ring()
+    with monkeypatch.context() as m:  # the plain walk in Python: Rings, no memory
+        m.setattr(s3fifo.S3FIFO, "configure", plain_rings)
+        m.setattr(ClassicPolicy, "walk", lambda self, o: self.first_evictable(o, self.evictable))
+        plain, plain_victims = reference(monkeypatch, prepare(wl, bs), nb, bs, ARM, options)
+    assert plain_victims == ref_victims and strip(plain) == strip(ref)
