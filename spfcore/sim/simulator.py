@@ -557,6 +557,8 @@ KERNELS = {
     ("spfcore_spf_expected_utility", "ExpectedUtilityPolicy"): ("spf", "spfcore.sim._replay_spf_nb"),
     ("spfcore_classic.sieve", "Sieve"): ("sieve", "spfcore.sim._replay_sieve_nb"),
     ("spfcore_classic.twoq", "TwoQ"): ("twoq", "spfcore.sim._replay_twoq_nb"),
+    ("spfcore_classic.s3fifo", "S3FIFO"): ("s3fifo", "spfcore.sim._replay_s3fifo_nb"),
+    ("spfcore_classic.gdsf", "GDSF"): ("gdsf", "spfcore.sim._replay_gdsf_nb"),
 }
 _KERNEL_KINDS = {kind: mod for kind, mod in KERNELS.values()}
 _kernels: dict = {}  # kind -> its kernel module, once loaded and warmed

@@ -147,6 +147,7 @@ def _replay(arm, prep, num_blocks, monkeypatch, memo: bool):
         return i
 
     with monkeypatch.context() as m:
+        m.setenv("SPFCORE_SIM_REPLAY", "python")  # the hooks (an arm's compiled replay would stand in)
         m.setattr(runtime.PolicyRuntime, "evict", recording)
         m.setattr(ClassicPolicy, "walk", counting if memo else lambda self, o: self.first_evictable(o, self.evictable))
         rec = simulate(prep, arm, num_blocks=num_blocks, block_size=16)

@@ -121,6 +121,8 @@ class S3FIFO(ClassicPolicy):
             if freq[i] >= thr:
                 main.append(i)
                 freq[i] = 0
+                if self._stuck:  # a block entering main inside victim(): the walk memory must see it
+                    self._entered((i,))  # (else a memory rechecked later in this call misses it; see walk)
             else:
                 del freq[i]
                 if self.ghost_cap:
