@@ -51,9 +51,10 @@ from spfcore.sim._replay_nb import (EVICT_CALLS, EVICTIONS, HSN, LRUN, NCOUNTERS
                                     _retire, init, warm_trace)
 
 #: More counter indices (after ``_replay_nb``'s first five): hook calls, the block a lookup
-#: found twice, the request a status names.
-HOOK_CALLS, TWICE, AT = range(NCOUNTERS, NCOUNTERS + 3)
-NCOUNTERS_A = NCOUNTERS + 3
+#: found twice, the request a status names, victims found by the copies rule
+#: (``ClassicPolicy._victim_among_copies``).
+HOOK_CALLS, TWICE, AT, COPIES = range(NCOUNTERS, NCOUNTERS + 4)
+NCOUNTERS_A = NCOUNTERS + 4
 #: :func:`replay_arc` status: done, a request too big, a lookup found a block twice, no evictable
 #: block (the plugin raises ``NoEvictable``: a policy bug).
 DONE, TOO_BIG, FOUND_TWICE, NO_VICTIM = range(4)
@@ -206,6 +207,7 @@ def _alloc(n, blocks, at, key_of, kh, kt, dn, dp, hs, par_of, kids, fr, brn, brp
                         g2l, pc, pf)
             if i < 0:
                 return False
+            c[COPIES] += 1
         unparent(i, par_of, kids)
         fr[i] = 0
         c[LRUN] -= 1
