@@ -34,11 +34,11 @@ SETTINGS = settings(max_examples=150, deadline=None,
 
 class Watch:
     """Counts, over the runs it watches, the reference's copies-exception victims
-    (``ClassicPolicy._victim_among_copies``), its B1 / B2 ghost hits and T2 walks that found
-    nothing, and the compiled kernel's copies-rule victims (``c[COPIES]``)."""
+    (``ClassicPolicy._victim_among_copies``), its B1 / B2 ghost hits, T2 walks that found
+    nothing and walks that passed blocks over, and the compiled kernel's copies-rule victims (``c[COPIES]``)."""
 
     def __init__(self, monkeypatch):
-        self.copies = self.kernel_copies = self.ghost1 = self.ghost2 = self.walk_failed = 0
+        self.copies = self.kernel_copies = self.ghost1 = self.ghost2 = self.walk_failed = self.passed = 0
         among, on_miss, walk, run = _base.ClassicPolicy._victim_among_copies, ARC.on_miss, ARC.walk, an.run
 
         def among_(pol):
@@ -51,8 +51,10 @@ class Watch:
             self.ghost2 += pol.ghost_hit == 2
 
         def walk_(pol, order):
+            head = order.head
             i = walk(pol, order)
             self.walk_failed += i is None and order is pol.t2 and len(order) > 0
+            self.passed += i is not None and i != head  # the walk passed blocks in use or parents
             return i
 
         def run_(st, *a, **k):
@@ -69,10 +71,8 @@ class Watch:
 @pytest.mark.skipif(not TRACE.exists(), reason="Mooncake trace not present")
 def test_trace_head_identical(monkeypatch):
     wl = read_mooncake(TRACE, limit=1500)
-    w = Watch(monkeypatch)
     ref = assert_same(monkeypatch, wl, 700, 512, ARM)
     assert ref["evictions"] > 10_000 and 0 < ref["block_hit_rate"] < 1  # a cache under pressure
-    assert w.ghost1 and w.ghost2 and w.walk_failed  # both ghost lists hit; T2 found without a leaf
     lru, _ = reference(monkeypatch, prepare(wl, 512), 700, 512, "lru")
     assert lru["hit_blocks"] != ref["hit_blocks"]
 
@@ -172,7 +172,7 @@ def test_copies_exception_identical(monkeypatch):
     (``_victim_among_copies``), the kernel its copies rule, the same number of times, with the
     same victims and records; tiny caches also walk past blocks in use and past parents."""
     rng = np.random.default_rng(7)
-    reached = runs = 0
+    reached = runs = failed = passed = 0
     for _ in range(400):
         wl = Workload("random", {}, _random_requests(rng, int(rng.integers(4, 24))))
         bs = int(rng.choice([1, 2, 4]))
@@ -187,10 +187,13 @@ def test_copies_exception_identical(monkeypatch):
             assert got_victims == ref_victims
             assert w.kernel_copies == w.copies
             reached += 1
+            failed += w.walk_failed
+            passed += w.passed
         runs += 1
         if reached >= 5:
             break
     assert reached >= 5, f"the copies exception was reached in {reached} workloads only"
+    assert failed and passed  # T2 without an evictable block, walks past blocks in use or parents
 
 
 def test_chunks_and_forgotten_keys_identical(monkeypatch):
