@@ -266,3 +266,52 @@ def test_request_too_big_for_the_stream(monkeypatch):
         monkeypatch.setenv(simulator.REPLAY_ENV, mode)
         with pytest.raises(ValueError, match="request big needs 11 blocks of 4 tokens but the cache has 5 usable"):
             simulate_stream(reqs, ARM, num_blocks=6, block_size=4)
+
+
+def test_b2_trimmed_on_a_plain_miss_identical(monkeypatch):
+    """libCacheSim's trim of B2 on a miss that is no ghost hit (the directory full, ``|T1| +
+    |B1| + 1 <= c``), before the victim's ghost enters: reached in the reference, and the same
+    victims and records compiled, and the same lists and ``p`` at the end (the directory bound's
+    own trim alone leaves one ghost more)."""
+    wl = make("mix", seed=3)
+    bs = 16
+    prep = prepare(wl, bs)
+    nb = max(prep.blocks_needed) + 100
+    reached = []
+    victim = ARC.victim
+    pols, states = [], []
+    run = an.run
+
+    def victim_(pol):
+        t1, t2, b1, b2, c = len(pol.t1), len(pol.t2), len(pol.b1), len(pol.b2), pol.capacity
+        reached.append(not pol.ghost_hit and t1 + b1 + 1 <= c and t1 + b1 + t2 + b2 >= 2 * c and b2)
+        pols.append(pol)
+        return victim(pol)
+
+    def run_(st, *a, **k):
+        states.append(st)
+        return run(st, *a, **k)
+    with monkeypatch.context() as m:
+        m.setattr(ARC, "victim", victim_)
+        ref, ref_victims = reference(m, prep, nb, bs, ARM)
+    assert any(reached)
+    monkeypatch.setattr(an, "run", run_)
+    got, got_victims = compiled(monkeypatch, prep, nb, bs, ARM)
+    assert strip(got) == strip(ref)
+    assert got_victims == ref_victims
+    # the final state: T1, T2 (LRU end first), B1, B2 (oldest first, as hashes) and p
+    pol, st = pols[-1], states[-1]
+    ids: dict = {}
+    simulator._flatten(prep.plans, ids)  # the kernel's key ids, interned as _replay_compiled does
+    key = dict(zip(ids.values(), ids.keys()))
+
+    def ring(rings, r=0, keys=False):
+        rn, _, _, rl = rings
+        R, out, s = len(rl), [], rings[0][r]
+        while s != r:
+            out.append(key[s - R] if keys else s - R)
+            s = rn[s]
+        return out
+    assert (ring(st["br"], an.T1), ring(st["br"], an.T2)) == (list(pol.t1), list(pol.t2))
+    assert (ring(st["g1"], keys=True), ring(st["g2"], keys=True)) == (list(pol.b1), list(pol.b2))
+    assert st["pf"][an.P] == pol.p
