@@ -556,6 +556,7 @@ _ttl_nb = None  # spfcore.sim._replay_ttl_nb, once loaded
 KERNELS = {
     ("spfcore_spf_expected_utility", "ExpectedUtilityPolicy"): ("spf", "spfcore.sim._replay_spf_nb"),
     ("spfcore_classic.arc", "ARC"): ("arc", "spfcore.sim._replay_arc_nb"),
+    ("spfcore_classic.lirs", "LIRS"): ("lirs", "spfcore.sim._replay_lirs_nb"),
 }
 _KERNEL_KINDS = {kind: mod for kind, mod in KERNELS.values()}
 _kernels: dict = {}  # kind -> its kernel module, once loaded and warmed
