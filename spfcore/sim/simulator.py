@@ -559,6 +559,8 @@ KERNELS = {
     ("spfcore_classic.twoq", "TwoQ"): ("twoq", "spfcore.sim._replay_twoq_nb"),
     ("spfcore_classic.s3fifo", "S3FIFO"): ("s3fifo", "spfcore.sim._replay_s3fifo_nb"),
     ("spfcore_classic.gdsf", "GDSF"): ("gdsf", "spfcore.sim._replay_gdsf_nb"),
+    ("spfcore_classic.arc", "ARC"): ("arc", "spfcore.sim._replay_arc_nb"),
+    ("spfcore_classic.lirs", "LIRS"): ("lirs", "spfcore.sim._replay_lirs_nb"),
 }
 _KERNEL_KINDS = {kind: mod for kind, mod in KERNELS.values()}
 _kernels: dict = {}  # kind -> its kernel module, once loaded and warmed

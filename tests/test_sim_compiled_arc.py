@@ -1,0 +1,317 @@
+"""The compiled replay of the classic plugin's ``arc`` (spfcore.sim._replay_arc_nb) against the
+reference loop (_run_sequential through PolicyRuntime and ARC's hooks): every field of the cell,
+every per-request record and the victim sequence, on generated workloads, random workloads with
+tiny caches (walks past blocks in use and past parents, a hash cached twice and the copies
+exception), chunked replay with the interned keys compacted, a prepared stream and the Mooncake
+trace's head."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spfcore import registry
+from spfcore.runtime import PolicyRuntime
+from spfcore.sim import prepare, simulate_stream, simulator
+from spfcore.workloads.generators import make
+from spfcore.workloads.model import Request, Workload
+from spfcore.workloads.traces import read_mooncake
+from tests.test_sim_compiled import (TRACE, assert_same, chunked_replay, compiled, personas_reference, reference,
+                                     strip)
+
+pytest.importorskip("spfcore_classic")
+from spfcore_classic import _base  # noqa: E402
+from spfcore_classic.arc import ARC  # noqa: E402
+
+from spfcore.sim import _replay_arc_nb as an  # noqa: E402
+
+ARM = "arc"
+SETTINGS = settings(max_examples=150, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+class Watch:
+    """Counts, over the runs it watches, the reference's copies-exception victims
+    (``ClassicPolicy._victim_among_copies``), its B1 / B2 ghost hits, T2 walks that found
+    nothing and walks that passed blocks over, and the compiled kernel's copies-rule victims (``c[COPIES]``)."""
+
+    def __init__(self, monkeypatch):
+        self.copies = self.kernel_copies = self.ghost1 = self.ghost2 = self.walk_failed = self.passed = 0
+        among, on_miss, walk, run = _base.ClassicPolicy._victim_among_copies, ARC.on_miss, ARC.walk, an.run
+
+        def among_(pol):
+            self.copies += 1
+            return among(pol)
+
+        def on_miss_(pol, keys):
+            on_miss(pol, keys)
+            self.ghost1 += pol.ghost_hit == 1
+            self.ghost2 += pol.ghost_hit == 2
+
+        def walk_(pol, order):
+            head = order.head
+            i = walk(pol, order)
+            self.walk_failed += i is None and order is pol.t2 and len(order) > 0
+            self.passed += i is not None and i != head  # the walk passed blocks in use or parents
+            return i
+
+        def run_(st, *a, **k):
+            before = int(st["c"][an.COPIES])
+            out = run(st, *a, **k)
+            self.kernel_copies += int(st["c"][an.COPIES]) - before
+            return out
+        monkeypatch.setattr(_base.ClassicPolicy, "_victim_among_copies", among_)
+        monkeypatch.setattr(ARC, "on_miss", on_miss_)
+        monkeypatch.setattr(ARC, "walk", walk_)
+        monkeypatch.setattr(an, "run", run_)
+
+
+@pytest.mark.skipif(not TRACE.exists(), reason="Mooncake trace not present")
+def test_trace_head_identical(monkeypatch):
+    wl = read_mooncake(TRACE, limit=1500)
+    ref = assert_same(monkeypatch, wl, 700, 512, ARM)
+    assert ref["evictions"] > 10_000 and 0 < ref["block_hit_rate"] < 1  # a cache under pressure
+    lru, _ = reference(monkeypatch, prepare(wl, 512), 700, 512, "lru")
+    assert lru["hit_blocks"] != ref["hit_blocks"]
+
+
+GENERATED = [
+    ("personas", dict(personas=4, prefix_tokens=512, sessions=8, turns=3, query_tokens=32, output_tokens=8), 16, 1.2),
+    ("multiturn", {}, 16, 2.0),  # output tokens defined: decode blocks hit later turns
+    ("mix", {}, 16, 2.3),
+    ("revisit", dict(sessions=4, prefix_tokens=256, noise_tokens=256, query_tokens=16, output_tokens=20), 8, 3.0),
+]
+
+
+def _generated(name, flags, bs, pressure):
+    wl = make(name, seed=3, **flags)
+    prep = prepare(wl, bs)
+    distinct = len({k for v in prep.views for k in v.block_keys})
+    return wl, prep, max(max(prep.blocks_needed) + 1, int(distinct / pressure))
+
+
+@pytest.mark.parametrize("name,flags,bs,pressure", GENERATED)
+def test_generated_identical(monkeypatch, name, flags, bs, pressure):
+    wl, _, nb = _generated(name, flags, bs, pressure)
+    ref = assert_same(monkeypatch, wl, nb, bs, ARM)
+    assert ref["evictions"] > 0 and ref["hit_blocks"] > 0
+
+
+def test_generated_victims_are_arcs(monkeypatch):
+    """ARC's own order, not the free queue's: on most generated workloads its victims differ from lru's."""
+    differ = 0
+    for case in GENERATED:
+        _, prep, nb = _generated(*case)
+        _, arc_victims = reference(monkeypatch, prep, nb, case[2], ARM)
+        _, lru_victims = reference(monkeypatch, prep, nb, case[2], "lru")
+        differ += arc_victims != lru_victims
+    assert differ >= 3
+
+
+@st.composite
+def random_workload(draw):
+    """Token requests over a 2-token vocabulary (long shared prefixes, prompts that are whole
+    blocks: the last-token rule caches duplicate hashes), outputs defined or not (decode blocks
+    matching later prompts or not), a cache of the largest request and 0-5 blocks more."""
+    bs = draw(st.sampled_from([1, 2, 4]))
+    reqs = []
+    for i in range(draw(st.integers(1, 24))):
+        prompt = draw(st.lists(st.integers(0, 1), min_size=1, max_size=14))
+        out = draw(st.integers(1, 6))
+        outs = draw(st.one_of(st.just(()), st.lists(st.integers(0, 1), min_size=out, max_size=out).map(tuple)))
+        reqs.append(Request(f"r{i}", 0.0, tuple(prompt), out, session_id=f"s{i % 3}", output_token_ids=outs))
+    return Workload("random", {}, reqs), bs, draw(st.integers(0, 5))
+
+
+@SETTINGS
+@given(random_workload())
+def test_random_identical(monkeypatch, case):
+    wl, bs, extra = case
+    nb = max(prepare(wl, bs).blocks_needed) + 1 + extra
+    assert_same(monkeypatch, wl, nb, bs, ARM)
+
+
+@st.composite
+def hash_id_workload(draw):
+    """Hash-id requests over 3 ids: ids repeated within a prompt and shared prefixes, the last
+    block partial or not."""
+    bs = draw(st.sampled_from([1, 2, 4]))
+    reqs = []
+    for i in range(draw(st.integers(1, 24))):
+        ids = tuple(draw(st.lists(st.integers(0, 2), min_size=1, max_size=8)))
+        p = draw(st.integers((len(ids) - 1) * bs + 1, len(ids) * bs))
+        reqs.append(Request(f"h{i}", 0.0, (), draw(st.integers(1, 6)), session_id=f"s{i % 2}", hash_ids=ids,
+                            hash_block_tokens=bs, num_prompt_tokens=p))
+    return Workload("hash-ids", {}, reqs), bs, draw(st.integers(0, 5))
+
+
+@SETTINGS
+@given(hash_id_workload())
+def test_random_hash_ids_identical(monkeypatch, case):
+    wl, bs, extra = case
+    nb = max(prepare(wl, bs).blocks_needed) + 1 + extra
+    assert_same(monkeypatch, wl, nb, bs, ARM)
+
+
+def _random_requests(rng, n: int) -> list:
+    """``n`` token requests over a 2-token vocabulary (as :func:`random_workload` draws them)."""
+    reqs = []
+    for i in range(n):
+        prompt = tuple(int(x) for x in rng.integers(0, 2, int(rng.integers(1, 15))))
+        out = int(rng.integers(1, 7))
+        outs = tuple(int(x) for x in rng.integers(0, 2, out)) if rng.random() < 0.5 else ()
+        reqs.append(Request(f"r{i}", 0.0, prompt, out, session_id=f"s{i % 3}", output_token_ids=outs))
+    return reqs
+
+
+def test_copies_exception_identical(monkeypatch):
+    """Workloads where no free block is a leaf (a hash cached in two blocks, the other copy's
+    request holding it with a child below): the reference takes the copies exception
+    (``_victim_among_copies``), the kernel its copies rule, the same number of times, with the
+    same victims and records; tiny caches also walk past blocks in use and past parents."""
+    rng = np.random.default_rng(7)
+    reached = runs = failed = passed = 0
+    for _ in range(400):
+        wl = Workload("random", {}, _random_requests(rng, int(rng.integers(4, 24))))
+        bs = int(rng.choice([1, 2, 4]))
+        nb = max(prepare(wl, bs).blocks_needed) + 1 + int(rng.integers(0, 3))
+        with monkeypatch.context() as m:
+            w = Watch(m)
+            ref, ref_victims = reference(m, prepare(wl, bs), nb, bs, ARM)
+            if not w.copies:
+                continue
+            got, got_victims = compiled(m, prepare(wl, bs), nb, bs, ARM)
+            assert strip(got) == strip(ref)
+            assert got_victims == ref_victims
+            assert w.kernel_copies == w.copies
+            reached += 1
+            failed += w.walk_failed
+            passed += w.passed
+        runs += 1
+        if reached >= 5:
+            break
+    assert reached >= 5, f"the copies exception was reached in {reached} workloads only"
+    assert failed and passed  # T2 without an evictable block, walks past blocks in use or parents
+
+
+def test_chunks_and_forgotten_keys_identical(monkeypatch):
+    """arc streamed in chunks of 5 requests with the interned keys compacted after each chunk:
+    the ghost lists (in their order) and the parents' counts survive the renumbering (the same
+    victims, records and counters as the reference loop), keys no longer named are forgotten, and
+    those kept are bounded by the cache and the ghost lists."""
+    w = Watch(monkeypatch)
+    wl, bs, nb, ref, ref_victims = personas_reference(monkeypatch, ARM, None)
+    assert ref["hit_blocks"] > 50 and ref["evictions"] > 100 and w.ghost1 + w.ghost2 > 0
+    kept, rt = chunked_replay(monkeypatch, wl, bs, nb, ARM, ARM, None, ref, ref_victims)
+    assert simulator._compiled_kind(rt) == ARM
+    assert len(kept) > 10 and any(new < old for old, new, _ in kept)  # keys were forgotten
+    assert all(cap == 2 * nb and new <= nb - 1 + cap for _, new, cap in kept)
+
+
+def test_ghosts_survive_compaction(monkeypatch):
+    """A workload whose ghost hits come after compactions: identical only if B1 / B2 keep their
+    keys (and orders) through the renumbering; the reference hits both ghost lists."""
+    wl = make("mix", seed=5)  # 168 requests, 366 blocks: 37 requests hit B1, 11 B2
+    bs = 16
+    prep = prepare(wl, bs)
+    nb = max(prep.blocks_needed) + 40
+    w = Watch(monkeypatch)
+    ref, ref_victims = reference(monkeypatch, prep, nb, bs, ARM)
+    assert w.ghost1 > 10 and w.ghost2 > 5
+    kept, _ = chunked_replay(monkeypatch, wl, bs, nb, ARM, ARM, None, ref, ref_victims)
+    assert len(kept) > 10
+
+
+def test_prepared_stream_identical(monkeypatch, tmp_path):
+    """A prepared stream (memory-mapped key ids): one call over its mapped ids, the same cell."""
+    from spfcore.sim.prepared import open_prepared, write_prepared
+
+    wl = make("mix", seed=5)
+    bs = 16
+    prep = prepare(wl, bs)
+    nb = max(prep.blocks_needed) + 40
+    ref, _ = reference(monkeypatch, prep, nb, bs, ARM)
+    assert ref["evictions"] > 0 and ref["hit_blocks"] > 0
+    write_prepared(wl.requests, bs, tmp_path / "p")
+    got, _ = compiled(monkeypatch, prep, nb, bs, ARM, stream=open_prepared(tmp_path / "p"))
+    assert strip(got) == strip(ref)
+
+
+def test_which_policies_compile(monkeypatch):
+    """The plugin's own ARC, fresh, compiles; a subclass, a used instance and the python switch
+    run the hooks."""
+    monkeypatch.setenv(simulator.REPLAY_ENV, "auto")
+    kind = simulator._compiled_kind
+    assert kind(PolicyRuntime.for_policy(ARM, 16, 4)) == ARM
+
+    class Subclass(ARC):  # another policy built on it: its own decisions, the Python loop
+        pass
+    pm = registry.new_plugin_manager()
+    pm.register(Subclass(), name="sub")
+    assert kind(PolicyRuntime(pm, 16, 4, policy_name="sub")) is None
+    rt = PolicyRuntime.for_policy(ARM, 16, 4)
+    next(iter(rt.pm.get_plugins())).p = 1.5  # not fresh: its state is the Python's
+    assert an.params_of(rt) is None and kind(rt) is None
+    assert kind(PolicyRuntime.for_policy(ARM, 16, 4, hook_budget_ms=60_000)) is None
+    monkeypatch.setenv(simulator.REPLAY_ENV, "python")
+    assert kind(PolicyRuntime.for_policy(ARM, 16, 4)) is None
+
+
+def test_request_too_big_for_the_stream(monkeypatch):
+    """A streamed request that does not fit raises when reached, as the reference loop does."""
+    reqs = [Request("a", 0.0, (1, 2, 3, 4), 1, session_id="s"), Request("big", 0.0, tuple(range(40)), 4)]
+    for mode in ("python", "auto"):
+        monkeypatch.setenv(simulator.REPLAY_ENV, mode)
+        with pytest.raises(ValueError, match="request big needs 11 blocks of 4 tokens but the cache has 5 usable"):
+            simulate_stream(reqs, ARM, num_blocks=6, block_size=4)
+
+
+def test_b2_trimmed_on_a_plain_miss_identical(monkeypatch):
+    """libCacheSim's trim of B2 on a miss that is no ghost hit (the directory full, ``|T1| +
+    |B1| + 1 <= c``), before the victim's ghost enters: reached in the reference, and the same
+    victims and records compiled, and the same lists and ``p`` at the end (the directory bound's
+    own trim alone leaves one ghost more)."""
+    wl = make("mix", seed=3)
+    bs = 16
+    prep = prepare(wl, bs)
+    nb = max(prep.blocks_needed) + 100
+    reached = []
+    victim = ARC.victim
+    pols, states = [], []
+    run = an.run
+
+    def victim_(pol):
+        t1, t2, b1, b2, c = len(pol.t1), len(pol.t2), len(pol.b1), len(pol.b2), pol.capacity
+        reached.append(not pol.ghost_hit and t1 + b1 + 1 <= c and t1 + b1 + t2 + b2 >= 2 * c and b2)
+        pols.append(pol)
+        return victim(pol)
+
+    def run_(st, *a, **k):
+        states.append(st)
+        return run(st, *a, **k)
+    with monkeypatch.context() as m:
+        m.setattr(ARC, "victim", victim_)
+        ref, ref_victims = reference(m, prep, nb, bs, ARM)
+    assert any(reached)
+    monkeypatch.setattr(an, "run", run_)
+    got, got_victims = compiled(monkeypatch, prep, nb, bs, ARM)
+    assert strip(got) == strip(ref)
+    assert got_victims == ref_victims
+    # the final state: T1, T2 (LRU end first), B1, B2 (oldest first, as hashes) and p
+    pol, st = pols[-1], states[-1]
+    ids: dict = {}
+    simulator._flatten(prep.plans, ids)  # the kernel's key ids, interned as _replay_compiled does
+    key = dict(zip(ids.values(), ids.keys()))
+
+    def ring(rings, r=0, keys=False):
+        rn, _, _, rl = rings
+        R, out, s = len(rl), [], rings[0][r]
+        while s != r:
+            out.append(key[s - R] if keys else s - R)
+            s = rn[s]
+        return out
+    assert (ring(st["br"], an.T1), ring(st["br"], an.T2)) == (list(pol.t1), list(pol.t2))
+    assert (ring(st["g1"], keys=True), ring(st["g2"], keys=True)) == (list(pol.b1), list(pol.b2))
+    assert st["pf"][an.P] == pol.p
