@@ -17,7 +17,7 @@ from spfcore.workloads.generators import make
 from spfcore.workloads.model import Request, Workload
 from spfcore.workloads.traces import read_mooncake
 from tests.test_sim_compiled import TRACE, chunked_replay, compiled, personas_reference, reference, strip
-from tests.test_sim_compiled_s3fifo import flat_workload, seeded_workload
+from tests.test_sim_compiled_s3fifo import seeded_workload
 
 nb_mod = pytest.importorskip("spfcore.sim._replay_gdsf_nb")
 pytest.importorskip("spfcore_classic.gdsf")
@@ -169,32 +169,3 @@ def test_which_runs(monkeypatch):
     assert kind(PolicyRuntime(pm, 16, 4, policy_name="sub")) is None
     monkeypatch.setenv(simulator.REPLAY_ENV, "python")
     assert kind(PolicyRuntime.for_policy(ARM, 16, 4)) is None
-
-
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                    HealthCheck.function_scoped_fixture])
-@given(flat_workload())
-def test_keys_repeated_within_a_prompt(monkeypatch, case):
-    """Flat keys (a key per token value): the same cell and victims, the same KeyError, or, where
-    the keys' parents form a cycle (the plugin raises NoEvictable), the NO_VICTIM status."""
-    from spfcore.runtime import PolicyError
-    from tests.test_sim_compiled import _flat_keys
-
-    wl, bs, extra, _ = case
-    monkeypatch.setattr(simulator, "block_keys", _flat_keys)
-    prep = prepare(wl, bs)
-    nb = max(prep.blocks_needed) + 1 + extra
-    try:
-        ref, ref_victims = reference(monkeypatch, prep, nb, bs, ARM)
-    except KeyError as exc:
-        with pytest.raises(KeyError, match=str(exc.args[0])):
-            compiled(monkeypatch, prep, nb, bs, ARM)
-        return
-    except PolicyError as exc:
-        assert "NoEvictable" in str(exc)
-        with pytest.raises(RuntimeError, match=f"status {nb_mod.NO_VICTIM}"):
-            compiled(monkeypatch, prep, nb, bs, ARM)
-        return
-    got, got_victims = compiled(monkeypatch, prep, nb, bs, ARM)
-    assert strip(got) == strip(ref)
-    assert got_victims == ref_victims

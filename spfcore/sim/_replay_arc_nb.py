@@ -46,6 +46,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from spfcore.sim import _replay_classic_nb as cl
 from spfcore.sim._replay_classic_nb import r_append, r_grow, r_new, r_remap, r_remove, stored, unparent, walk
 from spfcore.sim._replay_nb import (EVICT_CALLS, EVICTIONS, HSN, LRUN, NCOUNTERS, NVICT, _insert, _lookup,  # noqa: F401
                                     _retire, init, warm_trace)
@@ -388,8 +389,11 @@ def run(st: dict, flat: tuple, first_arrival: int, hits: np.ndarray, victims: np
     if not len(n_total):
         return DONE
     blocks = np.empty(int(n_total.max()), np.int64)
-    return replay_arc(*flat, *(st[a] for a in _ARGS), *st["br"], *st["g1"], *st["g2"], st["fg"], st["pc"], st["pf"],
+    status = replay_arc(*flat, *(st[a] for a in _ARGS), *st["br"], *st["g1"], *st["g2"], st["fg"], st["pc"], st["pf"],
                       st["c"], blocks, hits, victims)
+    if status == NO_VICTIM:
+        raise cl.no_victim('arc', st, 'arc: no evictable block')
+    return status
 
 
 def keep_keys(st: dict) -> np.ndarray:

@@ -226,3 +226,29 @@ def unparent(b, par_of, kids):
         return -1
     kids[p] -= 1
     return p if kids[p] == 0 else -1
+
+
+#: The status of a classic kernel's ``run`` that found no evictable block,
+#: not even among copies (a policy bug, or keys that repeat within a prompt
+#: so that every free block is a parent): :func:`no_victim` reports it.
+NO_VICTIM = 3
+
+
+def no_victim(arm: str, st: dict, own: str | None = None):
+    """The :class:`~spfcore.runtime.PolicyError` the runtime raises where the
+    plugin's ``victim()`` finds no evictable block, not even among copies
+    (``ClassicPolicy._victim_among_copies``): its ``NoEvictable`` message when
+    no key is cached twice, else the arm's own message ``own`` (raised by the
+    retried ``victim()``; ``None``: the same message both ways, as SIEVE's).
+    ``st``: the kernel's state (``kh``, ``kt``, ``key_of``)."""
+    from spfcore.runtime import PolicyError
+    from spfcore_classic._base import NoEvictable
+
+    kh, kt = st["kh"], st["kt"]
+    if own is not None and np.any((kh >= 0) & (kh != kt)):
+        exc = NoEvictable(own)
+    else:
+        exc = NoEvictable(f"{arm}: no evictable block (free, without a cached child) among "
+                          f"{int((st['key_of'] >= 0).sum())} resident blocks")
+    return PolicyError(f"policy {arm!r} failed in hook spfcore_evict_blocks: {exc!r}", policy=arm,
+                       hook="spfcore_evict_blocks")

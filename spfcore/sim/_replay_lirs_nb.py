@@ -36,6 +36,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from spfcore.sim import _replay_classic_nb as cl
 from spfcore.sim._replay_classic_nb import (evictable, r_append, r_grow, r_move_to_end, r_new, r_remap, r_remove,
                                             stored, unparent, walk)
 from spfcore.sim._replay_nb import (EVICT_CALLS, EVICTIONS, HSN, LRUN, NCOUNTERS, NVICT, _insert, _lookup,  # noqa: F401
@@ -411,8 +412,11 @@ def run(st: dict, flat: tuple, first_arrival: int, hits: np.ndarray, victims: np
     if not len(n_total):
         return DONE
     blocks = np.empty(int(n_total.max()), np.int64)
-    return replay_lirs(*flat, *(st[a] for a in _ARGS), *st["sr"], *st["qr"], *st["nr"], st["gv"], st["fs"], st["fv"],
+    status = replay_lirs(*flat, *(st[a] for a in _ARGS), *st["sr"], *st["qr"], *st["nr"], st["gv"], st["fs"], st["fv"],
                        st["pc"], st["c"], blocks, hits, victims)
+    if status == NO_VICTIM:
+        raise cl.no_victim('lirs', st, 'lirs: no evictable block')
+    return status
 
 
 def keep_keys(st: dict) -> np.ndarray:

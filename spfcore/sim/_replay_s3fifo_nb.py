@@ -346,7 +346,10 @@ def run(st: dict, flat: tuple, first_arrival: int, hits: np.ndarray, victims: np
     if not len(n_total):
         return DONE
     blocks = np.empty(int(n_total.max()), np.int64)
-    return replay_s3fifo(*flat, *(st[a] for a in _ARGS), blocks, hits, victims)
+    status = replay_s3fifo(*flat, *(st[a] for a in _ARGS), blocks, hits, victims)
+    if status == NO_VICTIM:
+        raise cl.no_victim('s3fifo', st, 's3fifo: no evictable block')
+    return status
 
 
 def keep_keys(st: dict) -> np.ndarray:

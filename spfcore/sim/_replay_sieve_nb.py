@@ -52,6 +52,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from spfcore.sim import _replay_classic_nb as cl
 from spfcore.sim._replay_classic_nb import evictable, r_append, r_first, r_new, r_next, r_remove, stored, unparent
 from spfcore.sim._replay_nb import EVICT_CALLS, HSN, LRUN, NVICT, _insert, _lookup, _retire, init, warm_trace
 
@@ -62,7 +63,7 @@ HOOK_CALLS, TWICE, AT, HAND, COPIES = range(5, 10)
 NCOUNTERS = 10
 #: :func:`replay_sieve` status: done, a request too big, a lookup found a
 #: block twice, no evictable block even among copies (a bug).
-DONE, TOO_BIG, FOUND_TWICE, STUCK = range(4)
+DONE, TOO_BIG, FOUND_TWICE, NO_VICTIM = range(4)
 #: The ring of the FIFO queue (the only one).
 Q = 0
 
@@ -159,7 +160,7 @@ def replay_sieve(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, key_of,
         A status: ``DONE``; ``TOO_BIG``: request ``c[AT]`` needs more blocks
         than are free, nothing of it replayed; ``FOUND_TWICE``: request
         ``c[AT]``'s lookup found block ``c[TWICE]`` twice (after its hit
-        hook); ``STUCK``: no evictable block (a bug).
+        hook); ``NO_VICTIM``: no evictable block (a bug).
     """
     for r in range(len(n_prompt)):
         f0 = bk_off[r]
@@ -183,7 +184,7 @@ def replay_sieve(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, key_of,
         if not _alloc(np_ - h, blocks, h, key_of, kh, kt, dn, dp, hs, par_of, kids, fr, vis, rn, rp, rg, rl, c,
                       victims):
             c[AT] = r
-            return STUCK
+            return NO_VICTIM
         if nf > h:
             _store(blocks, h, nf - h, bk[f0 + h - 1] if h else -1, bk, f0 + h, key_of, kh, kt, dn, dp, par_of, kids,
                    vis, rn, rp, rg, rl, c)
@@ -204,7 +205,7 @@ def replay_sieve(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, key_of,
                     if not _alloc(1, blocks, nb_, key_of, kh, kt, dn, dp, hs, par_of, kids, fr, vis, rn, rp, rg, rl,
                                   c, victims):
                         c[AT] = r
-                        return STUCK
+                        return NO_VICTIM
                     nb_ += 1
         # release: the cached blocks (0 .. done-1) free again, the hashless ones on the stack (the last on top)
         for j in range(done):
@@ -284,7 +285,7 @@ def run(st: dict, flat: tuple, first_arrival: int, hits: np.ndarray, victims: np
     (no decision depends on it).
 
     Returns:
-        :func:`replay_sieve`'s status, but ``STUCK``.
+        :func:`replay_sieve`'s status, but ``NO_VICTIM``.
 
     Raises:
         spfcore.runtime.PolicyError: no evictable block, not even among
@@ -297,14 +298,8 @@ def run(st: dict, flat: tuple, first_arrival: int, hits: np.ndarray, victims: np
         return DONE
     blocks = np.empty(int(n_total.max()), np.int64)
     status = replay_sieve(*flat, *(st[a] for a in _ARGS), blocks, hits, victims)
-    if status == STUCK:
-        from spfcore.runtime import PolicyError
-        from spfcore_classic._base import NoEvictable
-
-        exc = NoEvictable(f"sieve: no evictable block (free, without a cached child) among {int(st['rl'][Q])} "
-                          "resident blocks")
-        raise PolicyError(f"policy 'sieve' failed in hook spfcore_evict_blocks: {exc!r}", policy="sieve",
-                          hook="spfcore_evict_blocks")
+    if status == NO_VICTIM:
+        raise cl.no_victim("sieve", st)
     return status
 
 

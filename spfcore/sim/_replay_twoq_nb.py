@@ -58,6 +58,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from spfcore.sim import _replay_classic_nb as cl
 from spfcore.sim._replay_classic_nb import (r_append, r_first, r_grow, r_move_to_end, r_new, r_remap, r_remove,
                                             stored, unparent, walk)
 from spfcore.sim._replay_nb import EVICT_CALLS, HSN, LRUN, NVICT, _insert, _lookup, _retire, init, warm_trace
@@ -70,7 +71,7 @@ HOOK_CALLS, TWICE, AT, COPIES, NFG = range(5, 10)
 NCOUNTERS = 10
 #: :func:`replay_twoq` status: done, a request too big, a lookup found a
 #: block twice, no evictable block even among copies.
-DONE, TOO_BIG, FOUND_TWICE, STUCK = range(4)
+DONE, TOO_BIG, FOUND_TWICE, NO_VICTIM = range(4)
 #: The block rings: A1in, Am (``R`` = 2); the key ring: A1out (``R`` = 1).
 AIN, AM = 0, 1
 AOUT = 0
@@ -186,7 +187,7 @@ def replay_twoq(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, ip, key_
         A status: ``DONE``; ``TOO_BIG``: request ``c[AT]`` needs more blocks
         than are free, nothing of it replayed; ``FOUND_TWICE``: request
         ``c[AT]``'s lookup found block ``c[TWICE]`` twice (after its hit
-        hook); ``STUCK``: request ``c[AT]`` found no evictable block.
+        hook); ``NO_VICTIM``: request ``c[AT]`` found no evictable block.
     """
     for r in range(len(n_prompt)):
         f0 = bk_off[r]
@@ -224,7 +225,7 @@ def replay_twoq(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, ip, key_
         if not _alloc(np_ - h, blocks, h, key_of, kh, kt, dn, dp, hs, par_of, kids, fr, rn, rp, rg, rl, kn, kp, krg,
                       krl, ip, c, victims):
             c[AT] = r
-            return STUCK
+            return NO_VICTIM
         if nf > h:
             _store(blocks, h, nf - h, bk[f0 + h - 1] if h else -1, bk, f0 + h, key_of, kh, kt, dn, dp, par_of, kids,
                    fg, rn, rp, rg, rl, c)
@@ -245,7 +246,7 @@ def replay_twoq(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, ip, key_
                     if not _alloc(1, blocks, nb_, key_of, kh, kt, dn, dp, hs, par_of, kids, fr, rn, rp, rg, rl, kn,
                                   kp, krg, krl, ip, c, victims):
                         c[AT] = r
-                        return STUCK
+                        return NO_VICTIM
                     nb_ += 1
         # release: the cached blocks (0 .. done-1) free again, the hashless ones on the stack (the last on top)
         for j in range(done):
@@ -338,7 +339,7 @@ def run(st: dict, flat: tuple, first_arrival: int, hits: np.ndarray, victims: np
     (no decision depends on it).
 
     Returns:
-        :func:`replay_twoq`'s status, but ``STUCK``.
+        :func:`replay_twoq`'s status, but ``NO_VICTIM``.
 
     Raises:
         spfcore.runtime.PolicyError: no evictable block, not even among
@@ -356,18 +357,8 @@ def run(st: dict, flat: tuple, first_arrival: int, hits: np.ndarray, victims: np
         fgl[: len(st["fgl"])] = st["fgl"]
         st["fgl"] = fgl
     status = replay_twoq(*flat, *(st[a] for a in _ARGS), blocks, hits, victims)
-    if status == STUCK:
-        from spfcore.runtime import PolicyError
-        from spfcore_classic._base import NoEvictable
-
-        kh, kt = st["kh"], st["kt"]
-        if np.any((kh >= 0) & (kh != kt)):  # a key cached twice: victim() itself raised, among copies
-            exc = NoEvictable("2q: no evictable block")
-        else:  # none: _victim_among_copies raised
-            exc = NoEvictable(f"twoq: no evictable block (free, without a cached child) among "
-                              f"{int((st['key_of'] >= 0).sum())} resident blocks")
-        raise PolicyError(f"policy 'twoq' failed in hook spfcore_evict_blocks: {exc!r}", policy="twoq",
-                          hook="spfcore_evict_blocks")
+    if status == NO_VICTIM:
+        raise cl.no_victim("twoq", st, "2q: no evictable block")
     return status
 
 
