@@ -68,6 +68,13 @@ class ClassicPolicy:
     Costs: one loop over a request's blocks per event, with O(1)
     dictionary work per block, plus the walk past unevictable blocks at
     eviction (amortized O(1) per victim: see :meth:`walk`).
+
+    The simulator's sequential replay of each shipped subclass (the class
+    itself, not a subclass of it) is compiled
+    (``spfcore.sim._replay_<name>_nb``, listed in
+    ``spfcore.sim.simulator.KERNELS``): a change to the event mapping, the
+    walk or an algorithm's rules needs the same change there
+    (``tests/test_sim_compiled_<name>.py`` compares every decision).
     """
 
     capabilities = frozenset({"ordered", "chain-only"})  # hooks read ids, keys, parents, depths
