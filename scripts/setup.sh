@@ -28,4 +28,6 @@ for p in "${PLUGINS[@]}"; do [ -f "$p/pyproject.toml" ] && "${PIP[@]}" -e "$p"; 
 "$VENV/bin/python" -c "import spfcore.sim._replay_nb as nb; nb.warm(); import spfcore.sim._replay_ttl_nb as t; t.warm()"
 "$VENV/bin/python" -c "import spfcore.sim._replay_freq_nb as nb; nb.warm()"  # frequency's (~3 s)
 "$VENV/bin/python" -c "import spfcore.sim._replay_spf_nb as nb; nb.warm()"  # spf_expected_utility's (~30 s)
+"$VENV/bin/python" -c "import importlib; [importlib.import_module(f'spfcore.sim._replay_{a}_nb').warm()
+    for a in ('sieve', 'twoq', 's3fifo', 'gdsf', 'arc', 'lirs')]"  # the classic arms' (~40 s)
 echo "$want" > "$VENV/.spfcore-stamp"
