@@ -6,7 +6,10 @@ orders as circular linked lists over int ids, in numba.
 Each arm's kernel module (``spfcore.sim._replay_<arm>_nb``, a
 :data:`spfcore.sim.simulator.KERNELS` entry) writes its own request loop over
 the pool of :mod:`spfcore.sim._replay_nb` (``key_of``, ``kh``/``kt``,
-``dn``/``dp``, ``hs``, counters ``c``) and these pieces:
+``dn``/``dp``, ``hs``, counters ``c``) and these pieces. (The six request
+loops are alike; one loop taking each arm's functions as arguments would be
+compiled again in every process: numba does not cache a function that takes
+functions as arguments: checked with numba 0.65.)
 
 * **Chain state** (``ClassicPolicy.parent`` / ``kids`` / ``_free``):
   ``par_of[B]``, the parent key id of a cached block (-1: depth 0, or not
