@@ -105,3 +105,41 @@ def test_hits_through_the_id_map_equal_the_hash_lookup(monkeypatch, shape, mode,
     b = _final_records(monkeypatch, shape, mode, seed, False)
     assert a[0] == b[0] and a[1] == b[1]
     assert np.array_equal(a[2], b[2]) and np.array_equal(a[3], b[3])
+
+
+def test_a_hash_twice_in_one_store_over_its_ghost():
+    """A store holding hash ``a`` twice while ``a`` has a ghost record: the first copy revives
+    the ghost, the second gets a new record (the one the dict names). A block ``b`` stored
+    under ``a`` before its eviction keeps the revived slot as its parent's in the id map:
+    that slot must not count as ``a``'s record, so ``b`` is capped at the new record's value,
+    as by hash (a revived slot left as it was: ``b`` uncapped, 0.5)."""
+    from spfcore import BlockBatch, RequestView
+    from spfcore.views import BlockTable
+
+    pol = U.UtilityPolicy()
+    pol.spfcore_cache_configured(num_blocks=8, block_size=1)
+    table = BlockTable(8, chain_only=True)
+
+    def stored(t, ids, chain):
+        for i, (key, parent, depth) in zip(ids, chain):
+            table.key[i], table.parent[i], table.depth[i] = key, parent, depth
+        pol.spfcore_blocks_stored(None, BlockBatch(table, ids), float(t))
+
+    pol.spfcore_request_arrived(RequestView("r0", None, 0, 0.0, 2, ("a", "b")), 0.0)
+    stored(0, [0, 1], [("a", None, 0), ("b", "a", 1)])
+    old = pol.rec["a"]
+    pol.spfcore_blocks_evicted(["a"], 0.0)
+    table.key[0] = None
+    pol.spfcore_request_arrived(RequestView("r1", None, 1, 1.0, 2, ("a", "a")), 1.0)
+    stored(1, [2, 3], [("a", None, 0), ("a", "a", 1)])
+    new = pol.rec["a"]
+    assert new != old and pol.state[old] == 1 and pol.state[new] == 1  # the revived slot: resident, unnamed
+    assert pol._pslot_of_id[1] == old and pol._slot_of_id[2] == pol._slot_of_id[3] == new
+    # one row for every class: 0.1 at age 0 (a, stored now), 0.5 at age 1 (b, stored at arrival 0)
+    pol._install([[0.1, 0.5] + [0.9] * (pol.nb - 2)] * pol.nc, float("inf"))
+    batch = BlockBatch(table, [2, 1])  # a (depth 0), then b (depth 1, parent a)
+    np.testing.assert_array_equal(_parts(pol._score_by_keys(batch))[0], [0.1, 0.1])
+    got = pol._score_by_ids(batch)
+    assert got is not None  # answered by the map (the parent looked up again by hash)
+    np.testing.assert_array_equal(_parts(got)[0], [0.1, 0.1])
+    assert pol._pslot_of_id[1] == new

@@ -703,10 +703,7 @@ class UtilityPolicy:
         n = len(keys)
         if not n:
             return
-        fin = self._store(blocks, keys, n)
-        if fin is None:  # the slot of each hash's record now
-            fin = np.fromiter(map(self.rec.__getitem__, keys), np.int64, n)
-        self._map_stored(blocks, keys, fin)
+        self._map_stored(blocks, keys, self._store(blocks, keys, n))
 
     def _kinds(self, keys: list, n: int, d0: int) -> np.ndarray:
         """The kind of each stored block (hashes ``keys`` from depth ``d0``):
@@ -727,8 +724,14 @@ class UtilityPolicy:
     def _store(self, blocks, keys: list, n: int) -> np.ndarray | None:
         """The records' side of a store (one compiled pass,
         :func:`_nb.store_records`); returns the slot of each of ``keys``
-        after it, or ``None`` where a hash twice among the new ones makes that
-        a lookup."""
+        after it (``(n,)`` int64), the dict's where a hash comes twice.
+
+        A hash twice gives it more than one record in this store (a ghost
+        revived by the first copy and a new record for the second, or two new
+        records): the dict names the last; the others stay resident with
+        nothing naming them, so their generation changes (a parent slot the id
+        map kept for a child of the hash is then looked up again by hash, as
+        :meth:`_score_by_keys` finds it)."""
         ids = blocks.ids
         depth = blocks.table.depth  # (per block id)
         kinds = self._kinds(keys, n, int(depth[ids[0]]))
@@ -754,7 +757,11 @@ class UtilityPolicy:
             for j, k in zip(sl, nk):  # (a plain loop: about half the time of map over the bound __setitem__)
                 key_of[j] = k
             dup = dup or len(rec) - b != m
-        return None if dup else fin
+        if not dup:
+            return fin
+        got = np.fromiter(map(rec.__getitem__, keys), np.int64, n)
+        self._gen[np.setdiff1d(fin, got)] += 1  # records of this store that no longer name their hash
+        return got
 
     def _decay_pow(self, top: int) -> np.ndarray:
         """``decay ** k`` for ``k = 0 .. top`` at least (Python's pow, each
