@@ -43,6 +43,52 @@ def test_params_validated(bad):
         UtilityParams(**bad)
 
 
+@pytest.mark.parametrize("opts,fields,size", [
+    ({"max_age_log2": "30"}, "'max_age_log2'=30, 'buckets_per_octave'=2: an age table of 2\\*\\*30.5 entries", "33.9 GiB"),
+    ({"max_age_log2": "23"}, "'max_age_log2'=23, 'buckets_per_octave'=2: ", "272 MiB"),
+    ({"buckets_per_octave": "64", "max_age_log2": "24"}, "'max_age_log2'=24, 'buckets_per_octave'=64: ", "402 MiB"),
+    ({"max_count": "1000000"}, "'max_count'=1000000, 'depth_classes'=4, 'buckets_per_octave'=2, 'max_age_log2'=16: "
+     "12,000,000 classes x 33 age buckets", "35.4 GiB"),
+])
+def test_tables_beyond_the_bound_refused(opts, fields, size):
+    """Parameters whose tables need more than MAX_TABLE_BYTES are refused when the params are
+    built (as the CLI's --policy-opt builds them), naming the fields and the size."""
+    from spfcore import registry
+
+    with pytest.raises(registry.PolicyConfigError, match=f"^policy 'spf_expected_utility': {fields}.* would need "
+                       f"{size} of tables; the bound is 256 MiB"):
+        registry.make_params(registry.get("spf_expected_utility"), opts)
+
+
+@pytest.mark.parametrize("opts", [{}, {"max_age_log2": "22"}, {"buckets_per_octave": "1", "max_age_log2": "22"},
+                                  {"buckets_per_octave": "64"}, {"max_count": "7000"}])
+def test_tables_within_the_bound_accepted(opts):
+    """The default and the largest sets within the bound: ``max_age_log2`` 22 (at 2 and at 1
+    bucket per octave: 23 is refused), 64 buckets per octave, 7,000 reuse classes (8,000: 292 MiB)."""
+    from spfcore import registry
+    from spfcore_spf_expected_utility.params import MAX_TABLE_BYTES, table_bytes
+
+    p = registry.make_params(registry.get("spf_expected_utility"), opts)
+    used = sum(table_bytes(p.buckets_per_octave, p.max_age_log2, p.max_count, p.depth_classes))
+    assert used <= MAX_TABLE_BYTES
+    if opts.get("max_age_log2") == "22":  # the largest: one more octave is over the bound
+        assert used > MAX_TABLE_BYTES / 2
+
+
+def test_table_bytes_counts_the_tables_built():
+    """table_bytes counts the entries the policy allocates: its age lookup (one int64 per
+    integer age) and its (class, bucket) tables."""
+    from spfcore_spf_expected_utility.params import AGE_ENTRY_BYTES, CLASS_ENTRY_BYTES, table_bytes
+
+    p = UtilityParams(buckets_per_octave=3, max_age_log2=7, max_count=5, depth_classes=2)
+    pol = UtilityPolicy(p)
+    pol.spfcore_cache_configured(num_blocks=16, block_size=4)
+    ages, classes = table_bytes(3, 7, 5, 2)
+    assert ages == AGE_ENTRY_BYTES * len(pol._bucket_np) == AGE_ENTRY_BYTES * 164  # ages 0 .. ceil(2**(22/3)), one past
+    assert classes == CLASS_ENTRY_BYTES * pol._vals.size == CLASS_ENTRY_BYTES * 31 * 22
+    assert pol.hist.size == pol.gap_prior.size == pol._offs.size - pol.nb
+
+
 def test_cyclic_cold_start_escaped_by_ghosts():
     # 6 chains x 8 blocks = 48 blocks in a 30-block pool (+1 hashless per request):
     # LRU never hits; the policy learns the gap (6 arrivals) from ghost re-stores

@@ -21,6 +21,46 @@ VARIANT_NAMES = ("utility", "seed")
 _num = v.instance_of((int, float))
 
 
+#: Most bytes the ``utility`` variant's tables may need (:func:`table_bytes`): 256 MiB. Both the
+#: hooks (``UtilityPolicy``) and the simulator's compiled replay allocate them per policy (the age
+#: table's tuple is shared by the policies of one layout, the last 8 layouts cached per process).
+MAX_TABLE_BYTES = 256 * 2**20
+#: Bytes per entry of the age table (the bucket of each integer age, ``2**(max_age_log2 +
+#: 1/buckets_per_octave)`` entries) at its peak: the shared tuple, the policy's int64 array and a
+#: transient list or tuple while they are built (3 x 8 B; measured: 135.5 MiB for 5,931,644 ages).
+AGE_ENTRY_BYTES = 24
+#: Bytes per (class, age bucket) entry of the class tables at their peak (12 x 8 B): the policy's
+#: histograms, gap prior, index and offsets, the compiled replay's histograms, index and offsets, a
+#: rebuild's prefix sums, new index and offsets (measured: ~73 B, a run's peak RSS 110 MiB above the default's
+#: at max_count 4000, 1,584,033 entries).
+CLASS_ENTRY_BYTES = 96
+
+
+def table_bytes(buckets_per_octave: int, max_age_log2: int, max_count: int, depth_classes: int) -> tuple[float, float]:
+    """The memory the ``utility`` variant's tables need (``UtilityPolicy``'s
+    ``_age_buckets`` and per-class arrays, copied by the compiled replay).
+
+    Returns:
+        ``(age table bytes, class tables bytes)``, floats (``inf`` past
+        float range): ``AGE_ENTRY_BYTES x (2 + ceil(2**(nb / k)))`` ages and
+        ``CLASS_ENTRY_BYTES x (3 x depth_classes x max_count + 1) x nb``,
+        ``k = buckets_per_octave``, ``nb = 1 + k x max_age_log2`` age buckets.
+    """
+    nb = 1 + buckets_per_octave * max_age_log2
+    try:
+        ages = 2.0 + math.ceil(2.0 ** (nb / buckets_per_octave))
+    except OverflowError:
+        ages = math.inf
+    return AGE_ENTRY_BYTES * ages, float(CLASS_ENTRY_BYTES) * (3 * depth_classes * max_count + 1) * nb
+
+
+def _size(x: float) -> str:
+    """Bytes as MiB (below 1 GiB) or GiB."""
+    if not math.isfinite(x):
+        return "more than 2**1024 bytes"
+    return f"{x / 2**20:,.0f} MiB" if x < 2**30 else f"{x / 2**30:,.1f} GiB"
+
+
 def _finite(inst, attr, value) -> None:
     """An infinite weight or factor gives NaN scores or no ghost list, not a policy."""
     if not math.isfinite(value):
@@ -71,6 +111,10 @@ class ExpectedUtilityParams:
             never fill the ghost list: identical decisions at 4 and 8.
         buckets_per_octave: ``utility`` only: age buckets per doubling of age (int >= 1).
         max_age_log2: ``utility`` only: ages up to 2**max_age_log2 arrivals are resolved (int >= 4).
+            With ``buckets_per_octave``, ``max_count`` and ``depth_classes`` it sizes the
+            tables (:func:`table_bytes`), at most :data:`MAX_TABLE_BYTES` (256 MiB): the age
+            table allows ``max_age_log2`` up to 22 (default buckets: 24 B x 2**22.5 ages, 136
+            MiB); default tables are 2.5 MiB.
         period: ``utility`` only: arrivals between table rebuilds and decays (int >= 1).
         decay: ``utility`` only: factor applied to the histograms per ``period`` (0 < decay <= 1).
             Default 0.999 (memory ~16,000 arrivals): Mooncake reuse gaps
@@ -153,3 +197,18 @@ class ExpectedUtilityParams:
     depth_octaves: int = attrs.field(default=2, validator=[v.instance_of(int), v.ge(1)])
     gap_mean: bool = attrs.field(default=True, validator=v.instance_of(bool))
     gap_prior: float = attrs.field(default=0.1, validator=[_num, v.ge(0), _finite])
+
+    def __attrs_post_init__(self) -> None:
+        """Refuse tables beyond :data:`MAX_TABLE_BYTES` (ValueError naming the fields and the size)."""
+        ages, classes = table_bytes(self.buckets_per_octave, self.max_age_log2, self.max_count, self.depth_classes)
+        if ages + classes <= MAX_TABLE_BYTES:
+            return
+        k, age = self.buckets_per_octave, self.max_age_log2
+        if ages >= classes:
+            what = f"'max_age_log2'={age}, 'buckets_per_octave'={k}: an age table of 2**{age + 1 / k:g} entries"
+        else:
+            what = (f"'max_count'={self.max_count}, 'depth_classes'={self.depth_classes}, 'buckets_per_octave'={k}, "
+                    f"'max_age_log2'={age}: {3 * self.depth_classes * self.max_count:,} classes x {1 + k * age:,} "
+                    "age buckets")
+        raise ValueError(f"{what} would need {_size(ages + classes)} of tables; the bound is "
+                         f"{_size(MAX_TABLE_BYTES)} (MAX_TABLE_BYTES)")

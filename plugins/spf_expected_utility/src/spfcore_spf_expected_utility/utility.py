@@ -340,7 +340,7 @@ class UtilityPolicy:
         self._nfree = n - 1
         self.hist = np.zeros((self.nc, self.nb))
         self.never = np.zeros(self.nc)
-        self._install([[0.0] * self.nb for _ in range(self.nc)], math.inf)
+        self._install(np.zeros((self.nc, self.nb)), math.inf)
         self.next_build = 0
         self.epoch = 0  # table builds so far (decay steps)
         self.theta = 0.0  # eviction frontier: largest victim index in the previous period
@@ -511,11 +511,9 @@ class UtilityPolicy:
         vals = np.zeros((self.nc + 1, nb))
         vals[:self.nc] = table
         offs = np.full((self.nc + 1, nb), -1, np.int64)
-        if _nb is None:  # not loaded yet (a policy built, not run: the empty table): numpy, the same offsets
-            offs[:self.nc] = change_offsets(vals[:self.nc], self.lo_int, self.params.rel_tol, cut)
-        else:
-            offs[:self.nc] = _nb.change_offsets(vals[:self.nc], self._lo_int_np, float(self.params.rel_tol),
-                                                float(cut), self._all_rows if same is None else same)
+        if vals.any():  # (an all-zero table, a new policy's, is flat: never re-scored, no offset to find)
+            offs[:self.nc] = _load_nb().change_offsets(vals[:self.nc], self._lo_int_np, float(self.params.rel_tol),
+                                                       float(cut), self._all_rows if same is None else same)
         self._vals, self._offs = vals, offs
 
     def _build(self) -> None:
