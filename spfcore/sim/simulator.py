@@ -820,8 +820,8 @@ class _CompiledReplay:
         Raises:
             ValueError: a request needs more blocks than the cache has
                 (its arrival index named); (frequency) ``nkeys >= 2**31``.
-            KeyError: (frequency) a lookup found a block twice (a prompt
-                whose block keys repeat), as the reference loop's ``touch``.
+            KeyError: a lookup found a block twice (a prompt whose block
+                keys repeat), as the reference loop's ``touch``.
         """
         if self.kind == "session_ttl":
             return self._run_ttl(flat, nkeys, first_id, sid, nsessions)
@@ -867,8 +867,8 @@ class _CompiledReplay:
                             blocks, hits, victims)
         if rec:
             self.victims.extend(victims[: c[nb.NVICT]].tolist())
-        if bad < -1:  # (frequency) a lookup found a block twice: the reference loop's touch raises
-            raise KeyError(f"block {int(c[_nbf.TWICE])} is not free")
+        if bad < -1:  # a lookup found a block twice: the reference loop's touch raises
+            raise KeyError(f"block {int(c[_nbf.TWICE if self.kind == 'frequency' else nb.TWICE])} is not free")
         if bad >= 0:
             raise self._too_big(first_id + bad, int(n_total[bad]))
         return hits
