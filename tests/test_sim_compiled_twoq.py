@@ -96,7 +96,8 @@ def test_trace_head_identical(monkeypatch, options):
     check_trace_head(monkeypatch, ARM, options)
 
 
-@pytest.mark.parametrize("options", [{"a_out_size_ratio": "1e300"}, {"a_in_size_ratio": "0.5", "a_out_size_ratio": "1e30"}],
+@pytest.mark.parametrize("options", [{"a_out_size_ratio": "1e300"},
+                                     {"a_in_size_ratio": "0.5", "a_out_size_ratio": "1e30"}],
                          ids=["out1e300", "in0.5-out1e30"])
 def test_an_a1out_bound_beyond_int64_compiles(monkeypatch, options):
     """A1out's bound ``int(capacity * a_out_size_ratio)`` at 2**62 or more is capped at 2**62
