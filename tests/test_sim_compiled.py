@@ -271,6 +271,28 @@ def test_frequency_keys_repeated_within_a_prompt(monkeypatch, case):
     event("a lookup finds a block twice" if ref is None else f"replayed, evictions: {bool(ref['evictions'])}")
 
 
+@pytest.mark.parametrize("arm", ["lru", "belady_oracle"])
+def test_a_lookup_that_finds_a_block_twice(monkeypatch, arm):
+    """Key 5 twice in request 0's prompt (two blocks; the first is the key's earliest): request
+    1's lookup finds that block twice, where the reference loop's touch raises KeyError ("block
+    .. is not free"); the compiled replay raises the same (it used to unlink the block from its
+    free queue twice and go on)."""
+    wl = Workload("flat", {}, [Request("r0", 0.0, (5, 5, 1), 1), Request("r1", 0.0, (5, 5, 2), 1)])
+    assert assert_same_flat(monkeypatch, wl, 1, 2, None, arm=arm) is None
+
+
+@pytest.mark.parametrize("arm", ["lru", "belady_oracle"])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                    HealthCheck.function_scoped_fixture])
+@given(case=flat_workload())
+def test_keys_repeated_within_a_prompt(monkeypatch, arm, case):
+    """lru and belady_oracle with keys that repeat within a prompt: the same cell and victims,
+    or the same KeyError of a lookup that finds one block twice."""
+    wl, bs, extra, _ = case
+    ref = assert_same_flat(monkeypatch, wl, bs, extra, None, arm=arm)
+    event("a lookup finds a block twice" if ref is None else f"replayed, evictions: {bool(ref['evictions'])}")
+
+
 @st.composite
 def flat_spf_workload(draw):
     """:func:`flat_workload` for spf_expected_utility, its params drawn (:func:`spf_options`)."""

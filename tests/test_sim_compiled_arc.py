@@ -18,8 +18,8 @@ from spfcore.sim import prepare, simulate_stream, simulator
 from spfcore.workloads.generators import make
 from spfcore.workloads.model import Request, Workload
 from spfcore.workloads.traces import read_mooncake
-from tests.test_sim_compiled import (TRACE, assert_same, chunked_replay, compiled, personas_reference, reference,
-                                     strip)
+from tests.test_sim_compiled import (TRACE, assert_same, assert_same_flat, chunked_replay, compiled, personas_reference,
+                                     reference, strip)
 
 pytest.importorskip("spfcore_classic")
 from spfcore_classic import _base  # noqa: E402
@@ -315,3 +315,43 @@ def test_b2_trimmed_on_a_plain_miss_identical(monkeypatch):
     assert (ring(st["br"], an.T1), ring(st["br"], an.T2)) == (list(pol.t1), list(pol.t2))
     assert (ring(st["g1"], keys=True), ring(st["g2"], keys=True)) == (list(pol.b1), list(pol.b2))
     assert st["pf"][an.P] == pol.p
+
+
+#: Found by a search over flat-key workloads (a key per token value, block size 2, 7 blocks):
+#: ``(prompt tokens, outputs)`` per request.
+_B2_AT_2C = [((1, 8, 5, 4, 7, 6), 1), ((3, 7, 7, 1), 1), ((7, 0, 8, 4, 6, 7, 3), 2), ((9, 3, 7, 2, 6, 4, 7), 1),
+             ((7, 9, 0, 0), 1), ((0, 6, 9, 5, 7, 9, 9, 4), 1), ((1, 0, 5, 5, 2, 4), 3), ((3, 1, 7, 1, 4, 8, 8), 1),
+             ((0,), 2), ((1,), 2), ((3, 2, 4, 5, 2, 2, 0), 2), ((6, 0, 9, 9, 1, 7, 7, 1), 2), ((5, 6, 0, 3, 6), 1),
+             ((9,), 2), ((6, 2), 1), ((6, 8, 8, 1, 2, 0), 1), ((5,), 1)]
+
+
+def test_b2_trimmed_on_a_plain_miss_with_the_directory_at_2c(monkeypatch):
+    """The B2 trim of a plain miss (no ghost hit, ``|T1| + |B1| + 1 <= c``) with the directory
+    at exactly 2c entries: libCacheSim drops B2's oldest ghost before the victim's enters, where
+    the directory bound (only above 2c) would drop none, so that ghost stays only without the
+    trim. Reached by the hooks; the hooks without it (that ghost put back at B2's oldest end)
+    give other victims; the compiled replay gives the hooks'."""
+    from tests.test_sim_compiled import _flat_keys
+
+    monkeypatch.setattr(simulator, "block_keys", _flat_keys)
+    wl = Workload("flat", {}, [Request(f"r{i}", 0.0, p, o) for i, (p, o) in enumerate(_B2_AT_2C)])
+    victim = ARC.victim
+    at_2c, untrimmed = [], []
+
+    def victim_(pol):
+        t1, t2, b1, b2, c = len(pol.t1), len(pol.t2), len(pol.b1), len(pol.b2), pol.capacity
+        exact = not pol.ghost_hit and t1 + b1 + 1 <= c and t1 + b1 + t2 + b2 == 2 * c and b2 > 0
+        at_2c.append(exact)
+        oldest = next(iter(pol.b2)) if exact else None
+        i = victim(pol)
+        if exact and untrimmed:  # as if not trimmed: B2's oldest ghost where it was
+            pol.b2[oldest] = None
+            pol.b2.move_to_end(oldest, last=False)
+        return i
+    monkeypatch.setattr(ARC, "victim", victim_)
+    ref = assert_same_flat(monkeypatch, wl, 2, 7 - 1 - max(prepare(wl, 2).blocks_needed), None, arm=ARM)
+    assert ref is not None and ref["num_blocks"] == 7 and any(at_2c)
+    _, ref_victims = reference(monkeypatch, prepare(wl, 2), 7, 2, ARM)
+    untrimmed.append(1)
+    _, untrimmed_victims = reference(monkeypatch, prepare(wl, 2), 7, 2, ARM)
+    assert untrimmed_victims != ref_victims  # the trim decides here

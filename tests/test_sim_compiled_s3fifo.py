@@ -324,3 +324,41 @@ def test_a_block_moved_into_main_within_an_eviction_call(monkeypatch):
         m.setattr(ClassicPolicy, "walk", lambda self, o: self.first_evictable(o, self.evictable))
         plain, plain_victims = reference(monkeypatch, prepare(wl, bs), nb, bs, ARM, options)
     assert plain_victims == ref_victims and strip(plain) == strip(ref)
+
+
+#: Found by a search over flat-key workloads (a key per token value, block size 1, 10 blocks):
+#: ``(prompt tokens, outputs)`` per request.
+_COPIES_MAIN_FIRST = [((7, 3), 1), ((2, 5, 8, 4, 0, 8), 2), ((9, 9), 1), ((8, 1, 7, 7), 1), ((0, 5, 3), 2)]
+
+
+def test_copies_exception_from_the_main_queue_first(monkeypatch):
+    """The copies exception (``ClassicPolicy._victim_among_copies``: no free block is a leaf, so
+    ``victim()`` runs again with the keys cached twice counted as leaves) with the main queue
+    above its share and the small queue not empty: the retry walks the main queue first, with
+    the copies rule there too (the kernel's ``copies`` flag in that branch). Reached by the hooks;
+    the hooks with that branch skipped in the retry (the main queue's share lifted) give other
+    victims; the compiled replay gives the hooks'."""
+    from spfcore_classic._base import ClassicPolicy
+    from tests.test_sim_compiled import _flat_keys
+
+    monkeypatch.setattr(simulator, "block_keys", _flat_keys)
+    wl = Workload("flat", {}, [Request(f"r{i}", 0.0, p, o) for i, (p, o) in enumerate(_COPIES_MAIN_FIRST)])
+    options = {"small_size_ratio": "0.7", "move_to_main_threshold": "1"}
+    among = ClassicPolicy._victim_among_copies
+    main_first, skip = [], []
+
+    def among_(self):
+        main_first.append(len(self.main) > self.main_cap and len(self.small) > 0)
+        if not skip:
+            return among(self)
+        cap, self.main_cap = self.main_cap, 1 << 60  # the retry's main-queue-first branch not taken
+        try:
+            return among(self)
+        finally:
+            self.main_cap = cap
+    monkeypatch.setattr(ClassicPolicy, "_victim_among_copies", among_)
+    ref, ref_victims = same(monkeypatch, wl, 10, 1, options, stream=False)
+    assert any(main_first)
+    skip.append(1)
+    _, skipped_victims = reference(monkeypatch, prepare(wl, 1), 10, 1, ARM, options)
+    assert skipped_victims != ref_victims  # the branch decides here

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 
 from spfcore.runtime import PolicyRuntime
 from spfcore.sim import simulator
-from tests.test_sim_compiled import TRACE, flat_workload, hash_id_workload, random_workload
+from tests.test_sim_compiled import TRACE, compiled, flat_workload, hash_id_workload, random_workload
 from tests.test_sim_compiled_sieve import (GENERATED, SETTINGS, check_chunked, check_copies, check_flat,
                                            check_generated, check_prepared_stream, check_random, check_too_big,
-                                           check_trace_head, victims_differ_from_lru)
+                                           check_trace_head, generated_case, victims_differ_from_lru)
 
 ARM = "twoq"
 KIND = "twoq"
@@ -32,7 +32,7 @@ IDS = ["default"] + ["-".join(f"{k.split('_')[1]}{v}" for k, v in o.items()) for
 def options():
     return st.one_of(st.none(), st.fixed_dictionaries({
         "a_in_size_ratio": st.sampled_from(["0.01", "0.25", "0.5", "0.99"]),
-        "a_out_size_ratio": st.sampled_from(["0", "0.1", "0.5", "4"])}))
+        "a_out_size_ratio": st.sampled_from(["0", "0.1", "0.5", "4", "1e300"])}))
 
 
 @pytest.mark.parametrize("options", CASES, ids=IDS)
@@ -94,6 +94,26 @@ def test_prepared_stream_identical(monkeypatch, tmp_path):
                          ids=["default", "in0.5-out1"])
 def test_trace_head_identical(monkeypatch, options):
     check_trace_head(monkeypatch, ARM, options)
+
+
+@pytest.mark.parametrize("options", [{"a_out_size_ratio": "1e300"},
+                                     {"a_in_size_ratio": "0.5", "a_out_size_ratio": "1e30"}],
+                         ids=["out1e300", "in0.5-out1e30"])
+def test_an_a1out_bound_beyond_int64_compiles(monkeypatch, options):
+    """A1out's bound ``int(capacity * a_out_size_ratio)`` at 2**62 or more is capped at 2**62
+    (A1out holds distinct key ids: never that many, so it is never trimmed either way): the
+    kernel stands in, with the hooks' decisions (a ghost hit sends blocks to Am)."""
+    rt = PolicyRuntime.for_policy(ARM, 100, 4, options)
+    assert next(iter(rt.pm.get_plugins())).aout_cap >= 2**62
+    assert simulator._kernel(KIND).params_of(rt) == (50 if "a_in_size_ratio" in options else 25, 2**62)
+    monkeypatch.setenv(simulator.REPLAY_ENV, "auto")
+    assert simulator._compiled_kind(rt) == KIND
+    ref = check_generated(monkeypatch, ARM, options, *GENERATED[1])
+    # A1out decides: the victims are not those of no A1out (no ghost hits)
+    wl, prep, nb = generated_case(*GENERATED[1])
+    assert compiled(monkeypatch, prep, nb, 16, ARM, options=options)[1] != compiled(
+        monkeypatch, prep, nb, 16, ARM, options={**options, "a_out_size_ratio": "0"})[1]
+    assert ref["evictions"] > 0
 
 
 def test_request_too_big_for_the_stream(monkeypatch):

@@ -23,7 +23,8 @@ by :class:`spfcore.sim.simulator._LruState`, passed in on every call; ``nb``
 * vLLM's free queue of cached blocks: a doubly linked list ``ln[nb]`` /
   ``lp[nb]`` with block 0 (the null block, never free) as its sentinel:
   ``ln[0]`` is the least recently released block (the next victim),
-  ``lp[0]`` the most recent.
+  ``lp[0]`` the most recent; ``ln[b] = -1`` marks a block a request's touch
+  took out (so a lookup that finds it twice is told).
 * Hashless free blocks: a stack ``hs[nb]`` (top: the next one reused,
   vLLM prepends them).
 * ``c``: int64 counters (indices below).
@@ -147,8 +148,11 @@ def replay(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total,
     scratch of at least ``max(n_total)`` entries.
 
     Returns:
-        -1, or the index of a request that needs more blocks than are free
-        (nothing of it replayed).
+        -1; or ``r >= 0``, the index of a request that needs more blocks than
+        are free (nothing of it replayed); or ``-2 - r``: request ``r``'s
+        lookup found block ``c[TWICE]`` twice (keys that repeat within a
+        prompt: the reference loop's ``touch`` raises ``KeyError`` there; the
+        blocks before it have left the free queue, as there).
     """
     for r in range(len(n_prompt)):
         f0 = bk_off[r]
@@ -161,8 +165,12 @@ def replay(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total,
         for j in range(h):  # touch: hit blocks leave the free queue
             b = blocks[j]
             p, q = lp[b], ln[b]
+            if q < 0:  # taken out already: not free
+                c[TWICE] = b
+                return -2 - r
             ln[p] = q
             lp[q] = p
+            ln[b] = -1
             c[LRUN] -= 1
         c[EVICT_CALLS] += 1
         for j in range(h, np_):
@@ -208,9 +216,10 @@ def replay(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total,
 # evictor's order ((value, release order), lowest first; hashless blocks first;
 # expired scores re-scored at the arrival and before a pop that takes cached blocks).
 #: More counter indices (belady): hook calls, order-heap and expiry-heap
-#: entries, release orders and score versions handed out.
-HOOK_CALLS, HN, XN, ORDER, VERSION = range(5, 10)
-NCOUNTERS_B = 10
+#: entries, release orders and score versions handed out; (lru and belady)
+#: the block a lookup found twice.
+HOOK_CALLS, HN, XN, ORDER, VERSION, TWICE = range(5, 11)
+NCOUNTERS_B = 11
 NEVER = 2**36  # spfcore_belady_oracle.NEVER
 DEPTH_SLOTS = 2**16  # spfcore_belady_oracle.DEPTH_SLOTS
 INF = 2**62
@@ -381,7 +390,8 @@ def replay_belady(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, uses, 
     ``first_arrival + r``) has block keys ``bk[bk_off[r]:bk_off[r+1]]``, the
     first ``nf_[r]`` of them full (stored), ``n_look[r]`` looked up. The
     future index: key id ``k``'s arrival indices, ascending, once per request,
-    ``uses[uses_off[k]:uses_off[k+1]]``. ``due_buf``: scratch of ``num_blocks``."""
+    ``uses[uses_off[k]:uses_off[k+1]]``. ``due_buf``: scratch of ``num_blocks``.
+    Returns as :func:`replay` (``-2 - r``: after request ``r``'s hit hook)."""
     for r in range(len(n_prompt)):
         pos = first_arrival + r
         f0 = bk_off[r]
@@ -399,7 +409,11 @@ def replay_belady(bk, bk_off, nf_, n_look, dk, dk_off, n_prompt, n_total, uses, 
         if nt > c[HSN] + c[LRUN]:
             return r
         for j in range(h):  # touch
-            inn[blocks[j]] = 0
+            b = blocks[j]
+            if not inn[b]:  # taken out already: not free
+                c[TWICE] = b
+                return -2 - r
+            inn[b] = 0
             c[LRUN] -= 1
         _alloc(np_ - h, pos, blocks, h, mark, due_buf, key_of, kh, kt, dn, dp, hs, depth, ordr, ver, inn, uses,
                uses_off, ov, oo, ob, ox, xv, xo, xb, xx, c, victims)

@@ -264,8 +264,10 @@ def params_of(rt) -> tuple | None:
     ``(ain_cap, aout_cap)`` of ``rt``'s policy (``TwoQ.configure``'s, from its
     ``a_in_size_ratio`` and ``a_out_size_ratio``) if it is the plugin's own
     :class:`~spfcore_classic.twoq.TwoQ` (not a subclass) with no hook but
-    ``spfcore_cache_configured`` called yet and both bounds ints in
-    ``[0, 2**62)``, else ``None`` (the hooks run)."""
+    ``spfcore_cache_configured`` called yet and both bounds ints ``>= 0``,
+    else ``None`` (the hooks run). A bound is capped at ``2**62`` (int64):
+    neither list can hold that many entries (A1in holds blocks, A1out
+    distinct key ids), so the capped bound decides as the plugin's."""
     from spfcore_classic.twoq import TwoQ
 
     plugins = rt.pm.get_plugins()
@@ -273,9 +275,10 @@ def params_of(rt) -> tuple | None:
     if type(inst) is not TwoQ or inst.key or inst.n_req or inst.ain or inst.am or inst.aout:
         return None
     a, b = inst.ain_cap, inst.aout_cap
-    if type(a) is not int or type(b) is not int or not (0 <= a < 2**62 and 0 <= b < 2**62):
+    if type(a) is not int or type(b) is not int or a < 0 or b < 0:
         return None
-    return a, b
+    big = 2**62
+    return min(a, big), min(b, big)
 
 
 def ghost_cap(st: dict) -> int:

@@ -47,11 +47,12 @@ pass without keeping keys. Concurrent mode holds the prepared workload.
 Compiled replays: in sequential mode, an arm whose policy implements no hook
 (``lru``: vLLM's own order), the shipped ``belady_oracle`` and the shipped
 ``session_ttl`` in arrivals mode (``ttl_seconds`` unset), the shipped
-``frequency`` (any ``min_count``, ``ghost_factor``) and the shipped
-``spf_expected_utility`` (variant ``utility``, ``count_weight`` 0) run as one
+``frequency`` (any ``min_count``, ``ghost_factor``) and the policy classes of
+:data:`KERNELS` (the shipped ``spf_expected_utility``, variant ``utility``,
+``count_weight`` 0; the classic plugin's arms) run as one
 numba-compiled loop over interned int arrays (:mod:`spfcore.sim._replay_nb`,
-:mod:`spfcore.sim._replay_ttl_nb`, :mod:`spfcore.sim._replay_freq_nb`,
-:mod:`spfcore.sim._replay_spf_nb`): the same decisions, per-request records
+:mod:`spfcore.sim._replay_ttl_nb`, :mod:`spfcore.sim._replay_freq_nb`, each
+:data:`KERNELS` module): the same decisions, per-request records
 and counters as the reference loop :func:`_run_sequential` through the
 policy's hooks (tests compare every field and the victim sequence), 6-20x
 faster (CPU seconds, Mooncake trace: see results/sim-speed-compiled,
@@ -820,8 +821,8 @@ class _CompiledReplay:
         Raises:
             ValueError: a request needs more blocks than the cache has
                 (its arrival index named); (frequency) ``nkeys >= 2**31``.
-            KeyError: (frequency) a lookup found a block twice (a prompt
-                whose block keys repeat), as the reference loop's ``touch``.
+            KeyError: a lookup found a block twice (a prompt whose block
+                keys repeat), as the reference loop's ``touch``.
         """
         if self.kind == "session_ttl":
             return self._run_ttl(flat, nkeys, first_id, sid, nsessions)
@@ -867,8 +868,8 @@ class _CompiledReplay:
                             blocks, hits, victims)
         if rec:
             self.victims.extend(victims[: c[nb.NVICT]].tolist())
-        if bad < -1:  # (frequency) a lookup found a block twice: the reference loop's touch raises
-            raise KeyError(f"block {int(c[_nbf.TWICE])} is not free")
+        if bad < -1:  # a lookup found a block twice: the reference loop's touch raises
+            raise KeyError(f"block {int(c[_nbf.TWICE if self.kind == 'frequency' else nb.TWICE])} is not free")
         if bad >= 0:
             raise self._too_big(first_id + bad, int(n_total[bad]))
         return hits
@@ -1383,10 +1384,13 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
             fails the arm with a PolicyError), or None: see
             :meth:`PolicyRuntime.for_policy`.
 
-    Sequential ``lru``, ``belady_oracle``, ``frequency``, ``session_ttl``
-    (arrivals mode) and ``spf_expected_utility`` (variant ``utility``) run
-    compiled unless ``SPFCORE_SIM_REPLAY=python`` or ``hook_budget_ms`` is set
-    (see the module doc and :func:`_compiled_kind`; same results).
+    Sequential ``lru`` (any policy implementing no hook), ``belady_oracle``,
+    ``frequency``, ``session_ttl`` (arrivals mode) and every policy class with
+    a :data:`KERNELS` entry (the kernel module's ``params_of`` says which
+    params it takes: ``spf_expected_utility``'s variant ``utility``, the
+    classic plugin's arms) run compiled unless ``SPFCORE_SIM_REPLAY=python``
+    or ``hook_budget_ms`` is set (see the module doc and
+    :func:`_compiled_kind`; same results).
 
     Returns:
         A cell record: ``arm, seed, status`` (``"ok"``), ``mode, num_blocks, block_size, num_requests,
@@ -1488,13 +1492,15 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
         per_request: Keep the per-request records (``requests`` in the
             result; memory then grows by one record per request).
 
-    ``lru``, ``belady_oracle``, ``frequency``, ``session_ttl`` (arrivals
-    mode) and ``spf_expected_utility`` (variant ``utility``) run compiled
-    unless ``SPFCORE_SIM_REPLAY=python`` or ``hook_budget_ms`` is set (see the
+    The arms :func:`simulate` runs compiled (``lru``, ``belady_oracle``,
+    ``frequency``, ``session_ttl`` in arrivals mode, the policies of
+    :data:`KERNELS`) run compiled here too, unless
+    ``SPFCORE_SIM_REPLAY=python`` or ``hook_budget_ms`` is set (see the
     module doc; same results): ``lru``'s interned keys and ``session_ttl``'s key and
     session ids are bounded by the cache, ``frequency``'s by the cache and its
     ghost list (``ghost_factor * num_blocks`` keys; 32 bytes of arrays per key
-    id); ``belady_oracle`` builds its future index in one pass first.
+    id), a kernel's by the cache and its ``ghost_cap``; ``belady_oracle``
+    builds its future index in one pass first.
 
     Returns:
         :func:`simulate`'s sequential cell record (``requests`` only with
