@@ -14,10 +14,11 @@ from hypothesis import strategies as st
 
 from spfcore import registry
 from spfcore.runtime import PolicyRuntime
-from spfcore.sim import prepare, simulate_stream, simulator
+from spfcore.sim import prepare, simulator
 from spfcore.workloads.generators import make
 from spfcore.workloads.model import Request, Workload
 from spfcore.workloads.traces import read_mooncake
+from tests.test_sim_compiled_sieve import GENERATED, check_generated, check_too_big, generated_case
 from tests.test_sim_compiled import (TRACE, assert_same, assert_same_flat, chunked_replay, compiled, personas_reference,
                                      reference, strip)
 
@@ -68,46 +69,39 @@ class Watch:
         monkeypatch.setattr(an, "run", run_)
 
 
-@pytest.mark.skipif(not TRACE.exists(), reason="Mooncake trace not present")
-def test_trace_head_identical(monkeypatch):
+def check_trace_head_not_lrus(monkeypatch, arm):
+    """The Mooncake trace's head under pressure, identical, and not lru's hits."""
     wl = read_mooncake(TRACE, limit=1500)
-    ref = assert_same(monkeypatch, wl, 700, 512, ARM)
+    ref = assert_same(monkeypatch, wl, 700, 512, arm)
     assert ref["evictions"] > 10_000 and 0 < ref["block_hit_rate"] < 1  # a cache under pressure
     lru, _ = reference(monkeypatch, prepare(wl, 512), 700, 512, "lru")
     assert lru["hit_blocks"] != ref["hit_blocks"]
 
 
-GENERATED = [
-    ("personas", dict(personas=4, prefix_tokens=512, sessions=8, turns=3, query_tokens=32, output_tokens=8), 16, 1.2),
-    ("multiturn", {}, 16, 2.0),  # output tokens defined: decode blocks hit later turns
-    ("mix", {}, 16, 2.3),
-    ("revisit", dict(sessions=4, prefix_tokens=256, noise_tokens=256, query_tokens=16, output_tokens=20), 8, 3.0),
-]
-
-
-def _generated(name, flags, bs, pressure):
-    wl = make(name, seed=3, **flags)
-    prep = prepare(wl, bs)
-    distinct = len({k for v in prep.views for k in v.block_keys})
-    return wl, prep, max(max(prep.blocks_needed) + 1, int(distinct / pressure))
+@pytest.mark.skipif(not TRACE.exists(), reason="Mooncake trace not present")
+def test_trace_head_identical(monkeypatch):
+    check_trace_head_not_lrus(monkeypatch, ARM)
 
 
 @pytest.mark.parametrize("name,flags,bs,pressure", GENERATED)
 def test_generated_identical(monkeypatch, name, flags, bs, pressure):
-    wl, _, nb = _generated(name, flags, bs, pressure)
-    ref = assert_same(monkeypatch, wl, nb, bs, ARM)
-    assert ref["evictions"] > 0 and ref["hit_blocks"] > 0
+    check_generated(monkeypatch, ARM, None, name, flags, bs, pressure)
+
+
+def generated_victims_not_lrus(monkeypatch, arm) -> int:
+    """On how many generated workloads the arm's victims (the hooks') differ from lru's."""
+    differ = 0
+    for case in GENERATED:
+        _, prep, nb = generated_case(*case)
+        _, own = reference(monkeypatch, prep, nb, case[2], arm)
+        _, lru = reference(monkeypatch, prep, nb, case[2], "lru")
+        differ += own != lru
+    return differ
 
 
 def test_generated_victims_are_arcs(monkeypatch):
     """ARC's own order, not the free queue's: on most generated workloads its victims differ from lru's."""
-    differ = 0
-    for case in GENERATED:
-        _, prep, nb = _generated(*case)
-        _, arc_victims = reference(monkeypatch, prep, nb, case[2], ARM)
-        _, lru_victims = reference(monkeypatch, prep, nb, case[2], "lru")
-        differ += arc_victims != lru_victims
-    assert differ >= 3
+    assert generated_victims_not_lrus(monkeypatch, ARM) >= 3
 
 
 @st.composite
@@ -155,7 +149,7 @@ def test_random_hash_ids_identical(monkeypatch, case):
     assert_same(monkeypatch, wl, nb, bs, ARM)
 
 
-def _random_requests(rng, n: int) -> list:
+def random_requests(rng, n: int) -> list:
     """``n`` token requests over a 2-token vocabulary (as :func:`random_workload` draws them)."""
     reqs = []
     for i in range(n):
@@ -166,34 +160,39 @@ def _random_requests(rng, n: int) -> list:
     return reqs
 
 
-def test_copies_exception_identical(monkeypatch):
+def copies_exception_reached(monkeypatch, arm, watch, counter: str) -> None:
     """Workloads where no free block is a leaf (a hash cached in two blocks, the other copy's
     request holding it with a child below): the reference takes the copies exception
     (``_victim_among_copies``), the kernel its copies rule, the same number of times, with the
-    same victims and records; tiny caches also walk past blocks in use and past parents."""
+    same victims and records, in at least 5 workloads; tiny caches also walk past blocks in use
+    and past parents (``watch``'s ``passed``) and reach ``watch``'s ``counter``."""
     rng = np.random.default_rng(7)
-    reached = runs = failed = passed = 0
+    reached = counted = passed = 0
     for _ in range(400):
-        wl = Workload("random", {}, _random_requests(rng, int(rng.integers(4, 24))))
+        wl = Workload("random", {}, random_requests(rng, int(rng.integers(4, 24))))
         bs = int(rng.choice([1, 2, 4]))
         nb = max(prepare(wl, bs).blocks_needed) + 1 + int(rng.integers(0, 3))
         with monkeypatch.context() as m:
-            w = Watch(m)
-            ref, ref_victims = reference(m, prepare(wl, bs), nb, bs, ARM)
+            w = watch(m)
+            ref, ref_victims = reference(m, prepare(wl, bs), nb, bs, arm)
             if not w.copies:
                 continue
-            got, got_victims = compiled(m, prepare(wl, bs), nb, bs, ARM)
+            got, got_victims = compiled(m, prepare(wl, bs), nb, bs, arm)
             assert strip(got) == strip(ref)
             assert got_victims == ref_victims
             assert w.kernel_copies == w.copies
             reached += 1
-            failed += w.walk_failed
+            counted += getattr(w, counter)
             passed += w.passed
-        runs += 1
         if reached >= 5:
             break
     assert reached >= 5, f"the copies exception was reached in {reached} workloads only"
-    assert failed and passed  # T2 without an evictable block, walks past blocks in use or parents
+    assert counted and passed, (counter, counted, passed)
+
+
+def test_copies_exception_identical(monkeypatch):
+    """The copies exception (see :func:`copies_exception_reached`); T2 also has no evictable block."""
+    copies_exception_reached(monkeypatch, ARM, Watch, "walk_failed")
 
 
 def test_chunks_and_forgotten_keys_identical(monkeypatch):
@@ -224,19 +223,23 @@ def test_ghosts_survive_compaction(monkeypatch):
     assert len(kept) > 10
 
 
-def test_prepared_stream_identical(monkeypatch, tmp_path):
-    """A prepared stream (memory-mapped key ids): one call over its mapped ids, the same cell."""
+def check_prepared_mix(monkeypatch, tmp_path, arm) -> None:
+    """A prepared stream (memory-mapped key ids) of the mix workload: one call over its mapped ids, the same cell."""
     from spfcore.sim.prepared import open_prepared, write_prepared
 
     wl = make("mix", seed=5)
     bs = 16
     prep = prepare(wl, bs)
     nb = max(prep.blocks_needed) + 40
-    ref, _ = reference(monkeypatch, prep, nb, bs, ARM)
+    ref, _ = reference(monkeypatch, prep, nb, bs, arm)
     assert ref["evictions"] > 0 and ref["hit_blocks"] > 0
     write_prepared(wl.requests, bs, tmp_path / "p")
-    got, _ = compiled(monkeypatch, prep, nb, bs, ARM, stream=open_prepared(tmp_path / "p"))
+    got, _ = compiled(monkeypatch, prep, nb, bs, arm, stream=open_prepared(tmp_path / "p"))
     assert strip(got) == strip(ref)
+
+
+def test_prepared_stream_identical(monkeypatch, tmp_path):
+    check_prepared_mix(monkeypatch, tmp_path, ARM)
 
 
 def test_which_policies_compile(monkeypatch):
@@ -260,12 +263,7 @@ def test_which_policies_compile(monkeypatch):
 
 
 def test_request_too_big_for_the_stream(monkeypatch):
-    """A streamed request that does not fit raises when reached, as the reference loop does."""
-    reqs = [Request("a", 0.0, (1, 2, 3, 4), 1, session_id="s"), Request("big", 0.0, tuple(range(40)), 4)]
-    for mode in ("python", "auto"):
-        monkeypatch.setenv(simulator.REPLAY_ENV, mode)
-        with pytest.raises(ValueError, match="request big needs 11 blocks of 4 tokens but the cache has 5 usable"):
-            simulate_stream(reqs, ARM, num_blocks=6, block_size=4)
+    check_too_big(monkeypatch, ARM)
 
 
 def test_b2_trimmed_on_a_plain_miss_identical(monkeypatch):

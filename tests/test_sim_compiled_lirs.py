@@ -10,14 +10,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from spfcore import registry
 from spfcore.runtime import PolicyRuntime
-from spfcore.sim import prepare, simulate_stream, simulator
+from spfcore.sim import prepare, simulator
 from spfcore.workloads.generators import make
-from spfcore.workloads.model import Request, Workload
-from spfcore.workloads.traces import read_mooncake
+from tests.test_sim_compiled_arc import (check_prepared_mix, check_trace_head_not_lrus, copies_exception_reached,
+                                         generated_victims_not_lrus, hash_id_workload, random_workload)
+from tests.test_sim_compiled_sieve import GENERATED, check_generated, check_too_big
 from tests.test_sim_compiled import (TRACE, assert_same, chunked_replay, compiled, personas_reference, reference,
                                      strip)
 
@@ -78,59 +78,17 @@ class Watch:
 
 @pytest.mark.skipif(not TRACE.exists(), reason="Mooncake trace not present")
 def test_trace_head_identical(monkeypatch):
-    wl = read_mooncake(TRACE, limit=1500)
-    ref = assert_same(monkeypatch, wl, 700, 512, ARM)
-    assert ref["evictions"] > 10_000 and 0 < ref["block_hit_rate"] < 1  # a cache under pressure
-    lru, _ = reference(monkeypatch, prepare(wl, 512), 700, 512, "lru")
-    assert lru["hit_blocks"] != ref["hit_blocks"]
-
-
-GENERATED = [
-    ("personas", dict(personas=4, prefix_tokens=512, sessions=8, turns=3, query_tokens=32, output_tokens=8), 16, 1.2),
-    ("multiturn", {}, 16, 2.0),  # output tokens defined: decode blocks hit later turns
-    ("mix", {}, 16, 2.3),
-    ("revisit", dict(sessions=4, prefix_tokens=256, noise_tokens=256, query_tokens=16, output_tokens=20), 8, 3.0),
-]
-
-
-def _generated(name, flags, bs, pressure):
-    wl = make(name, seed=3, **flags)
-    prep = prepare(wl, bs)
-    distinct = len({k for v in prep.views for k in v.block_keys})
-    return wl, prep, max(max(prep.blocks_needed) + 1, int(distinct / pressure))
+    check_trace_head_not_lrus(monkeypatch, ARM)
 
 
 @pytest.mark.parametrize("name,flags,bs,pressure", GENERATED)
 def test_generated_identical(monkeypatch, name, flags, bs, pressure):
-    wl, _, nb = _generated(name, flags, bs, pressure)
-    ref = assert_same(monkeypatch, wl, nb, bs, ARM)
-    assert ref["evictions"] > 0 and ref["hit_blocks"] > 0
+    check_generated(monkeypatch, ARM, None, name, flags, bs, pressure)
 
 
 def test_generated_victims_are_lirs(monkeypatch):
     """LIRS's own order, not the free queue's: on most generated workloads its victims differ from lru's."""
-    differ = 0
-    for case in GENERATED:
-        _, prep, nb = _generated(*case)
-        _, own_victims = reference(monkeypatch, prep, nb, case[2], ARM)
-        _, lru_victims = reference(monkeypatch, prep, nb, case[2], "lru")
-        differ += own_victims != lru_victims
-    assert differ >= 3
-
-
-@st.composite
-def random_workload(draw):
-    """Token requests over a 2-token vocabulary (long shared prefixes, prompts that are whole
-    blocks: the last-token rule caches duplicate hashes), outputs defined or not (decode blocks
-    matching later prompts or not), a cache of the largest request and 0-5 blocks more."""
-    bs = draw(st.sampled_from([1, 2, 4]))
-    reqs = []
-    for i in range(draw(st.integers(1, 24))):
-        prompt = draw(st.lists(st.integers(0, 1), min_size=1, max_size=14))
-        out = draw(st.integers(1, 6))
-        outs = draw(st.one_of(st.just(()), st.lists(st.integers(0, 1), min_size=out, max_size=out).map(tuple)))
-        reqs.append(Request(f"r{i}", 0.0, tuple(prompt), out, session_id=f"s{i % 3}", output_token_ids=outs))
-    return Workload("random", {}, reqs), bs, draw(st.integers(0, 5))
+    assert generated_victims_not_lrus(monkeypatch, ARM) >= 3
 
 
 @SETTINGS
@@ -141,20 +99,6 @@ def test_random_identical(monkeypatch, case):
     assert_same(monkeypatch, wl, nb, bs, ARM)
 
 
-@st.composite
-def hash_id_workload(draw):
-    """Hash-id requests over 3 ids: ids repeated within a prompt and shared prefixes, the last
-    block partial or not."""
-    bs = draw(st.sampled_from([1, 2, 4]))
-    reqs = []
-    for i in range(draw(st.integers(1, 24))):
-        ids = tuple(draw(st.lists(st.integers(0, 2), min_size=1, max_size=8)))
-        p = draw(st.integers((len(ids) - 1) * bs + 1, len(ids) * bs))
-        reqs.append(Request(f"h{i}", 0.0, (), draw(st.integers(1, 6)), session_id=f"s{i % 2}", hash_ids=ids,
-                            hash_block_tokens=bs, num_prompt_tokens=p))
-    return Workload("hash-ids", {}, reqs), bs, draw(st.integers(0, 5))
-
-
 @SETTINGS
 @given(hash_id_workload())
 def test_random_hash_ids_identical(monkeypatch, case):
@@ -163,45 +107,10 @@ def test_random_hash_ids_identical(monkeypatch, case):
     assert_same(monkeypatch, wl, nb, bs, ARM)
 
 
-def _random_requests(rng, n: int) -> list:
-    """``n`` token requests over a 2-token vocabulary (as :func:`random_workload` draws them)."""
-    reqs = []
-    for i in range(n):
-        prompt = tuple(int(x) for x in rng.integers(0, 2, int(rng.integers(1, 15))))
-        out = int(rng.integers(1, 7))
-        outs = tuple(int(x) for x in rng.integers(0, 2, out)) if rng.random() < 0.5 else ()
-        reqs.append(Request(f"r{i}", 0.0, prompt, out, session_id=f"s{i % 3}", output_token_ids=outs))
-    return reqs
-
-
 def test_copies_exception_identical(monkeypatch):
-    """Workloads where no free block is a leaf (a hash cached in two blocks, the other copy's
-    request holding it with a child below): the reference takes the copies exception
-    (``_victim_among_copies``), the kernel its copies rule, the same number of times, with the
-    same victims and records; tiny caches also walk past blocks in use and past parents."""
-    rng = np.random.default_rng(7)
-    reached = runs = borrowed = passed = 0
-    for _ in range(400):
-        wl = Workload("random", {}, _random_requests(rng, int(rng.integers(4, 24))))
-        bs = int(rng.choice([1, 2, 4]))
-        nb = max(prepare(wl, bs).blocks_needed) + 1 + int(rng.integers(0, 3))
-        with monkeypatch.context() as m:
-            w = Watch(m)
-            ref, ref_victims = reference(m, prepare(wl, bs), nb, bs, ARM)
-            if not w.copies:
-                continue
-            got, got_victims = compiled(m, prepare(wl, bs), nb, bs, ARM)
-            assert strip(got) == strip(ref)
-            assert got_victims == ref_victims
-            assert w.kernel_copies == w.copies
-            reached += 1
-            borrowed += w.borrowed
-            passed += w.passed
-        runs += 1
-        if reached >= 5:
-            break
-    assert reached >= 5, f"the copies exception was reached in {reached} workloads only"
-    assert borrowed and passed  # Q without an evictable block, walks past blocks in use or parents
+    """The copies exception (see ``copies_exception_reached``); slots are also borrowed (Q without an
+    evictable block)."""
+    copies_exception_reached(monkeypatch, ARM, Watch, "borrowed")
 
 
 def test_chunks_and_forgotten_keys_identical(monkeypatch):
@@ -233,18 +142,7 @@ def test_ghosts_survive_compaction(monkeypatch):
 
 
 def test_prepared_stream_identical(monkeypatch, tmp_path):
-    """A prepared stream (memory-mapped key ids): one call over its mapped ids, the same cell."""
-    from spfcore.sim.prepared import open_prepared, write_prepared
-
-    wl = make("mix", seed=5)
-    bs = 16
-    prep = prepare(wl, bs)
-    nb = max(prep.blocks_needed) + 40
-    ref, _ = reference(monkeypatch, prep, nb, bs, ARM)
-    assert ref["evictions"] > 0 and ref["hit_blocks"] > 0
-    write_prepared(wl.requests, bs, tmp_path / "p")
-    got, _ = compiled(monkeypatch, prep, nb, bs, ARM, stream=open_prepared(tmp_path / "p"))
-    assert strip(got) == strip(ref)
+    check_prepared_mix(monkeypatch, tmp_path, ARM)
 
 
 def test_which_policies_compile(monkeypatch):
@@ -270,12 +168,7 @@ def test_which_policies_compile(monkeypatch):
 
 
 def test_request_too_big_for_the_stream(monkeypatch):
-    """A streamed request that does not fit raises when reached, as the reference loop does."""
-    reqs = [Request("a", 0.0, (1, 2, 3, 4), 1, session_id="s"), Request("big", 0.0, tuple(range(40)), 4)]
-    for mode in ("python", "auto"):
-        monkeypatch.setenv(simulator.REPLAY_ENV, mode)
-        with pytest.raises(ValueError, match="request big needs 11 blocks of 4 tokens but the cache has 5 usable"):
-            simulate_stream(reqs, ARM, num_blocks=6, block_size=4)
+    check_too_big(monkeypatch, ARM)
 
 
 def test_final_state_identical(monkeypatch):
