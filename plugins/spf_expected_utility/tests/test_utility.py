@@ -49,6 +49,7 @@ def test_params_validated(bad):
     ({"buckets_per_octave": "64", "max_age_log2": "24"}, "'max_age_log2'=24, 'buckets_per_octave'=64: ", "402 MiB"),
     ({"max_count": "1000000"}, "'max_count'=1000000, 'depth_classes'=4, 'buckets_per_octave'=2, 'max_age_log2'=16: "
      "12,000,000 classes x 33 age buckets", "35.4 GiB"),
+    ({"max_count": "1" + "0" * 400}, "'max_count'=10000", "more than 2\\*\\*1024 bytes"),  # past float range
 ])
 def test_tables_beyond_the_bound_refused(opts, fields, size):
     """Parameters whose tables need more than MAX_TABLE_BYTES are refused when the params are

@@ -51,7 +51,11 @@ def table_bytes(buckets_per_octave: int, max_age_log2: int, max_count: int, dept
         ages = 2.0 + math.ceil(2.0 ** (nb / buckets_per_octave))
     except OverflowError:
         ages = math.inf
-    return AGE_ENTRY_BYTES * ages, float(CLASS_ENTRY_BYTES) * (3 * depth_classes * max_count + 1) * nb
+    try:  # (an int past float range: 10**400 classes)
+        classes = float(CLASS_ENTRY_BYTES * (3 * depth_classes * max_count + 1) * nb)
+    except OverflowError:
+        classes = math.inf
+    return AGE_ENTRY_BYTES * ages, classes
 
 
 def _size(x: float) -> str:

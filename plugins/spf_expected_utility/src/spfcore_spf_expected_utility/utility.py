@@ -719,7 +719,7 @@ class UtilityPolicy:
         inp = np.fromiter(map(self.prompt.__contains__, keys), bool, n)
         return np.where(inp, self.kind, 0).astype(np.int64)
 
-    def _store(self, blocks, keys: list, n: int) -> np.ndarray | None:
+    def _store(self, blocks, keys: list, n: int) -> np.ndarray:
         """The records' side of a store (one compiled pass,
         :func:`_nb.store_records`); returns the slot of each of ``keys``
         after it (``(n,)`` int64), the dict's where a hash comes twice.
