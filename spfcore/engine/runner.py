@@ -355,7 +355,8 @@ class EngineSession:
         sched, bs = self.scheduler, self.block_size
         runtime = self.runtime
         if runtime is not None and runtime.needs_future:
-            views = [request_view(r, i, r.arrival_s, block_keys(r, bs)) for i, r in enumerate(reqs)]
+            views = [request_view(r, i, r.arrival_s, tuple(sched.spf_prompt_keys(r.prompt_token_ids)))
+                     for i, r in enumerate(reqs)]
             sched.spf_guarded("future", runtime.set_future, views)
 
         engine = self.llm.llm_engine
@@ -456,6 +457,8 @@ class EngineSession:
             "evict_calls": 0, "hints_issued": 0, "hints_used": 0, "pins_refused": 0}
         queue = self.scheduler.spf_queue if self.policy else None
         fault = queue.fault if queue is not None else None
+        adapter = queue.adapter_seconds if queue is not None else 0.0
+        stats["policy_seconds"] += adapter  # all of spfcore's time: the runtime's events and the adapter's own
         qd = np.array([r["queue_s"] for r in rows if r.get("queue_s") is not None], dtype=float)
         tier = self._tier_fields(rows) if self.spec.cpu_blocks is not None else {}
         cls = EngineTierRecord if tier else EngineRecord
@@ -465,7 +468,7 @@ class EngineSession:
                    max_num_batched_tokens=int(self.scheduler.max_num_scheduled_tokens),
                    num_requests=len(rows), prompt_tokens=prompt, cached_tokens=cached,
                    token_hit_rate=cached / prompt if prompt else 0.0, prefill_tokens_recomputed=prompt - cached,
-                   **stats, policy_faults=int(fault is not None), policy_fault=fault,
+                   **stats, adapter_seconds=adapter, policy_faults=int(fault is not None), policy_fault=fault,
                    fail_open_allocations=queue.fail_open_allocations if queue is not None else 0,
                    fail_open_blocks=queue.fail_open_blocks if queue is not None else 0,
                    queue_p50_s=q(qd, 50), queue_p95_s=q(qd, 95),

@@ -12,8 +12,9 @@ follows the same code paths), with no fork and no patch of vLLM's files:
   ``scheduler_cls``) swaps the queue in, and reports the event protocol that
   the simulator follows too (docs/design.md §2; spfcore/runtime.py):
 
-  1. ``add_request`` -> ``runtime.arrived`` (RequestView with spfcore block
-     hashes from the prompt's token ids, :func:`spfcore.keys.chain_keys`);
+  1. ``add_request`` -> ``runtime.arrived`` (RequestView with the prompt's
+     block keys: vLLM's own chained block hashes, ``Request.block_hashes``,
+     as ints, see :func:`vllm_keys`);
   2. first ``allocate_slots`` of a request -> ``runtime.hit`` with the
      prefix-cache hit blocks (vLLM ``touch`` takes free ones out of the queue
      first, through :meth:`PolicyFreeQueue.remove`), reported before the
@@ -21,8 +22,9 @@ follows the same code paths), with no fork and no patch of vLLM's files:
   3. ``get_new_blocks`` -> :meth:`PolicyFreeQueue.popleft_n` ->
      ``runtime.evict``;
   4. ``BlockPool.cache_full_blocks`` (new full prompt and decode blocks) ->
-     ``runtime.stored`` with spfcore keys computed from the request's tokens,
-     so they equal :func:`spfcore.workloads.block_keys` on the same tokens;
+     ``runtime.stored`` with the blocks' keys (:func:`vllm_keys` of
+     ``Request.block_hashes``, which vLLM has already computed: the adapter
+     hashes nothing, see :func:`vllm_keys` for why);
   5. ``KVCacheManager.free`` of a finished request -> ``runtime.finished``,
      then vLLM's own ``free_blocks(reversed(blocks))`` -> ``prepend_n``
      (hashless blocks) / ``append_n`` (cached blocks, tail first) ->
@@ -82,7 +84,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 
 import attrs
 
-from spfcore.keys import chain_keys
+from spfcore.keys import KEY_BYTES
 from spfcore.runtime import PolicyRuntime
 from spfcore.views import RequestView
 
@@ -92,6 +94,36 @@ except ImportError:  # pragma: no cover - version dependent
     AsyncScheduler = None
 
 RuntimeFactory = Callable[[], PolicyRuntime]
+_perf = time.perf_counter
+
+
+def vllm_keys(block_hashes: Sequence[bytes]) -> list[int]:
+    """spfcore block keys of vLLM block hashes: each hash's first
+    ``KEY_BYTES`` (16) bytes as a big-endian int in ``[0, 2**128)``.
+
+    vLLM chains its block hashes as spfcore's keys are chained (the hash of
+    ``(parent hash, block token ids, extra keys)``, ``hash_block_tokens`` in
+    ``vllm/v1/core/kv_cache_utils.py``; sha256 by default), so a key names a
+    block and its whole prefix, and two blocks get one key exactly when vLLM
+    gives them one hash (up to the 2**-128 odds of the truncation): LoRA,
+    multimodal inputs and a cache salt, which vLLM hashes as extra keys, give
+    different keys too. Reusing vLLM's hashes costs about 0.15 us a block; the
+    adapter computing spfcore's own BLAKE2b chain (:func:`spfcore.keys.chain_keys`)
+    cost about 1-2 us a block (0.5-1 ms per request of the seed's 520 blocks),
+    twice what the rest of lru's runtime cost. Keys in the engine therefore
+    differ from the simulator's for the same tokens; only equality between
+    keys matters to a policy, and decisions agree (the engine-vs-simulator
+    tests). :meth:`PolicySchedulerMixin.spf_prompt_keys` gives the engine's
+    keys of a prompt before it is sent (the Belady oracle's future).
+
+    Args:
+        block_hashes: vLLM ``BlockHash`` values (bytes of 16 or more).
+
+    Returns:
+        ``len(block_hashes)`` keys, in the same order.
+    """
+    fb = int.from_bytes
+    return [fb(h[:KEY_BYTES], "big") for h in block_hashes]
 
 #: A child of vLLM's logger: vLLM's handler, format and VLLM_LOGGING_LEVEL apply.
 logger = logging.getLogger("vllm.spfcore")
@@ -127,6 +159,16 @@ class PolicyFreeQueue:
         fail_open_allocations: Allocations (``popleft_n`` calls) served in
             vLLM's order because of the fault.
         fail_open_blocks: Blocks those allocations handed out.
+        adapter_seconds: Wall time of the adapter's own work for this
+            runtime, seconds (``time.perf_counter``): the queue's bookkeeping
+            around each runtime call (its vLLM-order mirror, the checks of
+            the victims, the block lists) and the scheduler wrappers' (request
+            views, block keys, the id and key lists of a hit or a store);
+            neither vLLM's own work nor the runtime's events (the runtime's
+            ``policy_seconds``) are in it. Not timed: the per-block
+            :meth:`remove` of a hit (a dict delete and a list append, a few
+            tenths of a microsecond a block; timing it would cost as much).
+            The runner adds it to the cell's ``policy_seconds``.
     """
 
     def __init__(self, blocks: Sequence, runtime: PolicyRuntime,
@@ -143,6 +185,7 @@ class PolicyFreeQueue:
         self.fail_open_allocations = 0
         self.fail_open_blocks = 0
         self._touched: list[int] | None = None  # ids taken out while a pool touch runs (see touch_many)
+        self.adapter_seconds = 0.0
 
     def install_free(self, free_blocks: Iterable) -> None:
         """Step 0 of the event protocol: hand every free block, all hashless,
@@ -224,6 +267,7 @@ class PolicyFreeQueue:
         order = self._order
         try:
             ids = self.runtime.evict(n, self.clock())
+            t1 = _perf()
             if len(ids) != n or len(set(ids)) != n or not all(i in order for i in ids):
                 raise RuntimeError(f"runtime.evict({n}) returned {list(ids)!r}: not {n} distinct free blocks")
         except Exception as exc:  # noqa: BLE001 - fail open, recorded
@@ -233,7 +277,9 @@ class PolicyFreeQueue:
             del order[i]
         self.num_free_blocks -= n
         blocks = self.blocks
-        return [blocks[i] for i in ids]
+        out = [blocks[i] for i in ids]
+        self.adapter_seconds += _perf() - t1
+        return out
 
     def remove(self, block) -> None:
         """Take a free block out (a prefix-cache hit: vLLM ``touch``).
@@ -296,17 +342,16 @@ class PolicyFreeQueue:
             self.fallback.append_n(blocks)
             self.num_free_blocks = self.fallback.num_free_blocks
             return
+        t = _perf()
         order = self._order
         for b in blocks:
             order[b.block_id] = None
         self.num_free_blocks += len(blocks)
         try:
             cached = [b.block_id for b in blocks if b.block_hash is not None]
-            if len(cached) == len(blocks):
-                self.runtime.release(cached, (), self.clock())
-            else:
-                hashless = [b.block_id for b in blocks if b.block_hash is None]
-                self.runtime.release(cached, hashless, self.clock())
+            hashless = () if len(cached) == len(blocks) else [b.block_id for b in blocks if b.block_hash is None]
+            self.adapter_seconds += _perf() - t
+            self.runtime.release(cached, hashless, self.clock())
         except Exception as exc:  # noqa: BLE001 - fail open, recorded
             self.fail_open("release", exc)
 
@@ -318,13 +363,16 @@ class PolicyFreeQueue:
             self.fallback.prepend_n(blocks)
             self.num_free_blocks = self.fallback.num_free_blocks
             return
+        t = _perf()
         order = self._order
         for b in reversed(blocks):
             order[b.block_id] = None
             order.move_to_end(b.block_id, last=False)
         self.num_free_blocks += len(blocks)
         try:
-            self.runtime.release((), [b.block_id for b in blocks], self.clock())
+            ids = [b.block_id for b in blocks]
+            self.adapter_seconds += _perf() - t
+            self.runtime.release((), ids, self.clock())
         except Exception as exc:  # noqa: BLE001 - fail open, recorded
             self.fail_open("release", exc)
 
@@ -484,6 +532,34 @@ class PolicySchedulerMixin:
         to vLLM (vLLM may append a random suffix; both forms are matched)."""
         self._spf_labels[request_id] = (session_id, prefix_group)
 
+    def spf_prompt_keys(self, token_ids: Sequence[int]) -> list[int]:
+        """The keys this engine gives the full blocks of a prompt of plain
+        tokens (no LoRA, multimodal input or cache salt) before it is sent:
+        :func:`vllm_keys` of the chain vLLM's ``hash_block_tokens`` computes
+        with the engine's ``prefix_caching_hash_algo`` and ``NONE_HASH``
+        (what ``Request.block_hashes`` holds once the request is added). The
+        runner gives these to needs-future policies; about 5 us a block with
+        sha256, once per run, outside the hot path.
+
+        Args:
+            token_ids: Prompt token ids, shape ``(n,)``.
+
+        Returns:
+            ``n // spf_block_size`` keys, chain order.
+        """
+        from vllm.v1.core.kv_cache_utils import hash_block_tokens
+
+        try:
+            from vllm.utils.hashing import get_hash_fn_by_name
+        except ImportError:  # pragma: no cover - older vLLM
+            from vllm.utils import get_hash_fn_by_name
+        fn = get_hash_fn_by_name(self.cache_config.prefix_caching_hash_algo)
+        bs, parent, out = self.spf_block_size, None, []
+        for start in range(0, len(token_ids) // bs * bs, bs):
+            parent = hash_block_tokens(fn, parent, token_ids[start:start + bs])
+            out.append(parent)
+        return vllm_keys(out)
+
     def _spf_new_runtime(self, free_blocks: list, factory: RuntimeFactory | None = None) -> None:
         runtime = (factory or self._spf_factory)()
         if runtime.num_blocks != self.spf_num_blocks or runtime.block_size != self.spf_block_size:
@@ -574,6 +650,7 @@ class PolicySchedulerMixin:
         super().add_request(request)
         if not new:
             return
+        t = _perf()
         rid = request.request_id
         label = self._spf_labels.pop(rid, None)
         ext = rid
@@ -582,7 +659,7 @@ class PolicySchedulerMixin:
             label = self._spf_labels.pop(ext, None)
         session_id, group = label if label is not None else (None, None)
         tokens = request.prompt_token_ids or ()
-        keys = chain_keys(tokens, self.spf_block_size)
+        keys = vllm_keys(request.block_hashes[: len(tokens) // self.spf_block_size])
         now = self._spf_clock()
         view = RequestView(ext, session_id, self._spf_arrivals, now, len(tokens), tuple(keys), group)
         self._spf_arrivals += 1
@@ -592,6 +669,7 @@ class PolicySchedulerMixin:
             for bh, k in zip(request.block_hashes, keys):
                 okeys[make_offload_key(bh, 0)] = k
             self._spf_tier_views[rid] = view
+        self.spf_queue.adapter_seconds += _perf() - t
         self.spf_guarded("arrived", self.spf_queue.runtime.arrived, view, now)
 
     # ------------------------------------------------------------ CPU tier
@@ -675,9 +753,12 @@ class PolicySchedulerMixin:
             state = requests.get(request.request_id)
             if state is None or state.hit_done:
                 return orig_allocate(request, *args, **kwargs)
+            t = _perf()
             computed = computed_blocks(request, *args, **kwargs)
             hit = [b.block_id for b in computed.blocks[0]] if computed is not None and computed.blocks else []
-            self._spf_pending = (state, hit)  # reported before this allocation evicts (popleft_n)
+            self._spf_pending = (state, hit)
+            if self.spf_queue is not None:
+                self.spf_queue.adapter_seconds += _perf() - t  # reported before this allocation evicts (popleft_n)
             try:
                 out = orig_allocate(request, *args, **kwargs)
             except BaseException:
@@ -695,11 +776,10 @@ class PolicySchedulerMixin:
             if (state is None or self.spf_queue is None or self.spf_queue.fallback is not None
                     or num_full_blocks <= num_cached_blocks):
                 return
+            t = _perf()
             keys = state.keys
-            if len(keys) < num_full_blocks:
-                toks = request.all_token_ids
-                keys.extend(chain_keys(toks[len(keys) * bs: num_full_blocks * bs], bs,
-                                       keys[-1] if keys else None))
+            if len(keys) < num_full_blocks:  # decode blocks: vLLM hashed them as they filled
+                keys.extend(vllm_keys(request.block_hashes[len(keys):num_full_blocks]))
             ids, ks, first = [], [], -1
             for d in range(num_cached_blocks, num_full_blocks):
                 b = blocks[d]
@@ -708,6 +788,7 @@ class PolicySchedulerMixin:
                         first = d
                     ids.append(b.block_id)
                     ks.append(keys[d])
+            self.spf_queue.adapter_seconds += _perf() - t
             if ids:
                 parent = keys[first - 1] if first > 0 else None
                 self.spf_guarded("stored", self.spf_queue.runtime.stored, state.view, ids, ks, first, parent, bs,

@@ -347,6 +347,9 @@ class EngineRecord(CellRecord):
         fail_open_allocations, fail_open_blocks: Allocations (blocks) served in vLLM's order after it.
         queue_p50_s, queue_p95_s: Queueing delay (scheduled - queued).
         preemptions: Preemptions, all requests.
+        adapter_seconds: The adapter's own work, seconds (:attr:`spfcore.engine.vllm_adapter.PolicyFreeQueue.adapter_seconds`),
+            already included in ``policy_seconds``, which is all of spfcore's time in the engine: the runtime's
+            events plus this; 0 for stock vLLM. None (left out) in records written before it was measured.
         ttft_p50_s, ttft_p95_s, ttft_p99_s, ttft_mean_s, e2e_p50_s, e2e_p95_s: Latencies.
         throughput_rps: Finished requests / ``wall_s`` (requests per second).
         wall_s: The run's wall time.
@@ -365,6 +368,7 @@ class EngineRecord(CellRecord):
     queue_p50_s: float = attrs.field(validator=_nonneg, metadata=_MEAN)
     queue_p95_s: float = attrs.field(validator=_nonneg, metadata=_MEAN)
     preemptions: int = attrs.field(validator=_count, metadata=_MEAN)
+    adapter_seconds: float | None = attrs.field(default=None, validator=_opt_nonneg)
     ttft_p50_s: float = attrs.field(validator=_nonneg, metadata=_MEAN)
     ttft_p95_s: float = attrs.field(validator=_nonneg, metadata=_MEAN)
     ttft_p99_s: float = attrs.field(validator=_nonneg, metadata=_MEAN)
