@@ -268,23 +268,35 @@ def test_request_too_big_for_the_stream(monkeypatch):
 
 def test_b2_trimmed_on_a_plain_miss_identical(monkeypatch):
     """libCacheSim's trim of B2 on a miss that is no ghost hit (the directory full, ``|T1| +
-    |B1| + 1 <= c``), before the victim's ghost enters: reached in the reference, and the same
-    victims and records compiled, and the same lists and ``p`` at the end (the directory bound's
-    own trim alone leaves one ghost more)."""
-    wl = make("mix", seed=3)
-    bs = 16
+    |B1| + 1 <= c``), before the victim's ghost enters, on a generated workload where it decides.
+    Above 2c entries the directory bound drops the same oldest ghost anyway; at exactly 2c only
+    the trim does, and the ghost it drops outlives its request only where a request stores one
+    or two blocks after it (large blocks). Reached in the reference, leaving the directory at
+    2c - 1 without B2's oldest ghost; the hooks without it (that ghost put back) give other
+    victims and another B2 at the end; the compiled replay gives the hooks' victims and
+    records, and the same lists and ``p`` at the end."""
+    wl = make("mix", seed=0)
+    bs = 1024
     prep = prepare(wl, bs)
-    nb = max(prep.blocks_needed) + 100
-    reached = []
+    nb = max(prep.blocks_needed) + 10  # 16 blocks: one such trim (found by a search over mix seeds and sizes)
     victim = ARC.victim
+    at_2c, after, untrimmed = [], [], []
     pols, states = [], []
     run = an.run
 
     def victim_(pol):
         t1, t2, b1, b2, c = len(pol.t1), len(pol.t2), len(pol.b1), len(pol.b2), pol.capacity
-        reached.append(not pol.ghost_hit and t1 + b1 + 1 <= c and t1 + b1 + t2 + b2 >= 2 * c and b2)
+        exact = not pol.ghost_hit and t1 + b1 + 1 <= c and t1 + b1 + t2 + b2 == 2 * c and b2 > 0
+        at_2c.append(exact)
+        oldest = next(iter(pol.b2)) if exact else None
         pols.append(pol)
-        return victim(pol)
+        i = victim(pol)
+        if exact:
+            after.append((len(pol.t1) + len(pol.t2) + len(pol.b1) + len(pol.b2) - 2 * c, oldest in pol.b2))
+            if untrimmed:  # as if not trimmed: B2's oldest ghost where it was
+                pol.b2[oldest] = None
+                pol.b2.move_to_end(oldest, last=False)
+        return i
 
     def run_(st, *a, **k):
         states.append(st)
@@ -292,13 +304,20 @@ def test_b2_trimmed_on_a_plain_miss_identical(monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(ARC, "victim", victim_)
         ref, ref_victims = reference(m, prep, nb, bs, ARM)
-    assert any(reached)
+        # trimmed: 2c - 1 entries, B2's oldest ghost gone
+        assert nb == 16 and after[:1] == [(-1, False)] and sum(at_2c) == 1
+        pol = pols[-1]
+        b2_len = len(pol.b2)
+        untrimmed.append(1)
+        other, other_victims = reference(m, prep, nb, bs, ARM)
+    assert other_victims != ref_victims and strip(other) != strip(ref)  # the trim decides here
+    assert (b2_len, len(pols[-1].b2)) == (3, 2)  # B2 at the end
     monkeypatch.setattr(an, "run", run_)
     got, got_victims = compiled(monkeypatch, prep, nb, bs, ARM)
     assert strip(got) == strip(ref)
     assert got_victims == ref_victims
     # the final state: T1, T2 (LRU end first), B1, B2 (oldest first, as hashes) and p
-    pol, st = pols[-1], states[-1]
+    st = states[-1]
     ids: dict = {}
     simulator._flatten(prep.plans, ids)  # the kernel's key ids, interned as _replay_compiled does
     key = dict(zip(ids.values(), ids.keys()))

@@ -75,6 +75,7 @@ import numpy as np
 from spfcore import _evictor_nb as ev
 from spfcore.sim._replay_nb import EVICT_CALLS, HSN, LRUN, NVICT, _insert, _lookup, _retire, init, warm_trace
 from spfcore_spf_expected_utility import _nb as pnb
+from spfcore_spf_expected_utility.params import ghost_entries
 
 #: More counter indices (after ``_replay_nb``'s first five): hook calls,
 #: release orders handed out, the block a lookup found twice, the request a
@@ -1073,9 +1074,15 @@ def new_state(num_blocks: int, params: tuple, nkeys: int = 0) -> dict:
         the evictor's rows, expiry heaps, calendar and counters
         (:mod:`spfcore._evictor_nb`); ``pc``/``pf`` the policy's scalars (clock, kind, next rebuild,
         table epoch, ghosts, free slots, ghost-queue head and tail);
-        ``c`` the replay's counters."""
+        ``c`` the replay's counters.
+
+    Raises:
+        ValueError: ``pol``'s ghost list at ``num_blocks`` beyond
+            ``MAX_GHOST_BYTES`` (:func:`spfcore_spf_expected_utility.params.ghost_entries`),
+            or more blocks than the replay takes."""
     i64 = np.int64
     pol, pin_cap = params
+    ghost_entries(pol.params.ghost_factor, num_blocks)  # (ValueError beyond MAX_GHOST_BYTES, before the queue is built)
     ip, fp = _params(pol, pin_cap)
     nc, nbk, ghost_cap = int(ip[NC]), int(ip[NBK]), int(ip[GHOST_CAP])
     st = {"ip": ip, "fp": fp, "bucket": np.ascontiguousarray(pol._bucket_np, i64),

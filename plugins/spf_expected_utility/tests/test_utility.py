@@ -90,6 +90,96 @@ def test_table_bytes_counts_the_tables_built():
     assert pol.hist.size == pol.gap_prior.size == pol._offs.size - pol.nb
 
 
+@pytest.mark.parametrize("opts,fields,work,top", [
+    ({"buckets_per_octave": "74"}, "'max_count'=8, 'depth_classes'=4, 'buckets_per_octave'=74, 'max_age_log2'=16: "
+     "96 classes x 1,185 age buckets", "67,459,680", 73),
+    ({"buckets_per_octave": "43434", "max_count": "1", "depth_classes": "1"},  # tables 255 MiB: within their bound
+     "'max_count'=1, 'depth_classes'=1, 'buckets_per_octave'=43434, 'max_age_log2'=16: 3 classes x 694,945 age "
+     "buckets", "724,423,871,955", 417),
+])
+def test_rebuild_beyond_the_bound_refused(opts, fields, work, top):
+    """A table rebuild (quadratic in the age buckets, every ``period`` arrivals in the arrival
+    hook) of more than MAX_REBUILD_PAIRS triples is refused when the params are built, with
+    its work and why (both were accepted: a rebuild took 185 s at 1,791 buckets per octave);
+    ``top`` buckets per octave, the most within the bound, are accepted."""
+    from spfcore import registry
+
+    info = registry.get("spf_expected_utility")
+    with pytest.raises(registry.PolicyConfigError, match=f"^policy 'spf_expected_utility': {fields}: a table rebuild "
+                       rf"\(every 'period' arrivals, in the arrival hook; quadratic in the age buckets\) would visit "
+                       f"{work} \\(class, bucket, later bucket\\) triples, .*; the bound is 67,108,864 "
+                       r"\(MAX_REBUILD_PAIRS"):
+        registry.make_params(info, opts)
+    from spfcore_spf_expected_utility.params import MAX_REBUILD_PAIRS, rebuild_pairs
+
+    p = registry.make_params(info, {**opts, "buckets_per_octave": str(top)})
+    assert rebuild_pairs(top, 16, p.max_count, p.depth_classes) <= MAX_REBUILD_PAIRS < rebuild_pairs(
+        top + 1, 16, p.max_count, p.depth_classes)
+
+
+def test_seed_variant_not_refused_for_utility_tables():
+    """The table and rebuild bounds are the utility variant's: a seed params with utility-only
+    sizes beyond them is accepted and runs (its fields are still checked for type and range);
+    a UtilityPolicy built from it checks them itself."""
+    from spfcore import registry
+
+    info = registry.get("spf_expected_utility")
+    for opts in ({"max_age_log2": "30"}, {"buckets_per_octave": "100000"}, {"max_count": "1000000"}):
+        p = registry.make_params(info, {"variant": "seed", **opts})
+        assert p.variant == "seed"
+        with pytest.raises(ValueError, match="the bound is "):
+            UtilityPolicy(p)
+    with pytest.raises(registry.PolicyConfigError, match="'max_age_log2' must be >= 4"):
+        registry.make_params(info, {"variant": "seed", "max_age_log2": "3"})
+    c = MiniCache("spf_expected_utility", 6, options={"variant": "seed", "max_age_log2": "30"})
+    for keys in (["a0", "a1"], ["b0"], ["a0", "a1"]):
+        c.serve(keys)
+    assert sum(c.hits) == 2
+
+
+def test_ghost_list_beyond_the_bound_refused():
+    """The ghost list (ghost_factor x num_blocks entries) needs the cache size: a runtime whose
+    list would need more than MAX_GHOST_BYTES fails in spfcore_cache_configured, before anything
+    is allocated, naming the field, its value, num_blocks and both sizes (1e12 was a MemoryError;
+    120 at 100,000 blocks silently took the slots of 3M ghosts at once)."""
+    from spfcore.runtime import PolicyError
+
+    with pytest.raises(PolicyError, match=r"^policy 'spf_expected_utility' failed in hook spfcore_cache_configured: "
+                       r"ValueError\(\"'ghost_factor'=1000000000000.0 at num_blocks=9,140: a ghost list of "
+                       r"9,140,000,000,000,000 entries would need 3,404,915,332.8 GiB \(400 B an entry\); the bound "
+                       r"is 4.0 GiB \(MAX_GHOST_BYTES\)\"\)$"):
+        PolicyRuntime.for_policy("spf_expected_utility", 9140, 16, {"ghost_factor": "1e12"})
+    with pytest.raises(PolicyError, match="'ghost_factor'=120.0 at num_blocks=100,000: a ghost list of 12,000,000 "
+                       "entries would need 4.5 GiB"):
+        PolicyRuntime.for_policy("spf_expected_utility", 100_000, 16, {"ghost_factor": "120"})
+    from spfcore_spf_expected_utility.params import GHOST_ENTRY_BYTES, MAX_GHOST_BYTES, ghost_entries
+
+    top = MAX_GHOST_BYTES // GHOST_ENTRY_BYTES // 4  # the default factor's largest cache
+    assert (top, ghost_entries(4.0, top)) == (2_684_354, 10_737_416)
+    with pytest.raises(ValueError, match="at num_blocks=2,684,355: a ghost list of 10,737,420 entries"):
+        ghost_entries(4.0, top + 1)
+    pol = UtilityPolicy(UtilityParams(ghost_factor=10**400))  # an int past float range: finite, too big
+    with pytest.raises(ValueError, match="a ghost list of inf entries would need more than 2\\*\\*1024 bytes"):
+        pol.spfcore_cache_configured(num_blocks=16, block_size=4)
+    # the compiled replay's state, built for another cache size than the policy's
+    from spfcore.sim import _replay_spf_nb as sn
+
+    pol = UtilityPolicy(UtilityParams(ghost_factor=1000.0))
+    pol.spfcore_cache_configured(num_blocks=16, block_size=4)
+    with pytest.raises(ValueError, match="'ghost_factor'=1000.0 at num_blocks=1,000,000: "):
+        sn.new_state(1_000_000, (pol, 0))
+
+
+def test_large_age_layouts_not_kept():
+    """Age-bucket layouts up to LAYOUT_CACHE_BYTES are shared by the policies of one layout; a
+    larger one (11 MiB at max_age_log2 20) is not kept by the process after its policy."""
+    from spfcore_spf_expected_utility import utility
+
+    assert utility._age_buckets(2, 16) is utility._age_buckets(2, 16)
+    big = utility._age_buckets(2, 20)
+    assert len(big[3]) == 1_482_912 and big is not utility._age_buckets(2, 20)
+
+
 def test_cyclic_cold_start_escaped_by_ghosts():
     # 6 chains x 8 blocks = 48 blocks in a 30-block pool (+1 hashless per request):
     # LRU never hits; the policy learns the gap (6 arrivals) from ghost re-stores

@@ -1,7 +1,14 @@
 """The one ``Params`` class of ``spf_expected_utility`` (both variants).
 
 A field that belongs to the other variant than the selected one is simply
-unused (it is still validated, so a typo is caught whichever variant runs).
+unused (it is still validated for type and range, so a typo is caught
+whichever variant runs). The bounds on what the ``utility`` variant builds
+from its fields (its tables, :data:`MAX_TABLE_BYTES`; a table rebuild's work,
+:data:`MAX_REBUILD_PAIRS`) hold for ``variant="utility"`` only: a ``seed``
+run builds no tables, so utility-only sizes do not refuse it (a
+``UtilityPolicy`` built from such params checks them itself). The ghost
+list's bound (:data:`MAX_GHOST_BYTES`) needs the cache size: it is checked
+when the policy learns it (:func:`ghost_entries`).
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ _num = v.instance_of((int, float))
 
 #: Most bytes the ``utility`` variant's tables may need (:func:`table_bytes`): 256 MiB. Both the
 #: hooks (``UtilityPolicy``) and the simulator's compiled replay allocate them per policy (the age
-#: table's tuple is shared by the policies of one layout, the last 8 layouts cached per process).
+#: table's tuple is shared by the policies of one layout; up to 8 layouts of at most 8 MiB each
+#: are kept per process, ``utility._age_buckets``).
 MAX_TABLE_BYTES = 256 * 2**20
 #: Bytes per entry of the age table (the bucket of each integer age, ``2**(max_age_log2 +
 #: 1/buckets_per_octave)`` entries) at its peak: the shared tuple, the policy's int64 array and a
@@ -34,6 +42,59 @@ AGE_ENTRY_BYTES = 24
 #: rebuild's prefix sums, new index and offsets (measured: ~73 B, a run's peak RSS 110 MiB above the default's
 #: at max_count 4000, 1,584,033 entries).
 CLASS_ENTRY_BYTES = 96
+
+
+#: Most (class, age bucket, later age bucket) triples one table rebuild may visit,
+#: ``classes x nb x (nb + 1) / 2`` (:func:`rebuild_pairs`): 2**26, 0.2-0.4 s. A rebuild runs
+#: every ``period`` arrivals inside the arrival hook (and in the compiled replay), and each of
+#: its two passes (the index and its change points) is quadratic in the age buckets ``nb``.
+#: Measured (one ``UtilityPolicy._build``, every class with data, 2 shared cores):
+#: 3.2-6.3 ns a triple (flat index tails, which the change points scan to the end, the most);
+#: the default, 54,000 triples, 0.2-0.4 ms; 64 buckets per octave, 5.0e7, 0.22 s; 73 (the most
+#: within the bound), 6.6e7, 0.28-0.39 s; 256, 8.1e8, 2.5-2.7 s; 1,791 (the most the table bound
+#: allowed at the other defaults), 3.9e10, 185 s; 43,434 at one class per kind (``max_count =
+#: depth_classes = 1``), 7.2e11, about an hour (extrapolated).
+MAX_REBUILD_PAIRS = 2**26
+#: Bytes per ghost entry (an evicted block hash the ``utility`` variant remembers; the list holds
+#: ``ghost_factor x num_blocks``) at its peak: its record slot (a 64-byte row and its stack, stamp
+#: and generation, doubled as the slots grow), the dict entry, the queue and the hash object.
+#: Measured (the hooks, 32-byte hashes, tracemalloc from construction to a full list):
+#: 262-417 B at 5,000-100,000 blocks, ghost_factor 4-64; the compiled replay's arrays are less.
+GHOST_ENTRY_BYTES = 400
+#: Most bytes the ghost list may need (:func:`ghost_entries`): 4 GiB, so 10.7M entries: the
+#: default ``ghost_factor`` (4) up to 2,684,354 blocks (43M tokens at 16 a block).
+MAX_GHOST_BYTES = 4 * 2**30
+
+
+def rebuild_pairs(buckets_per_octave: int, max_age_log2: int, max_count: int, depth_classes: int) -> float:
+    """The work of one table rebuild: (class, age bucket ``i``, age bucket ``j >= i``) triples,
+    ``3 x depth_classes x max_count x nb x (nb + 1) / 2``, ``nb = 1 + buckets_per_octave x
+    max_age_log2``; a float (``inf`` past float range)."""
+    nb = 1 + buckets_per_octave * max_age_log2
+    try:
+        return float(3 * depth_classes * max_count * nb * (nb + 1) // 2)
+    except OverflowError:
+        return math.inf
+
+
+def ghost_entries(ghost_factor: float, num_blocks: int) -> int:
+    """The ghost list's length for a cache of ``num_blocks`` blocks: ``max(1,
+    int(ghost_factor x num_blocks))`` entries.
+
+    Raises:
+        ValueError: it would need more than :data:`MAX_GHOST_BYTES` (at
+            :data:`GHOST_ENTRY_BYTES` an entry); the message names the field,
+            its value, ``num_blocks`` and both sizes.
+    """
+    try:
+        n = float(ghost_factor) * num_blocks
+    except OverflowError:  # (an int past float range)
+        n = math.inf if num_blocks else 0.0
+    if n * GHOST_ENTRY_BYTES > MAX_GHOST_BYTES:
+        raise ValueError(f"'ghost_factor'={ghost_factor!r} at num_blocks={num_blocks:,}: a ghost list of {n:,.0f} "
+                         f"entries would need {_size(n * GHOST_ENTRY_BYTES)} ({GHOST_ENTRY_BYTES} B an entry); the "
+                         f"bound is {_size(MAX_GHOST_BYTES)} (MAX_GHOST_BYTES)")
+    return max(1, int(n))
 
 
 def table_bytes(buckets_per_octave: int, max_age_log2: int, max_count: int, depth_classes: int) -> tuple[float, float]:
@@ -67,7 +128,7 @@ def _size(x: float) -> str:
 
 def _finite(inst, attr, value) -> None:
     """An infinite weight or factor gives NaN scores or no ghost list, not a policy."""
-    if not math.isfinite(value):
+    if not isinstance(value, int) and not math.isfinite(value):  # (an int is finite, even past float range)
         raise ValueError(f"'{attr.name}' must be finite: {value}")
 
 
@@ -106,7 +167,8 @@ class ExpectedUtilityParams:
             leading prompt blocks were seen before (cached or ghost); int >= 0.
             Default 1: every Mooncake request shares hash id 0.
         ghost_factor: ``utility`` only: ghost entries for evicted block hashes, as a multiple of
-            the pool (blocks); float > 0. Default 4: a reuse that comes back
+            the pool (blocks); float > 0, at most :data:`MAX_GHOST_BYTES` (4 GiB) of
+            ghosts at the cache's size (checked when the policy learns it). Default 4: a reuse that comes back
             later than ~4 pools of evictions could not have been a hit, so it
             no longer counts as one for its class. Mooncake, 9,140 blocks,
             block hit by ghost_factor: 1 0.2204, 2 0.2245, 3 0.2264,
@@ -118,7 +180,9 @@ class ExpectedUtilityParams:
             With ``buckets_per_octave``, ``max_count`` and ``depth_classes`` it sizes the
             tables (:func:`table_bytes`), at most :data:`MAX_TABLE_BYTES` (256 MiB): the age
             table allows ``max_age_log2`` up to 22 (default buckets: 24 B x 2**22.5 ages, 136
-            MiB); default tables are 2.5 MiB.
+            MiB); default tables are 2.5 MiB. A rebuild's work (:func:`rebuild_pairs`) is
+            at most :data:`MAX_REBUILD_PAIRS`: 73 buckets per octave at the other defaults.
+            Both bounds hold for ``variant="utility"`` only.
         period: ``utility`` only: arrivals between table rebuilds and decays (int >= 1).
         decay: ``utility`` only: factor applied to the histograms per ``period`` (0 < decay <= 1).
             Default 0.999 (memory ~16,000 arrivals): Mooncake reuse gaps
@@ -203,16 +267,27 @@ class ExpectedUtilityParams:
     gap_prior: float = attrs.field(default=0.1, validator=[_num, v.ge(0), _finite])
 
     def __attrs_post_init__(self) -> None:
-        """Refuse tables beyond :data:`MAX_TABLE_BYTES` (ValueError naming the fields and the size)."""
-        ages, classes = table_bytes(self.buckets_per_octave, self.max_age_log2, self.max_count, self.depth_classes)
-        if ages + classes <= MAX_TABLE_BYTES:
-            return
-        k, age = self.buckets_per_octave, self.max_age_log2
-        if ages >= classes:
-            what = f"'max_age_log2'={age}, 'buckets_per_octave'={k}: an age table of 2**{age + 1 / k:g} entries"
-        else:
-            what = (f"'max_count'={self.max_count}, 'depth_classes'={self.depth_classes}, 'buckets_per_octave'={k}, "
-                    f"'max_age_log2'={age}: {3 * self.depth_classes * self.max_count:,} classes x {1 + k * age:,} "
-                    "age buckets")
-        raise ValueError(f"{what} would need {_size(ages + classes)} of tables; the bound is "
-                         f"{_size(MAX_TABLE_BYTES)} (MAX_TABLE_BYTES)")
+        """A ``utility`` params: :meth:`check_tables` (a ``seed`` one builds no tables)."""
+        if self.variant == "utility":
+            self.check_tables()
+
+    def check_tables(self) -> None:
+        """Refuse tables beyond :data:`MAX_TABLE_BYTES` or a rebuild beyond
+        :data:`MAX_REBUILD_PAIRS` (ValueError naming the fields and the size or the work)."""
+        k, age, mc, dc = self.buckets_per_octave, self.max_age_log2, self.max_count, self.depth_classes
+        ages, classes = table_bytes(k, age, mc, dc)
+        grid = (f"'max_count'={mc}, 'depth_classes'={dc}, 'buckets_per_octave'={k}, 'max_age_log2'={age}: "
+                f"{3 * dc * mc:,} classes x {1 + k * age:,} age buckets")
+        if ages + classes > MAX_TABLE_BYTES:
+            if ages >= classes:
+                what = f"'max_age_log2'={age}, 'buckets_per_octave'={k}: an age table of 2**{age + 1 / k:g} entries"
+            else:
+                what = grid
+            raise ValueError(f"{what} would need {_size(ages + classes)} of tables; the bound is "
+                             f"{_size(MAX_TABLE_BYTES)} (MAX_TABLE_BYTES)")
+        work = rebuild_pairs(k, age, mc, dc)
+        if work > MAX_REBUILD_PAIRS:
+            raise ValueError(f"{grid}: a table rebuild (every 'period' arrivals, in the arrival hook; quadratic in "
+                             f"the age buckets) would visit {work:,.0f} (class, bucket, later bucket) triples, "
+                             f"about {work * 5e-9:,.1f} s at ~5 ns each; the bound is {MAX_REBUILD_PAIRS:,} "
+                             "(MAX_REBUILD_PAIRS, 0.2-0.4 s)")

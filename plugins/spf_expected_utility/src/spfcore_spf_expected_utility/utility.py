@@ -97,10 +97,12 @@ O(classes x buckets^2) compiled work per ``period`` arrivals (index table
 and change points, :func:`_nb.index_table`; classes = 3 kinds x
 ``depth_classes`` x ``max_count`` = 96 by default, but a class without data
 has the prior's row of its reuse class, computed once: 8 to 18 rows of 96
-on the seed's workload); the age-bucket layout is built once per
-(``buckets_per_octave``, ``max_age_log2``) and shared. Re-scores: every
-expiry fires where the block's index changes (``rel_tol`` 0), and on the
-seed's full-scale workload each of them does change the block's value
+on the seed's workload; at most ``MAX_REBUILD_PAIRS`` triples); the
+age-bucket layout is built once per (``buckets_per_octave``,
+``max_age_log2``) and shared (one of at most :data:`LAYOUT_CACHE_BYTES`; a
+larger one once per policy). Re-scores: every expiry fires where the
+block's index changes (``rel_tol`` 0), and on the seed's full-scale
+workload each of them does change the block's value
 (measured: 214,278 of 214,278), so none is a no-op the evictor could skip
 (skipping one safely would need a proof that its new value leaves the order
 as it is); in the plugin they cost one compiled pass per batch. Victims: the
@@ -120,7 +122,7 @@ from itertools import repeat
 import numpy as np
 
 from spfcore import NEVER_ARRIVAL, Scores, hookimpl
-from spfcore_spf_expected_utility.params import ExpectedUtilityParams
+from spfcore_spf_expected_utility.params import ExpectedUtilityParams, ghost_entries
 
 N_KINDS = 3  # decode, fresh prompt, continuation prompt
 _nb = None  # spfcore_spf_expected_utility._nb (numba), loaded by the first UtilityPolicy
@@ -141,14 +143,6 @@ def _load_nb():
     return _nb
 
 
-@functools.lru_cache(maxsize=8)
-def _later(nb: int) -> np.ndarray:
-    """``later[i, j]``: ``j > i`` (read-only)."""
-    m = np.triu(np.ones((nb, nb), dtype=bool), 1)
-    m.setflags(write=False)
-    return m
-
-
 def change_offsets(rows, lo_int, rel_tol: float, cut: float = math.inf) -> np.ndarray:
     """Re-score offsets of an index table (numpy, O(rows x buckets^2)
     elementwise work in a few array operations).
@@ -165,7 +159,7 @@ def change_offsets(rows, lo_int, rel_tol: float, cut: float = math.inf) -> np.nd
     nc, nb = r.shape
     x = r[:, :, None]  # row[i]
     y = r[:, None, :]  # row[j]
-    later = _later(nb)  # j > i
+    later = np.triu(np.ones((nb, nb), dtype=bool), 1)  # j > i
     with np.errstate(invalid="ignore"):  # inf - inf: NaN compares False, as in Python
         differs = (np.abs(y - x) > rel_tol * np.abs(x)) & later  # (nc, i, j)
     if cut == math.inf:  # every value is below an infinite cut
@@ -204,13 +198,35 @@ def change_points_all(rows: list[list[float]], lo_int: list[int], rel_tol: float
     return [[(v, o if o >= 0 else None) for v, o in zip(row, orow)] for row, orow in zip(rows, off)]
 
 
-@functools.lru_cache(maxsize=8)
+#: Age-bucket layouts of at most this many bytes (estimated: 8 B an integer age, 56 B a bucket)
+#: are kept for reuse, the 8 used last (:func:`_age_buckets`): 8 MiB, so at most 64 MiB in all.
+#: The default layout holds 0.7 MiB; the largest the table bound accepts, 64 MiB (``max_age_log2``
+#: 22 at 1 bucket per octave; measured by tracemalloc: 0.71 and 64.0 MiB).
+LAYOUT_CACHE_BYTES = 8 * 2**20
+
+
 def _age_buckets(buckets_per_octave: int, max_age_log2: int) -> tuple:
     """``(nb, lo, lo_int, bucket_of)`` of an age-bucket layout, built once per
-    layout (a policy instance only reads them). ``lo``: float lower edges of
-    buckets ``0 .. nb-1`` and the end (arrivals, numpy); ``lo_int``: first
-    integer age of each bucket and the end; ``bucket_of[age]``: bucket of each
-    integer age ``0 .. lo_int[-1]``."""
+    layout up to :data:`LAYOUT_CACHE_BYTES` (a larger one once per policy; a
+    policy instance only reads them). ``lo``: float lower edges of buckets
+    ``0 .. nb-1`` and the end (arrivals, numpy); ``lo_int``: first integer age
+    of each bucket and the end; ``bucket_of[age]``: bucket of each integer age
+    ``0 .. lo_int[-1]``."""
+    nb = 1 + buckets_per_octave * max_age_log2
+    ages = 2 + math.ceil(2.0 ** (nb / buckets_per_octave))
+    if 8 * ages + 56 * (nb + 1) <= LAYOUT_CACHE_BYTES:
+        return _cached_age_buckets(buckets_per_octave, max_age_log2)
+    return _build_age_buckets(buckets_per_octave, max_age_log2)
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_age_buckets(buckets_per_octave: int, max_age_log2: int) -> tuple:
+    """:func:`_build_age_buckets`, the 8 used last kept (small layouts only: :func:`_age_buckets`)."""
+    return _build_age_buckets(buckets_per_octave, max_age_log2)
+
+
+def _build_age_buckets(buckets_per_octave: int, max_age_log2: int) -> tuple:
+    """:func:`_age_buckets`'s layout, built."""
     k = buckets_per_octave
     nb = 1 + k * max_age_log2
     # bucket j >= 1 covers ages [lo_j, lo_{j+1}); bucket 0 is age 0
@@ -271,6 +287,13 @@ class UtilityPolicy:
 
     Args:
         params: :class:`ExpectedUtilityParams`; only its ``utility`` fields are read.
+
+    Raises:
+        ValueError: tables or a rebuild beyond their bounds
+            (:meth:`ExpectedUtilityParams.check_tables`, also for params of the
+            ``seed`` variant); from :meth:`spfcore_cache_configured`, a ghost
+            list beyond :data:`~spfcore_spf_expected_utility.params.MAX_GHOST_BYTES`
+            at that cache size (:func:`~spfcore_spf_expected_utility.params.ghost_entries`).
     """
 
     # chain-only: the hooks read keys, ids, depth and parents (blocks and table) alone, so the runtime
@@ -279,6 +302,7 @@ class UtilityPolicy:
 
     def __init__(self, params: ExpectedUtilityParams | None = None) -> None:
         self.params = p = params or ExpectedUtilityParams()
+        p.check_tables()  # (params of the seed variant are not checked when built)
         # lo: bucket lower edges (float); lo_int: first integer age of each bucket, and the end;
         # bucket_of: bucket per small integer age (direct lookup); shared read-only per layout
         self.nb, self.lo, lo_int, self.bucket_of = _age_buckets(p.buckets_per_octave, p.max_age_log2)
@@ -326,7 +350,7 @@ class UtilityPolicy:
         self._q = np.zeros(1024, np.int64)
         self._qh = self._qt = 0
         self.nghost = 0  # ghost records (places in the list)
-        self.ghost_cap = max(1, int(p.ghost_factor * num_blocks))
+        self.ghost_cap = ghost_entries(p.ghost_factor, num_blocks)  # (ValueError beyond MAX_GHOST_BYTES)
         n = max(64, num_blocks + self.ghost_cap // 4)
         # per slot, one 64-byte row of _R (a slot's fields on one cache line; the names are column views):
         # state (0 free, 1 resident, 2 ghost), last, cls, count, first, epoch_of, _nhold, _id_of_slot
@@ -632,6 +656,8 @@ class UtilityPolicy:
     # ------------------------------------------------------------ hooks
     @hookimpl
     def spfcore_cache_configured(self, num_blocks, block_size):
+        """Fresh state for a pool of ``num_blocks`` blocks (ValueError: a ghost list beyond
+        ``MAX_GHOST_BYTES``, before anything is allocated)."""
         _load_nb()  # numba's kernels now, when a runtime is built (untimed), not in the first event
         self._reset(num_blocks)
 
