@@ -173,7 +173,7 @@ def timed_replay(events, arm: str, nb: int, bs: int, thrash=None) -> tuple:
     {method: seconds})``, the last timed by ``perf_counter`` around each call."""
     from spfcore.runtime import PolicyRuntime
 
-    rt = PolicyRuntime.for_policy(arm, nb, bs, None, env={})
+    rt = PolicyRuntime.for_policy(arm, nb, bs, None, env={}, key_map=False)
     per = defaultdict(float)
     clock = time.perf_counter
     cold = False
@@ -266,7 +266,7 @@ def touch_cost(a) -> None:
         for arm in arms:
             for batched in (False, True):
                 blocks = [KVCacheBlock(i) for i in range(nb)]
-                rt = PolicyRuntime.for_policy(arm, nb, a.block_size, None, env={})
+                rt = PolicyRuntime.for_policy(arm, nb, a.block_size, None, env={}, key_map=False)
                 if rt.needs_future:
                     rt.set_future(())
                 q = PolicyFreeQueue(blocks, rt)

@@ -404,18 +404,27 @@ class PolicyRuntime:
             keeps those columns alone (no request id, session, token count,
             access count or time is written; the batch refuses them).
             ``keys_only`` wins when both are given.
+        key_map: Keep :attr:`by_key` (block hash -> block id) current for the
+            driver (:meth:`block_of`, :meth:`cached_keys`). A driver that keeps
+            its own prefix-cache map (the simulator, the vLLM adapter) passes
+            ``False``: a store and an eviction then write no dict entry per
+            block (do-nothing policies' runtime cost 0.6-0.8x on the seed's
+            workload, results/issue11-s20-floor). The map is kept all the
+            same for a policy whose hooks name blocks by hash
+            (``spfcore_rescore_keys``, ``spfcore_prefetch_hints``), so
+            decisions do not depend on it.
     """
 
     def __init__(self, pm: pluggy.PluginManager, num_blocks: int, block_size: int, *,
                  policy_name: str = "?", needs_future: bool = False,
                  pin_cap_fraction: float = 0.5, hook_budget_s: float | None = None,
-                 keys_only: bool = False, chain_only: bool = False) -> None:
+                 keys_only: bool = False, chain_only: bool = False, key_map: bool = True) -> None:
         self.pm, self.hook, self.policy_name = pm, pm.hook, policy_name
         self.hook_budget_s = hook_budget_s
         self.num_blocks, self.block_size = num_blocks, block_size
         self.needs_future, self._future_set = needs_future, False
         self.table = BlockTable(num_blocks, keys_only=keys_only, chain_only=chain_only and not keys_only)
-        self.by_key: dict[object, int] = {}  # block hash -> physical id of the cached block
+        self.by_key: dict[object, int] = {}  # block hash -> physical id of the cached block (if keyed)
         self.arrival = 0
         self.hook_seconds = 0.0
         self.hook_calls = 0
@@ -440,6 +449,8 @@ class PolicyRuntime:
         #: The table keeps keys, parents and depths only (capability ``chain-only``).
         self._chain_only = self.track and chain_only
         self._evicted_hook = self._has["spfcore_blocks_evicted"]
+        #: Whether :attr:`by_key` is kept (see ``key_map``): else it stays empty.
+        self.keyed = key_map or self._has["spfcore_rescore_keys"] or self._has["spfcore_prefetch_hints"]
         #: An arrival has nothing to do but its ``spfcore_request_arrived`` call: no score to expire
         #: (no decision hook, or policy-ordered mode), no re-score or hint hook.
         self._arrival_only = not any(self._has[n] for n in ("spfcore_rescore_keys", "spfcore_prefetch_hints",
@@ -526,10 +537,12 @@ class PolicyRuntime:
     @classmethod
     def for_policy(cls, name: str, num_blocks: int, block_size: int,
                    options: dict[str, str] | None = None, env=None,
-                   hook_budget_ms: float | None = None) -> PolicyRuntime:
+                   hook_budget_ms: float | None = None, key_map: bool = True) -> PolicyRuntime:
         """Build a runtime for the installed policy ``name`` with string options.
 
         Args:
+            key_map: see :class:`PolicyRuntime` (``False``: the driver keeps
+                its own hash map; :meth:`block_of` then raises).
             hook_budget_ms: Per-call hook budget, milliseconds; ``None``: the
                 environment's ``SPFCORE_HOOK_BUDGET_MS`` (``env``, default
                 ``os.environ``), else no budget.
@@ -560,7 +573,7 @@ class PolicyRuntime:
         return cls(pm, num_blocks, block_size, policy_name=name,
                    needs_future="needs-future" in info.capabilities, pin_cap_fraction=cap,
                    keys_only="keys-only" in info.capabilities, chain_only="chain-only" in info.capabilities,
-                   hook_budget_s=None if hook_budget_ms is None else hook_budget_ms / 1e3)
+                   key_map=key_map, hook_budget_s=None if hook_budget_ms is None else hook_budget_ms / 1e3)
 
     # ------------------------------------------------------------ plumbing
     def _call(self, name: str, expect_len: int | None, **kw):
@@ -821,6 +834,10 @@ class PolicyRuntime:
                 undo = (len(t.sessions), [(i, key[i], par[i], req[i], [getattr(t, c)[i] for c in _NUMERIC])
                                           for i in held] if held else held)
             if not self.track:  # no hook reads a block's other columns: keys only
+                if undo is None and not self.keyed:  # no stored hook, no key map (lru in a driver)
+                    for i, k in zip(ids, keys):
+                        key[i] = k
+                    return
                 if undo is None:  # and no stored hook (lru): the key map in the same pass
                     for i, k in zip(ids, keys):
                         key[i] = k
@@ -881,11 +898,12 @@ class PolicyRuntime:
                     self._unstore(ids, *undo)
                     raise
             # the key map last (no hook reads it): nothing to undo there
-            if n > _SMALL:  # a key twice: the later block owns it, as one by one
-                by_key.update(zip(keys, ids))
-            else:
-                for i, k in zip(ids, keys):
-                    by_key[k] = i
+            if self.keyed:
+                if n > _SMALL:  # a key twice: the later block owns it, as one by one
+                    by_key.update(zip(keys, ids))
+                else:
+                    for i, k in zip(ids, keys):
+                        by_key[k] = i
         finally:
             self.policy_seconds += _perf() - t0
 
@@ -958,6 +976,21 @@ class PolicyRuntime:
             self.evict_seconds += _perf() - t0
             self.evict_calls += 1
             key, by_key = self.table.key, self.by_key
+            if not self.keyed:  # no key map: each victim's key is dropped, the hook sees the held ones
+                old = gather(key, ids)
+                gone = None
+                if self._evicted_hook:
+                    gone = [*filter(_HELD, old)]
+                    if gone:
+                        try:
+                            self._fire("spfcore_blocks_evicted", gone, now)
+                        except BaseException:
+                            self.evictor.unpop(ids)
+                            raise
+                for i in ids:
+                    key[i] = None
+                self.evictions += len(gone) if gone is not None else len(old) - old.count(None)
+                return ids
             nh = self.evictor.hashless_popped(ids) if len(ids) > _BULK else None
             if nh is not None and len(ids) - nh > _BULK:  # a large allocation: each cached victim holds
                 held = ids[nh:] if nh else ids  # the key it owns (hashless ones come first); in C
@@ -1013,7 +1046,7 @@ class PolicyRuntime:
             k = key[i]
             if k is not None:
                 key[i] = None
-                if by_key.get(k) == i:
+                if self.keyed and by_key.get(k) == i:
                     del by_key[k]
 
     # ------------------------------------------------- driver steps and queries
@@ -1058,7 +1091,13 @@ class PolicyRuntime:
 
     def block_of(self, key) -> int | None:
         """The physical id of the cached block with block hash ``key``, or
-        ``None`` if no block holds it."""
+        ``None`` if no block holds it.
+
+        Raises:
+            RuntimeError: the runtime keeps no key map (built with ``key_map=False``).
+        """
+        if not self.keyed:
+            raise RuntimeError("block_of(): this runtime keeps no key map (built with key_map=False)")
         return self.by_key.get(key)
 
     def key_of(self, block_id: int):
@@ -1067,7 +1106,13 @@ class PolicyRuntime:
         return self.table.key[block_id]
 
     def cached_keys(self) -> list:
-        """Block hashes of every cached block now (free or held), in no fixed order. O(blocks)."""
+        """Block hashes of every cached block now (free or held), in no fixed order. O(blocks).
+
+        Raises:
+            RuntimeError: the runtime keeps no key map (built with ``key_map=False``).
+        """
+        if not self.keyed:
+            raise RuntimeError("cached_keys(): this runtime keeps no key map (built with key_map=False)")
         return list(self.by_key)
 
     def implements(self, hook: str) -> bool:

@@ -494,3 +494,61 @@ def test_expiry_arrays_of_any_integer_width(dtype):
     got, want = run(np.dtype(dtype)), run(np.int64)
     assert got == want
     assert sum(want[1]) > 9  # 9 blocks stored: more scores means the expiry at arrival 2 fired
+
+
+class EvictSpy:
+    """Scores blocks by key, records every eviction report (a decision hook and the evicted hook)."""
+
+    def __init__(self):
+        self.gone = []
+
+    @hookimpl
+    def spfcore_score_blocks(self, blocks, now):
+        return [float(k % 7) for k in blocks.keys]
+
+    @hookimpl
+    def spfcore_blocks_evicted(self, keys, now):
+        self.gone.append(list(keys))
+
+
+def test_runtime_without_key_map_decides_as_with_it():
+    """key_map=False (the simulator's and the engine's runtimes): no block
+    hash -> id map is kept, decisions, eviction reports, counters and the
+    table are those of a runtime that keeps it, and block_of refuses; a
+    policy with a hook naming blocks by hash keeps the map all the same."""
+    from spfcore.sim import prepare
+    from spfcore.sim.simulator import _run_sequential
+    from spfcore.workloads.generators import make
+
+    wl = make("personas", seed=3, personas=3, prefix_tokens=256, sessions=6, turns=3, query_tokens=32,
+              output_tokens=20, order="round_robin")
+    prep = prepare(wl, 16)
+    for make_rt in (lambda km: PolicyRuntime.for_policy("lru", 60, 16, key_map=km),
+                    lambda km: runtime_for(EvictSpy(), num_blocks=60, block_size=16, key_map=km)):
+        runs = []
+        for km in (True, False):
+            rt = make_rt(km)
+            victims = []
+            evict = rt.evict
+            rt.evict = lambda n, now: victims.append(list(evict(n, now))) or victims[-1]
+            totals = _run_sequential(prep.plans, rt, 60, 16)
+            pol = rt.pm.get_plugin("t")
+            runs.append((totals, victims, rt.evictions, list(rt.table.key), pol.gone if pol else None))
+            assert rt.keyed is km and bool(rt.by_key) is km
+        assert runs[0] == runs[1]
+        assert runs[0][2] > 20 and runs[0][0][3] > 0  # it evicts and hits
+        if runs[0][4] is not None:
+            assert sum(map(len, runs[0][4])) == runs[0][2]  # every evicted key reported, once
+    with pytest.raises(RuntimeError, match="keeps no key map"):
+        rt.block_of(1)
+    with pytest.raises(RuntimeError, match="keeps no key map"):
+        rt.cached_keys()
+    assert PolicyRuntime.for_policy("session_ttl", 16, 4, key_map=False).keyed  # spfcore_rescore_keys
+
+    class Hints:
+        @hookimpl
+        def spfcore_prefetch_hints(self, request, now):
+            return ()
+
+    assert runtime_for(Hints(), key_map=False).keyed
+    assert not PolicyRuntime.for_policy("frequency", 16, 4, key_map=False).keyed

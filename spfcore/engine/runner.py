@@ -193,7 +193,7 @@ class EngineSession:
             from spfcore.runtime import PolicyRuntime
 
             nb, bs, opts = self.num_blocks, block_size, options
-            self.scheduler.spf_install(lambda: PolicyRuntime.for_policy(arm, nb, bs, opts))
+            self.scheduler.spf_install(lambda: PolicyRuntime.for_policy(arm, nb, bs, opts, key_map=False))
 
     def use_policy(self, arm: str, options: Mapping[str, str] | None = None) -> None:
         """Switch this engine to another policy arm (no engine restart): the
@@ -218,7 +218,7 @@ class EngineSession:
         nb, bs = self.num_blocks, self.block_size
         PolicyRuntime.for_policy(arm, nb, bs, opts)  # fail fast
         self.reset()
-        self.scheduler.spf_install(lambda: PolicyRuntime.for_policy(arm, nb, bs, opts))
+        self.scheduler.spf_install(lambda: PolicyRuntime.for_policy(arm, nb, bs, opts, key_map=False))
         self.arm, self.options = arm, opts
 
     def reset(self) -> int:

@@ -453,7 +453,7 @@ class PolicySchedulerMixin:
         self._spf_served = True
         info = registry.get(name)
         bs, nb = self.spf_block_size, self.spf_num_blocks
-        runtime = self.spf_install(lambda: PolicyRuntime.for_policy(name, nb, bs, options))
+        runtime = self.spf_install(lambda: PolicyRuntime.for_policy(name, nb, bs, options, key_map=False))
         inst = runtime.pm.get_plugin(name)
         params = attrs.asdict(inst.params) if attrs.has(type(getattr(inst, "params", None))) else dict(options)
         logger.info("spfcore policy %s (%s %s) params %s orders evictions: %s, %d blocks of %d tokens%s",

@@ -141,7 +141,7 @@ def replay(events: Sequence[tuple], arm: str, *, num_blocks: int, block_size: in
         spfcore.registry.PolicyConfigError: unknown arm or bad option.
         spfcore.runtime.PolicyError: the policy failed during the replay.
     """
-    rt = PolicyRuntime.for_policy(arm, num_blocks, block_size, options, env={})
+    rt = PolicyRuntime.for_policy(arm, num_blocks, block_size, options, env={}, key_map=False)
     calls = 0
     victims = 0
     bad = []

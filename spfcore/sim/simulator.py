@@ -1417,7 +1417,8 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
         raise ValueError(f"num_blocks must be >= 2 (null block + 1), got {num_blocks}")
     prep = prepare(workload, block_size)
     _check_fits(prep, num_blocks)
-    rt = PolicyRuntime.for_policy(arm, num_blocks, block_size, options, env=env, hook_budget_ms=hook_budget_ms)
+    rt = PolicyRuntime.for_policy(arm, num_blocks, block_size, options, env=env, hook_budget_ms=hook_budget_ms,
+                                  key_map=False)  # the replay keeps its own hash map
     if mode == "sequential":
         kind = _compiled_kind(rt)
         if rt.needs_future and kind is None:  # the compiled belady replay builds its own future index
@@ -1526,7 +1527,8 @@ def simulate_stream(requests: Iterable, arm: str, *, num_blocks: int, block_size
     prepared = isinstance(requests, PreparedStream)
     if prepared and requests.block_size != block_size:
         raise ValueError(f"{requests.path}: prepared at block size {requests.block_size}, asked for {block_size}")
-    rt = PolicyRuntime.for_policy(arm, num_blocks, block_size, options, env=env, hook_budget_ms=hook_budget_ms)
+    rt = PolicyRuntime.for_policy(arm, num_blocks, block_size, options, env=env, hook_budget_ms=hook_budget_ms,
+                                  key_map=False)  # the replay keeps its own hash map
     kind = _compiled_kind(rt)
     future = None
     if rt.needs_future and prepared:
