@@ -274,20 +274,26 @@ def test_invariants_hold_at_every_step(lru_session):
 
 
 @pytest.mark.engine
-def test_keys_equal_workload_block_keys(lru_session):
+def test_keys_are_vllms_block_hashes(lru_session):
+    # The adapter hashes nothing: a block's key is its vLLM block hash (first 16 bytes, big-endian), and
+    # spf_prompt_keys (the future stream's keys) gives the same keys for a prompt before it is sent.
     s, _, _ = lru_session
-    s.run(Workload("one", {}, [adapter_workload().requests[0]]), seed=0)
-    rt = s.runtime
     r0 = adapter_workload().requests[0]
-    keys = chain_keys(r0.prompt_token_ids, BS)
-    assert len(keys) == 9
+    keys = s.scheduler.spf_prompt_keys(r0.prompt_token_ids)
+    assert len(keys) == 9 and len(set(keys)) == 9
+    assert set(keys).isdisjoint(chain_keys(r0.prompt_token_ids, BS))  # not the simulator's BLAKE2b chain
+    s.run(Workload("one", {}, [r0]), seed=0)
+    rt = s.runtime
     # lru reads no block column, so the runtime keeps keys only (PolicyRuntime.track)
     assert rt.track is False
-    stored = [m.key for m in rt.meta.values()]
-    assert len(stored) == len(set(stored)) == 10  # 9 prompt blocks + one decode block
-    assert set(keys) <= set(stored)  # prompt blocks: the workload's keys
-    (decode,) = set(stored) - set(keys)
-    assert decode not in keys
+    stored = {m.key for m in rt.meta.values()}
+    assert len(stored) == len(rt.meta) == 10  # 9 prompt blocks + one decode block
+    assert set(keys) <= stored
+    (decode,) = stored - set(keys)
+    pool = s.scheduler.kv_cache_manager.block_pool
+    vkeys = {int.from_bytes(b.block_hash[:16], "big") for b in pool.blocks if b.block_hash is not None}
+    assert stored == vkeys  # every cached block's key is its vLLM hash, decode block included
+    assert all(0 <= k < 2 ** 128 for k in stored)
 
 
 @pytest.mark.engine

@@ -280,9 +280,11 @@ def test_engine_cpu_tier_loads_the_kv_pages_that_were_computed():
     def req(p):
         return Request(f"r{p}", 0.0, tuple(range(100 + 300 * p, 300 + 300 * p)) + (7,), 4)
 
-    a, keys = req(1), block_keys(req(1), 32)
+    a = req(1)
     sp = SamplingParams(max_tokens=4, min_tokens=4, ignore_eos=True, temperature=0.0)
     with open_engine(EngineSpec(num_blocks=14, cpu_blocks=32), "lru") as s:
+        keys = s.scheduler.spf_prompt_keys(a.prompt_token_ids)  # the engine's keys: vLLM's block hashes
+        assert len(keys) == 6
         worker = get_kv_transfer_group().connector_worker.spec.host_copy
         for zeroed in (False, True):
             s.run(Workload("kv", {}, [a]), 0)
