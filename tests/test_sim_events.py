@@ -10,7 +10,7 @@ from spfcore.sim.replay import record_runtime_calls
 from spfcore.workloads.generators import make
 
 
-def test_events_name_blocks_by_content_and_first_difference_finds_where_two_streams_part():
+def test_events_name_blocks_by_first_store_and_first_difference_finds_where_two_streams_part():
     wl = make("personas", seed=3, personas=2, prefix_tokens=64, sessions=4, turns=2, query_tokens=16,
               output_tokens=20, arrival="poisson", rate=20.0)
     kw = dict(block_size=16, mode="concurrent", max_running=2, token_budget=64)
@@ -23,10 +23,12 @@ def test_events_name_blocks_by_content_and_first_difference_finds_where_two_stre
     kinds = [e[0] for e in a]
     assert a[0][0] == "release" and len(a[0][3]) == 13  # the whole pool, hashless
     assert kinds.count("arrived") == kinds.count("hit") == kinds.count("finished") == 8
-    # decode blocks are named by request and depth (the engine hashes its own output tokens); an
-    # eviction names the hash the block held
+    # blocks are named by the request and depth of their first store, not by hash (the engine's keys
+    # are vLLM's block hashes, the simulator's chain_keys); an eviction names what the block held
     stored = [lab for e in a if e[0] == "stored" for lab in e[3]]
-    assert ("decode", "s0-t0", 5) in stored
+    assert ("decode", "s0-t0", 5) in stored and ("prompt", "s0-t0", 0) in stored
+    assert len(stored) == len(set(stored))  # each name stored once: a later turn's prefix is a hit
+    assert ("prompt", "s0-t1", 0) not in stored  # turn 1 shares turn 0's persona prefix
     evicted = [lab for e in a if e[0] == "evict" for lab in e[2] if lab is not None]
     assert evicted and set(evicted) <= set(stored)
     assert first_difference(a, b) is None and first_difference(a, b, ids=True) is None

@@ -4,10 +4,11 @@ where two such streams part.
 :func:`spfcore.sim.replay.record_runtime_calls` records the calls a driver
 (the engine adapter or the simulator) makes on a
 :class:`~spfcore.runtime.PolicyRuntime`. :func:`events` turns one runtime's
-calls into events that can be compared across drivers: block hashes of prompt
-blocks as they are (:func:`spfcore.keys.chain_keys`, equal in both), decode
-blocks, whose hashes differ (the engine hashes its own output tokens), as
-``("decode", request_id, depth)``, physical block ids beside them.
+calls into events that can be compared across drivers: a block is named by
+where it was first stored, ``("prompt", request_id, depth)`` or ``("decode",
+request_id, depth)``, not by its hash (the engine's keys are vLLM's block
+hashes, the simulator's :func:`spfcore.keys.chain_keys`; they differ for the
+same tokens), physical block ids beside them.
 :func:`first_difference` finds where two streams part. Used by the CPU engine
 test of ``tests/test_sim_calibrate.py`` and ``benchmarks/sim_engine_events.py``.
 """
@@ -43,7 +44,7 @@ def events(calls: Sequence[tuple]) -> list[tuple]:
         elif name == "stored":
             req, ids, keys, first = args[:4]
             prompt = set(req.block_keys)
-            labs = [label.setdefault(k, k if k in prompt else ("decode", req.request_id, d))
+            labs = [label.setdefault(k, ("prompt" if k in prompt else "decode", req.request_id, d))
                     for d, k in enumerate(keys, first)]
             held.update(zip(ids, labs))
             out.append(("stored", req.request_id, first, labs, list(ids)))
