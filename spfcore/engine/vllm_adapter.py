@@ -76,7 +76,6 @@ import json
 import logging
 import re
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 
 from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue
@@ -134,9 +133,10 @@ class PolicyFreeQueue:
 
     Holds no linked list: the free blocks live in the runtime's evictor as
     physical block ids, and this class maps ids to vLLM's ``KVCacheBlock``
-    objects (``blocks[i].block_id == i``). It also keeps the free ids in the
-    order vLLM's own queue would hold them (an ``OrderedDict``, O(1) per
-    block), so that a policy fault can fail open (module docstring).
+    objects (``blocks[i].block_id == i``). It also keeps, per free block, its
+    place in the order vLLM's own queue would hold them (a release stamp in a
+    list: one item write per block, a third of what an ``OrderedDict`` mirror
+    cost), so that a policy fault can fail open (module docstring).
 
     Args:
         blocks: All of the pool's ``KVCacheBlock`` objects, indexed by block id
@@ -176,8 +176,8 @@ class PolicyFreeQueue:
         self.blocks = blocks
         self.runtime = runtime
         self.clock = clock
-        self._order: OrderedDict[int, None] = OrderedDict.fromkeys(runtime.free_ids())
-        self.num_free_blocks = len(self._order)
+        self._stamp: list = []  # block id -> its place in vLLM's order while free, None while not
+        self._set_order(runtime.free_ids())
         self.before_evict: Callable[[], None] | None = None  # set by PolicyScheduler
         self.on_fault: Callable[[dict], None] | None = None  # set by PolicyScheduler
         self.fault: dict | None = None
@@ -193,8 +193,19 @@ class PolicyFreeQueue:
         is handed out first."""
         ids = [b.block_id for b in free_blocks]
         self.runtime.release([], ids, self.clock())
-        self._order = OrderedDict.fromkeys(ids)
-        self.num_free_blocks = len(self._order)
+        self._set_order(ids)
+
+    def _set_order(self, ids) -> None:
+        st = self._stamp = [None] * len(self.blocks)
+        for k, i in enumerate(ids):
+            st[i] = k
+        self.num_free_blocks = n = len(ids)
+        self._hi, self._lo = n, -1  # the next append's stamp, and the next prepend's (counting down)
+
+    def _free_ids(self) -> list[int]:
+        """The free block ids in vLLM's order (ascending release stamp)."""
+        st = self._stamp
+        return sorted((i for i, x in enumerate(st) if x is not None), key=st.__getitem__)
 
     # ------------------------------------------------------------ faults
     def fail_open(self, where: str, exc: BaseException) -> None:
@@ -222,9 +233,9 @@ class PolicyFreeQueue:
         blocks = self.blocks
         for b in blocks:  # stale links from an earlier stock queue would hide a bad remove()
             b.prev_free_block = b.next_free_block = None
-        self.fallback = FreeKVCacheBlockQueue([blocks[i] for i in self._order])
+        self.fallback = FreeKVCacheBlockQueue([blocks[i] for i in self._free_ids()])
         self.num_free_blocks = self.fallback.num_free_blocks
-        self._order = OrderedDict()
+        self._stamp = [None] * len(blocks)
         if self.on_fault is not None:
             self.on_fault(self.fault)
 
@@ -264,17 +275,18 @@ class PolicyFreeQueue:
             return []
         if n > self.num_free_blocks:
             raise ValueError(f"No free blocks available: asked for {n}, {self.num_free_blocks} free")
-        order = self._order
+        st = self._stamp
         try:
             ids = self.runtime.evict(n, self.clock())
             t1 = _perf()
-            if len(ids) != n or len(set(ids)) != n or not all(i in order for i in ids):
+            if (len(ids) != n or min(ids) < 0 or None in [st[i] for i in ids]  # IndexError past the pool
+                    or len(set(ids)) != n):
                 raise RuntimeError(f"runtime.evict({n}) returned {list(ids)!r}: not {n} distinct free blocks")
         except Exception as exc:  # noqa: BLE001 - fail open, recorded
             self.fail_open("evict", exc)
             return self._fallback_popleft_n(n)
         for i in ids:
-            del order[i]
+            st[i] = None
         self.num_free_blocks -= n
         blocks = self.blocks
         out = [blocks[i] for i in ids]
@@ -292,9 +304,10 @@ class PolicyFreeQueue:
             self.num_free_blocks = self.fallback.num_free_blocks
             return
         i = block.block_id
-        if i not in self._order:
+        st = self._stamp
+        if st[i] is None:
             raise RuntimeError(f"remove() called on a block that is not free: block {i}")
-        del self._order[i]
+        st[i] = None
         self.num_free_blocks -= 1
         if self._touched is not None:  # inside touch_many: the runtime hears of it once, at the end
             self._touched.append(i)
@@ -343,9 +356,11 @@ class PolicyFreeQueue:
             self.num_free_blocks = self.fallback.num_free_blocks
             return
         t = _perf()
-        order = self._order
+        st, k = self._stamp, self._hi
         for b in blocks:
-            order[b.block_id] = None
+            st[b.block_id] = k
+            k += 1
+        self._hi = k
         self.num_free_blocks += len(blocks)
         try:
             cached = [b.block_id for b in blocks if b.block_hash is not None]
@@ -364,13 +379,14 @@ class PolicyFreeQueue:
             self.num_free_blocks = self.fallback.num_free_blocks
             return
         t = _perf()
-        order = self._order
-        for b in reversed(blocks):
-            order[b.block_id] = None
-            order.move_to_end(b.block_id, last=False)
+        ids = [b.block_id for b in blocks]
+        st, k = self._stamp, self._lo
+        for i in reversed(ids):  # blocks[0] ends first: the lowest stamp
+            st[i] = k
+            k -= 1
+        self._lo = k
         self.num_free_blocks += len(blocks)
         try:
-            ids = [b.block_id for b in blocks]
             self.adapter_seconds += _perf() - t
             self.runtime.release((), ids, self.clock())
         except Exception as exc:  # noqa: BLE001 - fail open, recorded
@@ -382,7 +398,7 @@ class PolicyFreeQueue:
         if self.fallback is not None:
             return self.fallback.get_all_free_blocks()
         blocks = self.blocks
-        return [blocks[i] for i in self._order]
+        return [blocks[i] for i in self._free_ids()]
 
     def iter_blocks_after(self, cursor):
         """Not supported while the policy is in charge: the policy order is
@@ -748,6 +764,7 @@ class PolicySchedulerMixin:
         orig_allocate, orig_cache, orig_free = mgr.allocate_slots, pool.cache_full_blocks, mgr.free
         computed_blocks = arg_reader(orig_allocate, "new_computed_blocks")
         bs = self.spf_block_size
+        null_id = pool.null_block.block_id
 
         def allocate_slots(request, *args, **kwargs):
             state = requests.get(request.request_id)
@@ -780,14 +797,19 @@ class PolicySchedulerMixin:
             keys = state.keys
             if len(keys) < num_full_blocks:  # decode blocks: vLLM hashed them as they filled
                 keys.extend(vllm_keys(request.block_hashes[len(keys):num_full_blocks]))
-            ids, ks, first = [], [], -1
-            for d in range(num_cached_blocks, num_full_blocks):
-                b = blocks[d]
-                if b.block_hash is not None and not b.is_null:
-                    if first < 0:
-                        first = d
-                    ids.append(b.block_id)
-                    ks.append(keys[d])
+            ids = [b.block_id for b in blocks[num_cached_blocks:num_full_blocks]]
+            if null_id not in ids and kwargs.get("block_mask", args[2] if len(args) > 2 else None) is None:
+                # no null block, no mask: vLLM hashed every new full block (BlockPool.cache_full_blocks)
+                ks, first = keys[num_cached_blocks:num_full_blocks], num_cached_blocks
+            else:  # null or masked-out blocks (sliding window, sparse attention) stay unhashed: left out
+                ids, ks, first = [], [], -1
+                for d in range(num_cached_blocks, num_full_blocks):
+                    b = blocks[d]
+                    if b.block_hash is not None and not b.is_null:
+                        if first < 0:
+                            first = d
+                        ids.append(b.block_id)
+                        ks.append(keys[d])
             self.spf_queue.adapter_seconds += _perf() - t
             if ids:
                 parent = keys[first - 1] if first > 0 else None
