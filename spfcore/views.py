@@ -136,7 +136,8 @@ class BlockTable:
     :class:`BlockBatch`. Numeric columns are numpy arrays of length
     ``num_blocks`` so that a batch reads a column with one fancy-index
     operation; keys and request ids stay Python objects (block hashes are
-    128-bit ints, see :mod:`spfcore.keys`).
+    ints: 128-bit in the simulator, :mod:`spfcore.keys`; vLLM's whole hash in
+    the engine, :func:`spfcore.engine.vllm_adapter.vllm_keys`).
 
     Attributes:
         key: list, block hash per block id, ``None`` if the block holds no hash.

@@ -121,8 +121,16 @@ def test_arg_reader_binds_allocate_slots_by_name():
     assert read(request="req", num_new_tokens=16, new_computed_blocks=blocks) is blocks
     assert read("req", 16, num_lookahead_tokens=2) is None  # left out: vLLM's default, None
     assert read("req", 16, 32) is None
+    assert read("req", new_computed_blocks=blocks) is blocks  # by keyword; vLLM rejects the missing argument
+
+    def kw_only(request, *, num_new_tokens, new_computed_blocks=None):  # not plain parameters: bound
+        return None
+
+    slow = arg_reader(kw_only, "new_computed_blocks")
+    assert slow("req", num_new_tokens=1, new_computed_blocks=blocks) is blocks
+    assert slow("req", num_new_tokens=1) is None
     with pytest.raises(TypeError, match="num_new_tokens"):
-        read("req", new_computed_blocks=blocks)
+        slow("req", new_computed_blocks=blocks)
     with pytest.raises(RuntimeError, match="has no parameter 'new_computed_blocks'"):
         arg_reader(MethodType(KVCacheManager.free, object()), "new_computed_blocks")
 
@@ -275,7 +283,7 @@ def test_invariants_hold_at_every_step(lru_session):
 
 @pytest.mark.engine
 def test_keys_are_vllms_block_hashes(lru_session):
-    # The adapter hashes nothing: a block's key is its vLLM block hash (first 16 bytes, big-endian), and
+    # The adapter hashes nothing: a block's key is its vLLM block hash (all 32 bytes, big-endian), and
     # spf_prompt_keys (the future stream's keys) gives the same keys for a prompt before it is sent.
     s, _, _ = lru_session
     r0 = adapter_workload().requests[0]
@@ -291,9 +299,11 @@ def test_keys_are_vllms_block_hashes(lru_session):
     assert set(keys) <= stored
     (decode,) = stored - set(keys)
     pool = s.scheduler.kv_cache_manager.block_pool
-    vkeys = {int.from_bytes(b.block_hash[:16], "big") for b in pool.blocks if b.block_hash is not None}
+    from vllm.v1.core.kv_cache_utils import get_block_hash
+
+    vkeys = {int.from_bytes(get_block_hash(b.block_hash), "big") for b in pool.blocks if b.block_hash is not None}
     assert stored == vkeys  # every cached block's key is its vLLM hash, decode block included
-    assert all(0 <= k < 2 ** 128 for k in stored)
+    assert all(2 ** 200 < k < 2 ** 256 for k in stored)  # the whole sha256 digest, not a prefix of it
 
 
 @pytest.mark.engine

@@ -83,7 +83,6 @@ from vllm.v1.core.sched.scheduler import Scheduler
 
 import attrs
 
-from spfcore.keys import KEY_BYTES
 from spfcore.runtime import PolicyRuntime
 from spfcore.views import RequestView
 
@@ -97,16 +96,17 @@ _perf = time.perf_counter
 
 
 def vllm_keys(block_hashes: Sequence[bytes]) -> list[int]:
-    """spfcore block keys of vLLM block hashes: each hash's first
-    ``KEY_BYTES`` (16) bytes as a big-endian int in ``[0, 2**128)``.
+    """spfcore block keys of vLLM block hashes: each hash as a big-endian int
+    (all of its bytes: ``[0, 2**256)`` for vLLM's sha256 hashes).
 
     vLLM chains its block hashes as spfcore's keys are chained (the hash of
     ``(parent hash, block token ids, extra keys)``, ``hash_block_tokens`` in
     ``vllm/v1/core/kv_cache_utils.py``; sha256 by default), so a key names a
     block and its whole prefix, and two blocks get one key exactly when vLLM
-    gives them one hash (up to the 2**-128 odds of the truncation): LoRA,
+    gives them one hash: LoRA,
     multimodal inputs and a cache salt, which vLLM hashes as extra keys, give
-    different keys too. Reusing vLLM's hashes costs about 0.15 us a block; the
+    different keys too. Reusing vLLM's hashes costs about 0.08 us a block (the
+    whole hash: truncating it to 16 bytes first took twice that); the
     adapter computing spfcore's own BLAKE2b chain (:func:`spfcore.keys.chain_keys`)
     cost about 1-2 us a block (0.5-1 ms per request of the seed's 520 blocks),
     twice what the rest of lru's runtime cost. Keys in the engine therefore
@@ -121,8 +121,7 @@ def vllm_keys(block_hashes: Sequence[bytes]) -> list[int]:
     Returns:
         ``len(block_hashes)`` keys, in the same order.
     """
-    fb = int.from_bytes
-    return [fb(h[:KEY_BYTES], "big") for h in block_hashes]
+    return list(map(int.from_bytes, block_hashes))
 
 #: A child of vLLM's logger: vLLM's handler, format and VLLM_LOGGING_LEVEL apply.
 logger = logging.getLogger("vllm.spfcore")
@@ -851,13 +850,26 @@ def arg_reader(method: Callable, name: str) -> Callable[..., object]:
     Raises:
         RuntimeError: ``method`` has no parameter ``name`` (a vLLM version
             whose signature the adapter does not know).
-        TypeError: from ``read``, when the arguments do not fit the signature
-            (the same call would fail in ``method`` too).
+        TypeError: from ``read``, when the arguments do not fit a signature
+            with keyword-only or variadic parameters before ``name`` (the same
+            call would fail in ``method`` too); for plain parameters ``read``
+            only looks at the position and the keyword.
     """
     sig = inspect.signature(method)
     if name not in sig.parameters:
         raise RuntimeError(f"{getattr(method, '__qualname__', method)}{sig} has no parameter {name!r}: "
                            "this vLLM version is not supported by the spfcore adapter")
+    params = list(sig.parameters.values())
+    at = params.index(sig.parameters[name])
+    P = inspect.Parameter
+    if all(p.kind is P.POSITIONAL_OR_KEYWORD for p in params[:at + 1]):
+        # the usual case: a plain parameter after plain ones. By position or keyword, without a bind
+        # (Signature.bind cost ~20 us a call, once per request); arguments that do not fit fail in
+        # ``method`` itself.
+        def read(*args, **kwargs):
+            return args[at] if len(args) > at else kwargs.get(name)
+
+        return read
 
     def read(*args, **kwargs):
         return sig.bind(*args, **kwargs).arguments.get(name)
