@@ -192,6 +192,18 @@ def test_fault_before_any_allocation_keeps_install_order():
     assert q.fault["where"] == "evict" and q.fail_open_allocations == 1 and q.num_free_blocks == 0
 
 
+def test_remove_of_a_block_that_is_not_free_raises_and_loses_nothing():
+    blocks = [KVCacheBlock(i) for i in range(6)]
+    q = PolicyFreeQueue(blocks, PolicyRuntime.for_policy("lru", 6, 4))
+    q.install_free(blocks[1:])
+    q.remove(blocks[3])
+    for bad in (KVCacheBlock(-1), KVCacheBlock(6), blocks[3]):  # vLLM's sentinel id, past the pool, taken
+        with pytest.raises(RuntimeError, match=f"not free: block {bad.block_id}"):
+            q.remove(bad)
+    assert q.fault is None and q.num_free_blocks == 4
+    assert [b.block_id for b in q.get_all_free_blocks()] == [1, 2, 4, 5]
+
+
 # ----------------------------------------------------------------- engine tests
 
 

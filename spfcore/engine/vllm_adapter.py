@@ -304,7 +304,7 @@ class PolicyFreeQueue:
             return
         i = block.block_id
         st = self._stamp
-        if st[i] is None:
+        if not 0 <= i < len(st) or st[i] is None:  # vLLM's sentinel blocks have id -1
             raise RuntimeError(f"remove() called on a block that is not free: block {i}")
         st[i] = None
         self.num_free_blocks -= 1

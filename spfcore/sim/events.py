@@ -27,9 +27,13 @@ def events(calls: Sequence[tuple]) -> list[tuple]:
         labels, ids)``, ``("touch", ids)``, ``("stored", request_id,
         first_depth, labels, ids)``, ``("finished", request_id)``,
         ``("release", labels, ids, hashless_ids)``, ``("evict", n, labels,
-        ids)``. A label is a prompt block's hash, ``("decode", request_id,
-        depth)`` for a decode block, ``None`` for a hashless block; the labels
+        ids)``. A label names a block hash by its first store: ``("prompt",
+        request_id, depth)`` for a prompt block, ``("decode", request_id,
+        depth)`` for a decode block; ``None`` for a hashless block. The labels
         of ``hit``, ``release`` and ``evict`` are those the blocks held then.
+        Keys are compared only for equality, so an adapter that handed the
+        runtime consistently wrong keys would not show here (the adapter's
+        own test checks that engine keys are vLLM's block hashes).
     """
     label: dict = {}  # block hash -> label, from its first store
     held: dict = {}  # physical id -> label of the hash it holds
@@ -63,14 +67,28 @@ def events(calls: Sequence[tuple]) -> list[tuple]:
 
 def from_json(rows: Sequence) -> list[tuple]:
     """Events read back from JSON (:func:`events` written with ``json.dumps``):
-    lists back to tuples where :func:`events` made tuples (events, decode labels)."""
+    lists back to tuples where :func:`events` made tuples (events, labels).
+
+    Recordings made before labels named blocks by their first store (before
+    session 21: a prompt block's label was its hash, an int) are relabelled
+    as :func:`events` labels them now: each int becomes ``("prompt",
+    request_id, depth)`` of the ``stored`` event that first holds it.
+    """
+    old: dict = {}  # an int label of an old recording -> its label now
+
     def lab(x):
-        return tuple(x) if isinstance(x, list) else x
+        if isinstance(x, list):
+            return tuple(x)
+        return old.get(x, x) if isinstance(x, int) else x
 
     out = []
     for e in rows:
         at = {"hit": 2, "evict": 2, "stored": 3, "release": 1}.get(e[0])
         if at is not None:
+            if e[0] == "stored":
+                for d, x in enumerate(e[3], e[2]):
+                    if isinstance(x, int):
+                        old.setdefault(x, ("prompt", e[1], d))
             e = e[:at] + [[lab(x) for x in e[at]]] + e[at + 1:]
         out.append(tuple(e))
     return out
