@@ -84,7 +84,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 import attrs
 
 from spfcore.runtime import PolicyRuntime
-from spfcore.views import RequestView
+from spfcore.views import RequestView, gather
 
 try:  # vLLM builds with async scheduling (GPU); absent in some versions
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -278,7 +278,7 @@ class PolicyFreeQueue:
         try:
             ids = self.runtime.evict(n, self.clock())
             t1 = _perf()
-            if (len(ids) != n or min(ids) < 0 or None in [st[i] for i in ids]  # IndexError past the pool
+            if (len(ids) != n or min(ids) < 0 or None in gather(st, ids)  # IndexError past the pool
                     or len(set(ids)) != n):
                 raise RuntimeError(f"runtime.evict({n}) returned {list(ids)!r}: not {n} distinct free blocks")
         except Exception as exc:  # noqa: BLE001 - fail open, recorded
@@ -287,8 +287,7 @@ class PolicyFreeQueue:
         for i in ids:
             st[i] = None
         self.num_free_blocks -= n
-        blocks = self.blocks
-        out = [blocks[i] for i in ids]
+        out = gather(self.blocks, ids)
         self.adapter_seconds += _perf() - t1
         return out
 
