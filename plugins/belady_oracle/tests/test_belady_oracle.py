@@ -125,3 +125,40 @@ def test_next_use_matches_its_definition_on_any_arrival_order():
                 assert p.next_use(k) == want, (future, i, k)
             got = score_columns(p.spfcore_score_blocks(BlockBatch.of([_block(k, 0) for k in "abcz"]), 1.0), 4)
             assert got[0] == [-(p.next_use(k) * DEPTH_SLOTS + 0.0) for k in "abcz"]
+
+
+def test_ids_by_runs_match_one_lookup_a_hash():
+    # the index copies shared prefixes as runs and _ids reads runs of consecutive ids (ascending, or
+    # released tail first); both must give what one dict lookup a hash gives, on any mix of runs
+    import random
+
+    import numpy as np
+
+    rng = random.Random(7)
+    prefixes = [[f"p{g}.{d}" for d in range(rng.randrange(1, 60))] for g in range(6)]
+    future = []
+    for i in range(80):
+        ks = list(rng.choice(prefixes)[:rng.randrange(0, 60)]) + [f"q{i}.{d}" for d in range(rng.randrange(0, 30))]
+        if rng.random() < 0.2:
+            rng.shuffle(ks)
+        future.append(tuple(dict.fromkeys(ks)) + tuple(rng.sample(ks, min(len(ks), 2))))  # repeated hashes too
+    p = BeladyOraclePolicy()
+    p.spfcore_future_requests([RequestView(f"r{i}", None, i, float(i), 9, k) for i, k in enumerate(future)])
+    ref: dict = {}
+    for ks in future:
+        for k in ks:
+            ref.setdefault(k, len(ref) + 1)
+    assert p._kid == ref and p._dist == list(ref)
+    for _ in range(300):
+        ks = list(rng.choice(future)) + [f"new{rng.randrange(5)}"] * rng.randrange(3)
+        if rng.random() < 0.5:
+            ks.reverse()
+        if rng.random() < 0.2:
+            rng.shuffle(ks)
+        got = p._ids(ks if rng.random() < 0.5 else tuple(ks))
+        assert got.tolist() == [ref.get(k, 0) for k in ks]
+    got = p._ids(("new1", "p0.0", "new2", "new1"), intern=True)
+    assert got.tolist() == [len(ref) + 1, ref["p0.0"], len(ref) + 2, len(ref) + 1]
+    assert p._dist[-2:] == ["new1", "new2"] and len(p._next) == len(p._wmin) == len(ref) + 3
+    assert p._ids(["new2", "new1", "p0.0"]).tolist() == [len(ref) + 2, len(ref) + 1, ref["p0.0"]]
+    assert np.array_equal(p._ids([]), np.zeros(0, np.intp))

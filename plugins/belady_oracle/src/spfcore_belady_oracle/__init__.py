@@ -26,6 +26,40 @@ NEVER = 2**36
 DEPTH_SLOTS = 2**16
 
 
+#: Shortest request (in blocks) whose shared prefix the index copies as a run; shortest run worth a lookup.
+_RUN_MIN = 16
+
+
+def _run(keys, j: int, s: int, m: int, ref=None, step: int = 1) -> int:
+    """Length of the longest run ``keys[j + t] == ref[s + step * t]`` for
+    ``t < L <= m``, given that it holds at ``t = 0`` (``ref``: ``keys``
+    itself by default; ``step`` 1 or -1): ``_RUN_MIN`` uses, then all ``m``,
+    then bisection, on slice comparisons (C loops): about 2 element comparisons a use of the run."""
+    if ref is None:
+        ref = keys
+    lo, w = 1, _RUN_MIN
+
+    def same(a: int, b: int) -> bool:
+        if step > 0:
+            return keys[j + a:j + b] == ref[s + a:s + b]
+        e = s - b
+        return keys[j + a:j + b] == ref[s - a:e if e >= 0 else None:-1]
+
+    while lo < m:
+        hi = min(lo + w, m)
+        if not same(lo, hi):
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if same(lo, mid):
+                    lo = mid
+                else:
+                    hi = mid
+            return lo
+        lo = hi
+        w = m  # past a short run: the rest at once
+    return lo
+
+
 @attrs.frozen
 class BeladyParams:
     """Belady has no parameters: its order is fixed by the future request stream."""
@@ -42,7 +76,8 @@ class BeladyOraclePolicy:
     policy keeps every id's next use strictly after it in one array: an
     arrival overwrites the entries of its own ids with their following uses
     (one numpy assignment over the request's blocks), so scoring a batch is
-    one dict lookup per block hash (its id) and array reads, no search. The
+    one dict lookup per run of consecutive ids (a prefix, tail first) and
+    array reads, no search. The
     future is every request not yet *served*: those after the position, and
     those that arrived but whose lookup (:meth:`spfcore_blocks_hit`, called
     once per lookup, hit or not) has not happened yet. The next use of a
@@ -72,7 +107,7 @@ class BeladyOraclePolicy:
 
     Memory: 8 bytes per (request, distinct block hash) use (two int32 arrays;
     int64 past 2**31 ids or arrivals), about 40 per arrival index (its
-    offset, a Python int), 12 per distinct hash plus the hash -> id dict.
+    offset, a Python int), 20 per distinct hash plus the hash -> id dict.
     """
 
     name = "belady_oracle"
@@ -84,6 +119,7 @@ class BeladyOraclePolicy:
     def __init__(self, params: BeladyParams | None = None) -> None:
         self.params = params or BeladyParams()
         self._kid: dict[object, int] = {}  # block hash -> dense id >= 1 (0: a hash no request holds)
+        self._dist: list = []  # dense id - 1 -> its block hash
         self._index(np.zeros(0, np.int32), np.zeros(1, np.int64), np.zeros(0, np.int32))
         #: Requests arrived but not yet looked up: request id -> [arrival index, block hashes, their ids or None].
         self.waiting: dict[object, list] = {}
@@ -116,7 +152,8 @@ class BeladyOraclePolicy:
     @hookimpl
     def spfcore_future_requests(self, requests):
         """Build the index (see the class). O(uses) time, the uses' ids hashed
-        once, sorted once (twice if requests are out of arrival order).
+        once (a request's shared prefix compared instead), sorted once (twice
+        if requests are out of arrival order).
 
         Raises:
             ValueError: arrival indices negative or sparse (more than 4 per
@@ -124,17 +161,36 @@ class BeladyOraclePolicy:
         """
         keys: list = []
         extend = keys.extend
-        arrivals, counts = [], []
+        tups, arrivals, counts = [], [], []
         for r in requests:
             ks = r.block_keys
             extend(ks)
+            tups.append(ks)
             arrivals.append(r.arrival_index)
             counts.append(len(ks))
-        # one pass at C speed: each use -> the position of its hash's first use; ids dense in that order
+        # each use -> the position of its hash's first use (dense ids in that order, below), in C passes: a
+        # request's run of uses equal to those at its first hash's first use (a shared prefix) is copied
+        # from there, one comparison a use instead of one hash lookup; the other uses set each hash's first
+        # position in one setdefault pass per request that copied a run (else per stream)
         kid: dict = {}
-        first = np.fromiter(map(kid.setdefault, keys, count()), np.int64, len(keys))
-        del keys
+        first = np.empty(len(keys), np.int64)
+        done = g = 0  # first[:done] is set (and kid holds those uses); g: the request's first use
+        for ks, c in zip(tups, counts):
+            if c >= _RUN_MIN:
+                if done < g:
+                    first[done:g] = np.fromiter(map(kid.setdefault, keys[done:g], count(done)), np.int64, g - done)
+                    done = g
+                p = kid.get(ks[0])
+                if p is not None:
+                    n = _run(keys, g, p, min(c, g - p))
+                    first[g:g + n] = first[p:p + n]
+                    done = g + n
+            g += c
+        if done < g:
+            first[done:g] = np.fromiter(map(kid.setdefault, keys[done:g], count(done)), np.int64, g - done)
+        del keys, tups
         ids = np.cumsum(first == np.arange(len(first)), dtype=np.int32 if len(kid) < 2**31 else np.int64)[first]
+        self._dist = list(kid)
         kid = self._kid = dict(zip(kid, range(1, len(kid) + 1)))
         arr = np.array(arrivals, np.int64)
         span = int(arr.max()) + 1 if len(arr) else 0
@@ -206,12 +262,46 @@ class BeladyOraclePolicy:
 
     def _ids(self, keys, intern: bool = False) -> np.ndarray:
         """Ids of block hashes ``keys`` (intp): 0 for a hash no future request
-        holds, or with ``intern`` a new id (never used after the position)."""
-        kid = self._kid
-        ids = np.fromiter(map(kid.get, keys, repeat(0)), np.intp, len(keys))
+        holds, or with ``intern`` a new id (never used after the position).
+
+        Hashes come in runs of consecutive ids (a prefix in chain order, or
+        released tail first): one dict lookup a run, the rest of the run
+        checked against :attr:`_dist` with one comparison a hash (see
+        :func:`_run`); after short runs, one lookup a hash."""
+        kid, dist = self._kid, self._dist
+        if type(keys) is not list:  # (a tuple: its slices must compare with dist's)
+            keys = list(keys)
+        n = len(keys)
+        ids = np.zeros(n, np.intp)
+        get = kid.get
+        j = steps = 0
+        while j < n:
+            if steps > 4 and j < _RUN_MIN * steps:  # short runs: one lookup a hash for the rest
+                ids[j:] = np.fromiter(map(get, keys[j:], repeat(0)), np.intp, n - j)
+                break
+            steps += 1
+            k = get(keys[j], 0)
+            if not k:
+                j += 1
+                continue
+            if j + 1 < n and k < len(dist) and keys[j + 1] == dist[k]:  # ascending ids k, k + 1, ...
+                m = _run(keys, j, k - 1, min(n - j, len(dist) - k + 1), dist)
+                ids[j:j + m] = np.arange(k, k + m)
+            elif j + 1 < n and k > 1 and keys[j + 1] == dist[k - 2]:  # descending ids k, k - 1, ...
+                m = _run(keys, j, k - 1, min(n - j, k), dist, -1)
+                ids[j:j + m] = np.arange(k, k - m, -1)
+            else:
+                ids[j] = k
+                m = 1
+            j += m
         if intern and not ids.all():
             for j in np.flatnonzero(ids == 0).tolist():
-                ids[j] = kid.setdefault(keys[j], len(kid) + 1)
+                k = keys[j]
+                i = kid.get(k)
+                if i is None:
+                    i = kid[k] = len(kid) + 1
+                    dist.append(k)
+                ids[j] = i
             grow = len(kid) + 1 - len(self._next)
             self._next = np.concatenate([self._next, np.full(grow, self._never, self._next.dtype)])
             self._wmin = np.concatenate([self._wmin, np.full(grow, NEVER, np.int64)])
