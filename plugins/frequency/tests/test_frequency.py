@@ -197,3 +197,45 @@ def test_counts_and_ghost_list_follow_the_one_by_one_rules():
                 del ghost[next(iter(ghost))]
         assert dict(p.count) == count, step
         assert list(p.ghost.items()) == list(ghost.items()), step
+
+
+def test_ghost_list_against_a_plain_model_across_trims():
+    # counts and the ghost list (its order too) after random stores, hits and evictions, next to the
+    # plain definition: moves before the first trim are not recorded, and need not be
+    import random
+
+    rng = random.Random(3)
+    p = FrequencyPolicy(FrequencyParams(ghost_factor=1))
+    p.spfcore_cache_configured(12, 16)
+    count, ghost = {}, {}
+    cached: list = []
+    req = RequestView("r", None, 0, 0.0, 16, ())
+    trims = 0
+    for step in range(3000):
+        op = rng.random()
+        if op < 0.45:
+            keys = [f"k{rng.randrange(40)}" for _ in range(rng.randrange(1, 6))]
+            p.spfcore_blocks_stored(req, BlockBatch.of([BlockView(k, 0, None, 16, None, "r", 1, 0.0, 0.0)
+                                                        for k in keys]), 0.0)
+            for k in keys:
+                count[k] = (count[k] if k in count else ghost.pop(k, 0)) + 1
+            cached += keys
+        elif op < 0.6 and cached:
+            keys = rng.sample(sorted(set(cached)), min(3, len(set(cached))))
+            p.spfcore_blocks_hit(req, BlockBatch.of([BlockView(k, 0, None, 16, None, "r", 1, 0.0, 0.0)
+                                                     for k in keys]), 0.0)
+            for k in keys:
+                count[k] = count.get(k, 0) + 1
+        elif cached:
+            keys = [cached.pop(rng.randrange(len(cached))) for _ in range(min(len(cached), rng.randrange(1, 6)))]
+            p.spfcore_blocks_evicted(keys, 0.0)
+            for k in keys:
+                c = count.pop(k, None)
+                if c is not None:
+                    ghost.pop(k, None)
+                    ghost[k] = c
+            while len(ghost) > 12:
+                del ghost[next(iter(ghost))]
+                trims += 1
+        assert dict(p.count) == count and list(p.ghost.items()) == list(ghost.items()), step
+    assert trims > 100

@@ -17,6 +17,10 @@ from attrs import validators as v
 
 from spfcore import hookimpl
 
+#: ``FrequencyPolicy._listed`` before the ghost list was first listed: a trim reads nothing from it, so
+#: which hashes moved until then does not matter (they are not recorded).
+_UNLISTED = iter(())
+
 
 @attrs.frozen
 class FrequencyParams:
@@ -85,16 +89,17 @@ class FrequencyPolicy:
         # order. Once the iterator runs out the ghost list is listed anew (O(1) per trimmed hash
         # over time). Reading the oldest from the dict itself walks every slot freed at its front
         # since the dict last resized (or was copied to drop them: issue 19's cells at 300,000
-        # blocks, a 1.2M-entry list, spent most of their time on those walks and copies)
+        # blocks, a 1.2M-entry list, spent most of their time on those walks and copies). Until the
+        # first listing (``_UNLISTED``) no move is recorded: the first listing starts ``_moved`` anew
         self.ghost: dict[object, int] = {}
-        self._listed, self._moved = iter(()), set()
+        self._listed, self._moved = _UNLISTED, set()
         self.ghost_cap = 0
         self._counted = (None, None)  # (batch, counts) of the last admission call, for its score call
 
     @hookimpl
     def spfcore_cache_configured(self, num_blocks, block_size):
         self.count, self.ghost = Counter(), {}
-        self._listed, self._moved = iter(()), set()
+        self._listed, self._moved = _UNLISTED, set()
         self.ghost_cap = self.params.ghost_factor * num_blocks
 
     @hookimpl
@@ -107,7 +112,8 @@ class FrequencyPolicy:
         if count.keys().isdisjoint(keys):  # none cached now: in C-level calls
             n0 = len(count)
             back = list(map(ghost.pop, keys, repeat(0)))  # each its ghost count (or 0) + 1
-            moved.update(compress(keys, back))
+            if self._listed is not _UNLISTED:
+                moved.update(compress(keys, back))
             dict.update(count, zip(keys, map((1).__add__, back)))
             if len(count) - n0 == len(keys):
                 return
@@ -121,7 +127,7 @@ class FrequencyPolicy:
                 count[k] += 1
             else:
                 c = count[k] = ghost.pop(k, 0) + 1
-                if c > 1:
+                if c > 1 and self._listed is not _UNLISTED:
                     moved.add(k)
 
     @hookimpl
@@ -139,7 +145,7 @@ class FrequencyPolicy:
             if None in cs or len(ghost) != n0 + len(keys):  # some were there already: each to the newest end
                 for k, c in zip(keys, cs):
                     if c is not None:
-                        if ghost.pop(k, None) is not None:
+                        if ghost.pop(k, None) is not None and self._listed is not _UNLISTED:
                             self._moved.add(k)
                         ghost[k] = c
         over = len(ghost) - cap
