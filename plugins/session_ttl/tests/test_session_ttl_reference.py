@@ -106,7 +106,8 @@ def _cache(policy, num_blocks: int, keys_only: bool) -> MiniCache:
 
 
 def _state(pol) -> tuple:
-    return (dict(pol.until), [(s, list(ks)) for s, ks in pol.session_keys.items()],
+    touched = pol.touched if hasattr(pol, "touched") else lambda s: list(pol.session_keys[s])
+    return (dict(pol.until), [(s, touched(s)) for s in pol.session_keys],
             {k: set(v) for k, v in pol.key_sessions.items()})
 
 
@@ -131,3 +132,55 @@ def test_same_victims_and_state_as_the_per_key_form(seed):
         evicted_shared += any(k.startswith("sys") for k in got[0])
     assert caches[0].hits == caches[1].hits and sum(caches[0].hits) > 0
     assert ref.forgotten and evicted_shared  # the run did forget sessions and evict shared blocks
+
+
+class _Recompute(MiniCache):
+    """A MiniCache whose lookup may stop short of what is cached (a request that
+    recomputes cached blocks, as concurrent prefills do in vLLM): the same hash
+    is then cached in two blocks."""
+
+    def serve_cut(self, keys, session, cut: int) -> list:
+        rt, bs = self.rt, self.block_size
+        req = self.view(keys, session)
+        hit_ids: list[int] = []
+        for k in keys[:min(cut, (req.num_prompt_tokens - 1) // bs)]:
+            i = rt.block_of(k)
+            if i is None or i in hit_ids:
+                break
+            hit_ids.append(i)
+        need = len(keys) - len(hit_ids) + 1
+        if need > rt.num_free - len(hit_ids):
+            return None
+        gone = self._serve(req, keys, hit_ids, need)
+        self.next_index += 1
+        return gone
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_hashes_cached_in_two_blocks_decide_as_per_key(seed):
+    """A hash stored again while another block holds it (and twice in one
+    store) shares its ``until`` and owners, as per hash: evicting either copy
+    drops them, the other copy is unprotected until touched again."""
+    rng = random.Random(seed)
+    num_blocks = 10
+    new, ref = SessionTTLPolicy(SessionTTLParams(ttl_arrivals=3)), Reference(3)
+    caches = []
+    for pol, ko in ((new, True), (ref, False)):
+        pm = new_plugin_manager()
+        pm.register(pol, name="session_ttl")
+        caches.append(_Recompute(PolicyRuntime(pm, num_blocks, 4, policy_name="session_ttl", keys_only=ko), 0))
+    dups = displaced = spares = 0
+    nspare = len(new._spare)
+    for r in range(400):
+        s = rng.choice([None, "a", "b", "c", "d"])
+        keys = [f"k{rng.randint(0, 12)}" for _ in range(rng.randint(1, 4))]
+        cut = rng.choice([0, 1, 9, 9])
+        got = [c.serve_cut(keys, s, cut) for c in caches]
+        assert got[0] == got[1], r
+        assert _state(new) == _state(ref), r
+        held = [caches[0].rt.key_of(i) for i in range(num_blocks)]
+        dups += len([k for k in held if k is not None]) > len({k for k in held if k is not None})
+        displaced += new._displaced > 0
+        spares += len(new._spare) < nspare
+    # the run did cache hashes twice, so blocks shared a slot, and gave blocks spare slots
+    assert dups > 20 and displaced > 20 and spares > 0
