@@ -79,8 +79,10 @@ class SessionTTLPolicy:
     refused; those blocks stay in LRU order.
 
     State is bounded by the cache, not by the trace: per cached block hash
-    its slot, ``until`` and owner group; per session the entries of the hashes
-    it touched, for at most ``num_blocks`` sessions (the least recently active
+    its slot, ``until`` and owner group (at most twice as many groups as
+    slots: unused ones are collected); per session the entries of the hashes
+    it touched (those of evicted hashes until its next arrival compacts them),
+    for at most ``num_blocks`` sessions (the least recently active
     session beyond that is forgotten: a later request of it re-protects only
     what it touches anew). A session whose blocks were all evicted is dropped.
     """
