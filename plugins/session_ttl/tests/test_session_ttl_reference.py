@@ -112,7 +112,7 @@ def _state(pol) -> tuple:
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_same_victims_and_state_as_the_per_key_form(seed):
+def test_same_victims_and_state_as_the_per_key_form(seed, few):
     rng = random.Random(seed)
     num_blocks = 12  # so at most 12 sessions are remembered: 20 sessions sharing "sys" blocks forget some
     new, ref = SessionTTLPolicy(SessionTTLParams(ttl_arrivals=3)), Reference(3)
@@ -156,8 +156,17 @@ class _Recompute(MiniCache):
         return gone
 
 
+@pytest.fixture(params=[0, 8], ids=["numpy", "few"])
+def few(request, monkeypatch):
+    """Batches from one block on go through the numpy paths (0), or only beyond 8 (the default)."""
+    import spfcore_session_ttl
+
+    monkeypatch.setattr(spfcore_session_ttl, "_FEW", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("seed, small", [(s, False) for s in range(8)] + [(8, True), (9, True)])
-def test_hashes_cached_in_two_blocks_decide_as_per_key(seed, small):
+def test_hashes_cached_in_two_blocks_decide_as_per_key(seed, small, few):
     """A hash stored again while another block holds it (and twice in one
     store) shares its ``until`` and owners, as per hash: evicting either copy
     drops them, the other copy is unprotected until touched again. ``small``:
@@ -201,7 +210,7 @@ class _Batch:
         return len(self.keys)
 
 
-def test_spare_slots_survive_the_pool_growing():
+def test_spare_slots_survive_the_pool_growing(few):
     """A block displaced to a spare slot keeps its hash's state when block ids
     beyond the configured pool arrive (the spare slots move up)."""
     pol = SessionTTLPolicy(SessionTTLParams(ttl_arrivals=5))

@@ -18,6 +18,8 @@ from attrs import validators as v
 
 from spfcore import NEVER_ARRIVAL, Scores, hookimpl
 
+_FEW = 8  # blocks up to which a store or an eviction goes hash by hash (numpy calls cost more there)
+
 
 def _finite(inst, attr, value) -> None:
     """An infinite TTL would pin forever, but a pin needs an expiry (a long TTL: ``ttl_arrivals``)."""
@@ -257,7 +259,7 @@ class SessionTTLPolicy:
         if int(ids.max()) >= self._n:
             self._more_ids(max(2 * self._n, int(ids.max()) + 1))
         refs, slot, lst = self._refs, self.slot, ids.tolist()
-        if not refs[ids].any():  # the blocks' own slots are free
+        if len(lst) > _FEW and not refs[ids].any():  # the blocks' own slots are free
             got = list(map(slot.setdefault, keys, lst))  # one pass: each hash computed once
             if got == lst:  # the usual: hashes no cached block holds, each in its block's own slot
                 refs[ids] = 1
@@ -268,8 +270,8 @@ class SessionTTLPolicy:
             np.add.at(refs, sl, 1)
             self._place(ids, sl)
             return
-        sl = np.empty(len(lst), np.intp)
-        for j, (k, i) in enumerate(zip(keys, lst)):  # a block's own slot is held: hash by hash
+        sl = []
+        for k, i in zip(keys, lst):  # a few blocks, or a block's own slot is held: hash by hash
             s = slot.get(k)
             if s is None:
                 if refs[i]:
@@ -281,8 +283,9 @@ class SessionTTLPolicy:
                     s = i
                 slot[k] = s
             refs[s] += 1
-            sl[j] = s
-        self._place(ids, sl)
+            sl.append(s)
+        if self._displaced or sl != lst:
+            self._place(ids, np.array(sl, np.intp))
 
     def _touch(self, request, blocks, now) -> None:
         sid = request.session_id
@@ -347,8 +350,34 @@ class SessionTTLPolicy:
     @hookimpl
     def spfcore_blocks_evicted(self, keys, now):
         n = len(keys)
-        if not n:
-            return
+        if n > _FEW:
+            self._evict_many(keys)
+        else:
+            self._evict_few(keys)
+
+    def _evict_few(self, keys: list) -> None:
+        """:meth:`spfcore_blocks_evicted` hash by hash (a few, or a hash cached in two blocks)."""
+        slot, refs, grp, groups = self.slot, self._refs, self._grp, self._groups
+        for k in keys:  # a slot lives on while another block holds its hash
+            s = slot.get(k)
+            if s is None:
+                continue
+            x = int(grp[s])
+            grp[s] = 0
+            self._until[s] = -math.inf
+            self._gen[s] += 1
+            if x:
+                self._disown(groups[x], 1)
+            refs[s] -= 1
+            if refs[s] <= 0:
+                refs[s] = 0
+                del slot[k]
+                if s >= self._n:
+                    self._spare.append(s)
+
+    def _evict_many(self, keys: list) -> None:
+        """:meth:`spfcore_blocks_evicted` in numpy, where each hash is in one block (else hash by hash)."""
+        n = len(keys)
         slot, refs, grp, groups = self.slot, self._refs, self._grp, self._groups
         sl = np.fromiter(map(slot.pop, keys, repeat(-1)), np.intp, n)  # one pass, in C
         if sl.min() >= 0 and (not self._displaced or refs[sl].max() == 1):  # each hash in one block
@@ -369,25 +398,10 @@ class SessionTTLPolicy:
                     if x:
                         self._disown(groups[x], m)
             return
-        for k, s in zip(keys, sl.tolist()):  # put back and go hash by hash: a slot lives on while
-            if s >= 0:  # another block holds its hash
+        for k, s in zip(keys, sl.tolist()):  # put back and go hash by hash
+            if s >= 0:
                 slot[k] = s
-        for k in keys:
-            s = slot.get(k)
-            if s is None:
-                continue
-            x = int(grp[s])
-            grp[s] = 0
-            self._until[s] = -math.inf
-            self._gen[s] += 1
-            if x:
-                self._disown(groups[x], 1)
-            refs[s] -= 1
-            if refs[s] <= 0:
-                refs[s] = 0
-                del slot[k]
-                if s >= self._n:
-                    self._spare.append(s)
+        self._evict_few(keys)
 
     @hookimpl
     def spfcore_score_blocks(self, blocks, now):
