@@ -73,6 +73,8 @@ def test_state_is_bounded_by_the_cache_not_by_sessions_seen():
     cached = c.cached()
     assert set(pol.session_keys) == {f"sess{s}" for s in range(40) if f"s{s}a" in cached or f"s{s}b" in cached}
     assert len(pol.session_keys) <= 3 and set(pol.until) <= cached
+    # owner groups of sessions gone are collected: the table stays within twice the slots
+    assert len(pol._groups) <= 2 * len(pol._grp) + 1 and set(pol.key_sessions) <= cached
 
 
 def test_sessions_beyond_the_pool_size_are_forgotten_least_recently_active_first():
