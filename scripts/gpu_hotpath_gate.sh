@@ -19,7 +19,8 @@
 # ARMS (default all five) narrows the arms, TIME_LIMIT (default 480 s) the cells started per call. On one
 # H200 a session's 1,800 s of device time holds the install (~250 s with the machine's start) and ~15 cells of
 # ~100 s: all five arms x 3 seeds did not fit (13 of 15 cells, results/gpu-h200-ce0064e). For a verdict run
-# the gate's four roles over 3 seeds (12 cells; session 10):
+# the gate's four roles over 3 seeds (12 cells; 1,548 s with the install in results/gpu-h200-8268a89, calls of
+# TIME_LIMIT 360 (with the install), 470, then 340 followed by merge in the same call):
 #   export GPUS=1 SEEDS_PER_GPU=3 ARMS=lru,session_ttl,spf_expected_utility,belady_oracle TIME_LIMIT=430
 #   bash scripts/gpu_hotpath_gate.sh seeds   # twice or three times, then: bash scripts/gpu_hotpath_gate.sh merge
 # The hot path alone, no engine and no GPU (~1-2 min, the numba wheels must be installed:
