@@ -478,194 +478,6 @@ def place(ids, tiers, values, exp_t, exp_a, pins, orders, cap, ib, val, hv, hi, 
 
 
 @_jit
-def _h_down1(hv, hi, j, n):
-    """:func:`_h_down` in a heap whose entries all share one heap tier: the
-    tier is not compared (the same moves, so the same heap)."""
-    t, v, o, i, s = hi[j, 0], hv[j], hi[j, 1], hi[j, 2], hi[j, 3]
-    while True:
-        m = 2 * j + 1
-        if m >= n:
-            break
-        if m + 1 < n and (hv[m + 1] < hv[m] or (hv[m + 1] == hv[m] and hi[m + 1, 1] < hi[m, 1])):
-            m += 1
-        if not (hv[m] < v or (hv[m] == v and hi[m, 1] < o)):
-            break
-        _h_move(hv, hi, j, m)
-        j = m
-    hv[j] = v
-    hi[j, 0], hi[j, 1], hi[j, 2], hi[j, 3] = t, o, i, s
-
-
-@_jit
-def _h_heapify(hv, hi, n, one_tier):
-    """Floyd's heapify of entries ``0 .. n-1``; ``one_tier``: every entry
-    has the same heap tier (:func:`_h_down1`, about 0.65x the time)."""
-    if one_tier:
-        for j in range(n // 2 - 1, -1, -1):
-            _h_down1(hv, hi, j, n)
-    else:
-        for j in range(n // 2 - 1, -1, -1):
-            _h_down(hv, hi, j, n)
-
-
-@_jit
-def _h_rebuild1(ib, val, hv, hi, c, rows):
-    """The order heap rebuilt as :func:`_h_rebuild_rows` (``rows``) or
-    :func:`_h_rebuild` do it, heapified by :func:`_h_heapify` (the tier left
-    out of the comparisons when every entry has the same one)."""
-    n = 0
-    lo, top = np.int64(3), np.int64(-1)
-    if rows:
-        s = c[HSEQ]
-        for i in range(ib.shape[1]):
-            if ib[IN, i] and ib[HST, i] >= 0:
-                s += 1
-                t = 2 if ib[PIN, i] else ib[TIER, i]
-                hv[n] = val[i]
-                hi[n, 0] = t
-                hi[n, 1] = ib[ORD, i]
-                hi[n, 2] = i
-                hi[n, 3] = s
-                ib[HST, i] = s
-                n += 1
-                lo = min(lo, t)
-                top = max(top, t)
-        c[HSEQ] = s
-    else:
-        for j in range(c[HN]):
-            i = hi[j, 2]
-            if ib[IN, i] and ib[HST, i] == hi[j, 3]:
-                _h_move(hv, hi, n, j)
-                lo = min(lo, hi[n, 0])
-                top = max(top, hi[n, 0])
-                n += 1
-    c[HN] = n
-    _h_heapify(hv, hi, n, lo == top)
-
-
-@_jit
-def _q_put(qe, qb, c, y, v, i, e):
-    """:func:`_q_push` into pool entry ``e``, the free chain's head, already taken off it."""
-    qe[0, e], qe[1, e], qe[2, e] = v, i, -1
-    b = np.int64(y) & (QW - 1)
-    if qb[0, b] < 0:
-        qb[0, b] = e
-    else:
-        qe[2, qb[1, b]] = e
-    qb[1, b] = e
-    c[QN] += 1
-
-
-@_jit
-def rescore(drain_first, now, arrival, walked, ids, values, exp_t, exp_a, pins, cap, ib, val, hv, hi, tk, ti, ak,
-            ai, qe, qb, c):
-    """``Evictor.commit`` in one call: :func:`drain` at ``now`` / ``arrival``
-    (if ``drain_first``; ``walked``: the calendar's entries due, as
-    :func:`due` listed them: their buckets go back to the free chain whole,
-    last bucket first, so the chain starts with ``walked`` in order, and the
-    calendar pushes take their entries from ``walked`` instead of following
-    the chain's links: the same entries, no pointer chase), then
-    :func:`place` of ``ids`` at their own tiers and release orders (a
-    re-score) with the same steps, the heap rebuilt by :func:`_h_rebuild1`
-    (the same entries). Returns the pins granted, or -1 (nothing done, not
-    even the drain) as :func:`place` does."""
-    n = ids.shape[0]
-    if max(c[HN], c[TN], c[AN], c[QN]) + n > hv.shape[0]:
-        return -1
-    nblk = ib.shape[1]
-    for k in range(n):
-        if ids[k] < 0 or ids[k] >= nblk:
-            return -1
-    nw = walked.shape[0]
-    free0 = c[QFREE]  # (the free chain after the walked entries)
-    if drain_first:  # (drain, the calendar's chains not walked again)
-        c[TN] = _t_drop(ib, tk, ti, c[TN], now)
-        c[AN] = _t_drop(ib, ak, ai, c[AN], arrival)
-        last = _q_last(arrival, c)
-        if last >= c[QBASE]:
-            for x in range(last, c[QBASE] - 1, -1):
-                b = x & (QW - 1)
-                h = qb[0, b]
-                if h >= 0:
-                    qe[2, qb[1, b]] = c[QFREE]
-                    c[QFREE] = h
-                    qb[0, b] = qb[1, b] = -1
-            c[QN] -= nw
-            c[QBASE] = np.int64(np.floor(min(arrival, NEVER_ARRIVAL_F))) + 1
-    else:
-        nw = 0
-    if n == 0:
-        return 0
-    w = 0
-    has_v, has_t, has_a, has_p = values.shape[0] > 0, exp_t.shape[0] > 0, exp_a.shape[0] > 0, pins.shape[0] > 0
-    bulk = n >= 64 and 4 * n >= c[LIVE]  # (place's rule, see there)
-    rows = bulk and ib.shape[1] <= 2 * (c[LIVE] + n)
-    v = c[VERSION]
-    granted = 0
-    tn, an = c[TN], c[AN]
-    for k in range(n):
-        i = ids[k]
-        tier = ib[TIER, i]
-        value = values[k] if has_v else 0.0
-        v += 1
-        if has_t:
-            x = exp_t[k]
-            if x != np.inf:
-                tn = _t_push(tk, ti, tn, x, v, i)
-        if has_a:
-            y = exp_a[k]
-            if y < NEVER_ARRIVAL_F:
-                if _q_fits(y, c):
-                    if w < nw:  # the free chain's next entry, read from walked (_q_push's steps)
-                        e = walked[w]
-                        w += 1
-                        c[QFREE] = walked[w] if w < nw else free0
-                        _q_put(qe, qb, c, y, v, i, e)
-                    else:
-                        _q_push(qe, qb, c, y, v, i)
-                else:
-                    an = _t_push(ak, ai, an, y, v, i)
-        pin = False
-        if has_p and pins[k]:
-            if c[NPIN] < cap or ib[PIN, i]:
-                pin = True
-            else:
-                c[REFUSED] += 1
-        was = ib[PIN, i] != 0
-        if ib[IN, i]:
-            if not pin and not was and val[i] == value:
-                ib[VER, i] = v  # same rank: stays where it is
-                continue
-        else:  # (not in: placed at its row's tier and order, as place with empty tiers and orders)
-            ib[IN, i] = 1
-            c[LIVE] += 1
-        val[i] = value
-        ib[VER, i] = v
-        if pin:
-            granted += 1
-            if not was:
-                ib[PIN, i] = 1
-                c[NPIN] += 1
-        elif was:
-            ib[PIN, i] = 0
-            c[NPIN] -= 1
-        if rows:
-            ib[HST, i] = 0  # (an entry to make)
-        else:
-            _h_push(ib, val, hv, hi, c, i, 2 if pin else tier, not bulk)
-    c[VERSION] = v
-    live = c[LIVE]
-    if tn + an + c[QN] > 2 * live + 1024:
-        tn = _t_filter(ib, tk, ti, tn, -np.inf, True)
-        an = _t_filter(ib, ak, ai, an, -np.inf, True)
-        _q_compact(ib, qe, qb, c)
-    c[TN], c[AN] = tn, an
-    if bulk or c[HN] > 2 * live + 1024:
-        _h_rebuild1(ib, val, hv, hi, c, rows)
-    return granted
-
-
-@_jit
 def take(k, forget, out, outpin, ib, val, hv, hi, c):
     """Take the ``k`` lowest-ranked free cached blocks out of the order into
     ``out[:k]``, lowest first (``outpin``: whether each was pinned).
@@ -804,7 +616,6 @@ def due_entries(tk, ti, n, clock):
 
 
 _NO_DUE = (np.empty(0, np.float64), np.empty(0, np.int64), np.empty(0, np.int64))
-_NONE_E = np.empty(0, np.int64)  # no calendar entries walked (a re-score plan without clocks)
 
 
 def due(now, arrival, ib, tk, ti, ak, ai, qe, qb, c):
@@ -814,10 +625,7 @@ def due(now, arrival, ib, tk, ti, ak, ai, qe, qb, c):
     Changes no entry. The heaps' due entries are sorted by numpy's
     ``lexsort`` (numba's sorts are several times slower; the calendar's come
     in order, and on spf's workloads the heaps hold none);
-    ``(expiry, version)`` pairs are distinct, so the order is that of any sort.
-    Returns ``(ids, walked)``: ``walked`` the calendar's entries in the
-    buckets due (what :func:`rescore` takes back and re-uses without walking
-    their chains again)."""
+    ``(expiry, version)`` pairs are distinct, so the order is that of any sort."""
     tk_, tv, tid = due_entries(tk, ti, c[TN], now) if c[TN] else _NO_DUE  # (a policy uses one clock)
     ak_, av, aid = due_entries(ak, ai, c[AN], arrival) if c[AN] else _NO_DUE
     if len(tv) > 1:
@@ -845,9 +653,7 @@ def due_live(tv, tid, ak_, av, aid, arrival, ib, qe, qb, c):
     """:func:`due`'s live entries, each block once (first occurrence): the
     sorted seconds entries ``(versions, ids)``, then the calendar's buckets
     due by ``arrival`` merged with the sorted arrivals-heap entries
-    ``(expiries, versions, ids)`` by ``(expiry, version)``. Returns ``(ids,
-    the calendar's entries in the buckets due, live or stale, in bucket and
-    chain order)``."""
+    ``(expiries, versions, ids)`` by ``(expiry, version)``."""
     s = c[DSEQ] + 1
     c[DSEQ] = s
     last = _q_last(arrival, c)
@@ -856,13 +662,9 @@ def due_live(tv, tid, ak_, av, aid, arrival, ib, qe, qb, c):
     for j in range(tid.shape[0]):
         m = _keep(out, m, tid[j], tv[j], ib, s)
     h, nh = 0, aid.shape[0]
-    wk = np.empty(c[QN] if last >= c[QBASE] else 0, np.int64)
-    walked = 0
     for x in range(c[QBASE], last + 1):
         e = qb[0, x & (QW - 1)]
         while e >= 0:
-            wk[walked] = e
-            walked += 1
             v = qe[0, e]
             while h < nh and (ak_[h] < x or (ak_[h] == x and av[h] < v)):
                 m = _keep(out, m, aid[h], av[h], ib, s)
@@ -872,7 +674,7 @@ def due_live(tv, tid, ak_, av, aid, arrival, ib, qe, qb, c):
     while h < nh:
         m = _keep(out, m, aid[h], av[h], ib, s)
         h += 1
-    return out[:m], wk[:walked]
+    return out[:m]
 
 
 @_jit
@@ -929,8 +731,6 @@ def warm() -> None:
     place(ids, np.ones(4, np.int64), ones, ones, ones, np.zeros(4, np.bool_), ids, 2, *st)
     e = np.empty(0)
     place(ids, np.ones(4, np.int64), e, e, e, np.empty(0, np.bool_), ids, 2, *st)
-    rescore(True, 2.0, 2.0, _NONE_E, ids, ones, ones, ones, np.zeros(4, np.bool_), 2, *st)
-    rescore(False, 0.0, 0.0, _NONE_E, ids, e, e, e, np.empty(0, np.bool_), 2, *st)
     live_unique(ids, True, ib, c)
     remove_many(ids[:0], ib, c)
     q_due_any(2.0, qb, c)

@@ -501,9 +501,8 @@ class Evictor:
         seconds before arrivals). Changes nothing."""
         if self._flat or not self._expiry_due(now, arrival):
             return None
-        due, walked = nb.due(float(now), float(arrival), self._ib, self._tk, self._ti, self._ak, self._ai, self._qe,
-                             self._qb, self._c)
-        clocks = (float(now), float(arrival), walked)  # (walked: the calendar's entries due, for commit's drain)
+        clocks = (float(now), float(arrival))
+        due = nb.due(*clocks, self._ib, self._tk, self._ti, self._ak, self._ai, self._qe, self._qb, self._c)
         plan = self.plan_rescore(due, now, clocks) if len(due) else None
         if plan is None:  # only stale expiries: drop them all the same
             plan = (clocks, None, due)
@@ -516,18 +515,10 @@ class Evictor:
         if plan is None:
             return
         clocks, cols, ids = plan
-        # one compiled call: the drain, then the blocks re-placed as _place(ids, _NONE_I, cols, _NONE_I)
-        # does it (each block keeps its tier and release order; nb.rescore)
-        ids = ids if isinstance(ids, np.ndarray) else self._ids(ids)
-        values, exp_t, exp_a, pins = cols if cols is not None else (None, None, None, None)
-        args = (clocks is not None, *(clocks or (0.0, 0.0, nb._NONE_E)), ids,
-                _NONE_F if values is None else np.asarray(values, np.float64),
-                _NONE_F if exp_t is None else np.asarray(exp_t, np.float64),
-                _NONE_F if exp_a is None else np.asarray(exp_a, np.float64),
-                _NONE_B if pins is None else np.asarray(pins, np.bool_), self.pin_cap)
-        if nb.rescore(*args, *self._all()) < 0:  # an id beyond the arrays, or a heap without room: grow, then again
-            self._ensure(ids, len(ids))
-            nb.rescore(*args, *self._all())
+        if clocks is not None:
+            nb.drain(*clocks, self._ib, self._tk, self._ti, self._ak, self._ai, self._qe, self._qb, self._c)
+        if len(ids):
+            self._place(ids, _NONE_I, cols, _NONE_I)  # each block keeps its tier and release order
 
     def pop(self, n: int, now: float, arrival: int) -> list[int]:
         """Take ``n`` victims: hashless blocks first, then the lowest-ranked
