@@ -95,22 +95,10 @@ from spfcore.views import BlockBatch, BlockView, RequestView  # noqa: E402
 from spfcore_session_ttl import SessionTTLParams, SessionTTLPolicy  # noqa: E402
 
 
-class _FailOnce:
-    """A second plugin whose hook ``name`` raises once when armed (pluggy calls it after session_ttl)."""
+class _Faulty:
+    """A second plugin whose hook raises once when armed (pluggy calls it after session_ttl)."""
 
-    def __init__(self, name):
-        self.armed = False
-        setattr(self, name, hookimpl(self._hook(name)))
-
-    def _hook(self, name):
-        if name == "spfcore_blocks_evicted":
-            def hook(keys, now):
-                self._fire()
-        else:
-            def hook(request, blocks, now):
-                self._fire()
-        hook.__name__ = name
-        return hook
+    armed = False
 
     def _fire(self):
         if self.armed:
@@ -118,8 +106,20 @@ class _FailOnce:
             raise RuntimeError("injected")
 
 
-def _with_faulty(hook, num_blocks):
-    f = _FailOnce(hook)
+class _FailsInEviction(_Faulty):
+    @hookimpl
+    def spfcore_blocks_evicted(self, keys, now):
+        self._fire()
+
+
+class _FailsInStore(_Faulty):
+    @hookimpl
+    def spfcore_blocks_stored(self, request, blocks, now):
+        self._fire()
+
+
+def _with_faulty(faulty, num_blocks):
+    f = faulty()
     pol = SessionTTLPolicy(SessionTTLParams(ttl_arrivals=10, pin_cap_fraction=1.0))
     pm = new_plugin_manager()
     pm.register(f, name="faulty")  # registered first: called after session_ttl
@@ -128,7 +128,7 @@ def _with_faulty(hook, num_blocks):
 
 
 def test_an_undone_eviction_leaves_no_protection_to_the_blocks_next_hash():
-    f, pol, rt = _with_faulty("spfcore_blocks_evicted", 4)
+    f, pol, rt = _with_faulty(_FailsInEviction, 4)
     rt.release([], list(range(4)), 0.0)
     served = [0]
 
@@ -171,7 +171,7 @@ def test_an_undone_eviction_leaves_no_protection_to_the_blocks_next_hash():
 
 
 def test_a_store_put_back_by_minicache_leaves_no_protection_behind():
-    f, pol, rt = _with_faulty("spfcore_blocks_stored", 4)
+    f, pol, rt = _with_faulty(_FailsInStore, 4)
     c = MiniCache(rt, 0)
     assert c.serve(["k"], None) == []
     f.armed = True
