@@ -1,7 +1,9 @@
 """Hot-path cost of the vLLM adapter (prints figures; asserts nothing).
 
-1. Wall-clock ratio of the ``lru`` arm through the adapter (PolicyScheduler +
-   PolicyFreeQueue) vs stock vLLM (no ``scheduler_cls``) on the same
+1. Wall-clock ratio of the ``lru`` arm driven through the adapter and the
+   runtime (PolicyScheduler + PolicyFreeQueue, ``use_policy("lru",
+   vllm_order_queue=False)``; the runner's own lru arm is served by vLLM's
+   queue and reports no event) vs stock vLLM (no ``scheduler_cls``) on the same
    workload, runs interleaved A B A B ... (``--pairs`` pairs) on two engines
    held open at once, so drift of the machine hits both arms alike.
 2. For every installed arm (on the adapter engine): the policy's time per
@@ -56,6 +58,7 @@ def main(model, block_size, pressure, personas, prefix_tokens, sessions, turns, 
                   f"({pressure}x pressure)")
     stock = open_engine(spec, None)
     lru = open_engine(spec, "lru")
+    lru.use_policy("lru", vllm_order_queue=False)
     try:
         if warmup:  # not timed
             stock.run(wl, seed=seed)

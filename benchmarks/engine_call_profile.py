@@ -102,7 +102,7 @@ def record(a) -> None:
     sched = sess.scheduler
     try:
         for arm in arms:
-            sess.use_policy(arm)
+            sess.use_policy(arm, vllm_order_queue=False)  # lru too: its runtime path (the runner's is vLLM's queue)
             with record_runtime_calls() as log, gc_probe() as gcs:
                 mark(sched, log, sess)
                 t = time.monotonic()

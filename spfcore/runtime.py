@@ -1124,6 +1124,19 @@ class PolicyRuntime:
         """
         return self._has[hook]
 
+    @property
+    def vllm_order(self) -> bool:
+        """Whether this runtime's eviction order is vLLM's own free-queue order
+        and nothing else: the policy implements no hook at all (the built-in
+        ``lru``) and needs no future. The evictor's default order then is
+        exactly what vLLM's ``FreeKVCacheBlockQueue`` holds (hashless blocks
+        first, ``blocks[0]`` of a prepend first; then cached blocks, least
+        recently released first), so the vLLM adapter serves such a policy
+        with that queue itself and calls no runtime event (see
+        :meth:`spfcore.engine.vllm_adapter.PolicyFreeQueue.serve_vllm_order`).
+        """
+        return not self.needs_future and not any(self._has.values())
+
     def call_hook(self, hook: str, **kwargs):
         """Call hook ``hook`` of the policy with keyword arguments, timed and
         budgeted like every event's hooks, and return its raw answer (the

@@ -1,9 +1,10 @@
 """The vLLM adapter (spfcore.engine.vllm_adapter) against a real vLLM engine.
 
 Unit tests drive PolicyFreeQueue with vLLM's own KVCacheBlock objects; engine
-tests (marked ``engine``) start the tiny random-weight model on CPU twice per
-module (stock vLLM, then the lru arm through the adapter) and check the
-adapter's invariants at every engine step.
+tests (marked ``engine``) start the tiny random-weight model on CPU three
+times per module (stock vLLM; the lru arm as the runner serves it, on vLLM's
+own queue; lru driven through the runtime and every adapter event) and check
+the adapter's invariants at every engine step.
 """
 
 from __future__ import annotations
@@ -243,9 +244,24 @@ def stock_cell(spec):
         return s.run(adapter_workload(), seed=0, keep_outputs=True)
 
 
+def lru_through_runtime(s):
+    """Drive ``s``'s lru arm through the runtime, every adapter event reported (``vllm_order_queue=False``),
+    instead of vLLM's own queue: the order is the same (checked below), and the adapter's whole path runs."""
+    s.use_policy("lru", vllm_order_queue=False)
+
+
 @pytest.fixture(scope="module")
-def lru_session(spec, stock_cell):  # opened after the stock engine is closed
+def native_lru_cell(spec, stock_cell):
+    with open_engine(spec, "lru") as s:
+        cell = s.run(adapter_workload(), seed=0, keep_outputs=True)
+        q = s.scheduler.spf_queue
+        return cell, q.vllm_order, type(q.fallback).__name__, q.fault, s.runtime.stats()
+
+
+@pytest.fixture(scope="module")
+def lru_session(spec, native_lru_cell):  # opened after the other engines are closed
     s = open_engine(spec, "lru")
+    lru_through_runtime(s)
     checker = Checker(s)
     cell = s.run(adapter_workload(), seed=0, keep_outputs=True)
     yield s, checker, cell
@@ -267,6 +283,22 @@ def test_lru_through_adapter_equals_stock_vllm(lru_session, stock_cell):
     assert cell["cached_tokens"] == sum(EXPECTED_LRU) == 640
     assert cell["prompt_tokens"] == 7 * 316 + 256
     assert cell["prefill_tokens_recomputed"] == cell["prompt_tokens"] - 640
+
+
+@pytest.mark.engine
+def test_lru_arm_is_served_by_vllms_own_queue(native_lru_cell, lru_session, stock_cell):
+    # lru implements no hook: the runner's lru arm gets vLLM's FreeKVCacheBlockQueue and reports no runtime
+    # event, with stock vLLM's cached tokens and outputs; its eviction count is the runtime-driven lru's
+    cell, vllm_order, queue_type, fault, stats = native_lru_cell
+    assert vllm_order is True and queue_type == "FreeKVCacheBlockQueue" and fault is None
+    assert [r["cached_tokens"] for r in cell["requests"]] == EXPECTED_LRU
+    assert [r["output_token_ids"] for r in cell["requests"]] == [r["output_token_ids"] for r in stock_cell["requests"]]
+    through = lru_session[2]
+    assert cell["evictions"] == through["evictions"] > 0 and cell["evict_calls"] == through["evict_calls"]
+    assert stats["policy_seconds"] == 0.0 and stats["evict_seconds"] == 0.0  # the runtime ran no event
+    assert cell["hook_calls"] == 1  # spfcore_cache_configured, once as the runtime is built (no impl)
+    assert 0 < cell["policy_seconds"] == cell["adapter_seconds"]  # the eviction count and the label lookups
+    assert cell["policy_faults"] == 0 and cell["fail_open_allocations"] == 0 and cell["fail_open_blocks"] == 0
 
 
 @pytest.mark.engine

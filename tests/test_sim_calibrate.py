@@ -238,9 +238,13 @@ def test_the_calibrated_simulator_predicts_the_cpu_engines_hit_rate_under_load(t
         with record_runtime_calls() as sim_log:
             again = simulate(wl, arm, num_blocks=30, block_size=32, mode="concurrent", **timing.simulate_kwargs())
         assert [x["cached_tokens"] for x in again["requests"]] == [x["cached_tokens"] for x in s["requests"]]
-        key = [k for k, rt in log.runtimes.items() if log.drivers[k] == "engine" and rt.policy_name == arm
-               and sum(c[0] == "arrived" for c in log.events[k]) == 24][-1]  # the timed cell's runtime
-        diff = first_difference(events(log.events[key]), events(list(sim_log.events.values())[-1]), ids=True)
+        timed = [k for k, rt in log.runtimes.items() if log.drivers[k] == "engine" and rt.policy_name == arm
+                 and sum(c[0] == "arrived" for c in log.events.get(k, ())) == 24]  # the timed cell's runtime
+        if arm == "lru":  # vLLM's own queue serves lru (PolicyFreeQueue.serve_vllm_order): no runtime event
+            assert timed == []
+            assert abs(s["token_hit_rate"] - e["token_hit_rate"]) <= 0.01 and same >= 23, (arm, same)
+            continue
+        diff = first_difference(events(log.events[timed[-1]]), events(list(sim_log.events.values())[-1]), ids=True)
         msg = (f"{arm}: sim {s['token_hit_rate']:.4f} engine {e['token_hit_rate']:.4f}, {same} of 24 requests "
                f"the same, {e['preemptions']} preemptions\n{diff}")
         assert abs(s["token_hit_rate"] - e["token_hit_rate"]) <= 0.01 and same >= 23, msg

@@ -273,6 +273,7 @@ def test_engine_cpu_tier_loads_the_kv_pages_that_were_computed():
     # random-weight model answers the same either way.
     from vllm import SamplingParams
     from vllm.distributed.kv_transfer import get_kv_transfer_group
+    from vllm.v1.core.kv_cache_utils import get_block_hash
     from vllm.inputs import TokensPrompt
 
     from spfcore.engine.runner import EngineSpec, open_engine
@@ -286,20 +287,25 @@ def test_engine_cpu_tier_loads_the_kv_pages_that_were_computed():
         keys = s.scheduler.spf_prompt_keys(a.prompt_token_ids)  # the engine's keys: vLLM's block hashes
         assert len(keys) == 6
         worker = get_kv_transfer_group().connector_worker.spec.host_copy
+        pool = s.scheduler.kv_cache_manager.block_pool
+
+        def gpu_ids():  # vLLM's cached blocks: spfcore key (vLLM's block hash as an int) -> block id
+            return {int.from_bytes(get_block_hash(b.block_hash), "big"): b.block_id
+                    for b in pool.blocks if b.block_hash is not None}
+
         for zeroed in (False, True):
             s.run(Workload("kv", {}, [a]), 0)
-            rt = s.runtime
-            ids = [rt.table.key.index(k) for k in keys]  # (the engine's runtime keeps no key map)
+            ids = [gpu_ids()[k] for k in keys]
             pages = [d[ids].clone() for d in worker.dev]
             for p in (2, 3):
                 s.llm.generate([TokensPrompt(prompt_token_ids=list(req(p).prompt_token_ids))], sp, use_tqdm=False)
-            assert not set(keys) & set(rt.table.key)  # A left the GPU
+            assert not set(keys) & set(gpu_ids())  # A left the GPU
             if zeroed:
                 for h in worker.host:
                     h.zero_()
             out = s.llm.generate([TokensPrompt(prompt_token_ids=list(a.prompt_token_ids))], sp, use_tqdm=False)
             assert out[0].num_cached_tokens == 192  # 6 full blocks loaded from the tier
-            ids = [rt.table.key.index(k) for k in keys]
+            ids = [gpu_ids()[k] for k in keys]
             same = all(bool((d[ids] == x).all()) for d, x in zip(worker.dev, pages))
             assert same is not zeroed and all(bool(x.any()) for x in pages)
 

@@ -195,10 +195,17 @@ class EngineSession:
             nb, bs, opts = self.num_blocks, block_size, options
             self.scheduler.spf_install(lambda: PolicyRuntime.for_policy(arm, nb, bs, opts, key_map=False))
 
-    def use_policy(self, arm: str, options: Mapping[str, str] | None = None) -> None:
+    def use_policy(self, arm: str, options: Mapping[str, str] | None = None, *,
+                   vllm_order_queue: bool = True) -> None:
         """Switch this engine to another policy arm (no engine restart): the
         next :meth:`run` uses ``arm``. Only for sessions opened with a policy
         (the stock arm has no policy queue).
+
+        ``vllm_order_queue=False`` drives even an arm whose order is vLLM's
+        own (``lru``, which is otherwise served by vLLM's own queue and
+        reports no event) through the runtime and every adapter event: for
+        tests and benchmarks of the adapter itself (see
+        :meth:`~spfcore.engine.vllm_adapter.PolicySchedulerMixin.spf_install`).
 
         Requests a failed earlier run left in the engine are aborted first
         (:meth:`reset`), so a failed arm never blocks the next one.
@@ -218,7 +225,8 @@ class EngineSession:
         nb, bs = self.num_blocks, self.block_size
         PolicyRuntime.for_policy(arm, nb, bs, opts)  # fail fast
         self.reset()
-        self.scheduler.spf_install(lambda: PolicyRuntime.for_policy(arm, nb, bs, opts, key_map=False))
+        self.scheduler.spf_install(lambda: PolicyRuntime.for_policy(arm, nb, bs, opts, key_map=False),
+                                   vllm_order_queue=vllm_order_queue)
         self.arm, self.options = arm, opts
 
     def reset(self) -> int:

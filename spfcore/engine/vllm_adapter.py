@@ -31,7 +31,12 @@ follows the same code paths), with no fork and no patch of vLLM's files:
      ``runtime.release``.
 
 With no policy installed the scheduler is stock vLLM: the queue is not
-replaced and no wrapper is installed.
+replaced and no wrapper is installed. A policy that implements no hook (the
+built-in ``lru``: :attr:`PolicyRuntime.vllm_order
+<spfcore.runtime.PolicyRuntime.vllm_order>`) is vLLM's own order, so its queue
+is vLLM's own ``FreeKVCacheBlockQueue`` from the start
+(:meth:`PolicyFreeQueue.serve_vllm_order`): no runtime event is reported and
+spfcore's time is the eviction count alone.
 
 Policy faults fail open. Any exception from the runtime (a hook that raises,
 answers garbage, NaN, bad or duplicate victim indices, or exceeds its time
@@ -153,8 +158,12 @@ class PolicyFreeQueue:
             (``arrived``, ``hit``, ``evict``, ``stored``, ``finished``,
             ``release``, ``remove``, ``future``, ``reset``) and
             ``"ExceptionType: message"``.
-        fallback: ``None``, or after a fault vLLM's own
-            ``FreeKVCacheBlockQueue`` that serves every operation from then on.
+        fallback: ``None``, or vLLM's own ``FreeKVCacheBlockQueue`` that
+            serves every operation from then on: after a fault, or from the
+            start for a policy whose order is vLLM's own
+            (:meth:`serve_vllm_order`).
+        vllm_order: Whether :meth:`serve_vllm_order` put vLLM's own queue in
+            charge (no fault).
         fail_open_allocations: Allocations (``popleft_n`` calls) served in
             vLLM's order because of the fault.
         fail_open_blocks: Blocks those allocations handed out.
@@ -181,6 +190,7 @@ class PolicyFreeQueue:
         self.on_fault: Callable[[dict], None] | None = None  # set by PolicyScheduler
         self.fault: dict | None = None
         self.fallback: FreeKVCacheBlockQueue | None = None
+        self.vllm_order = False
         self.fail_open_allocations = 0
         self.fail_open_blocks = 0
         self._touched: list[int] | None = None  # ids taken out while a pool touch runs (see touch_many)
@@ -193,6 +203,30 @@ class PolicyFreeQueue:
         ids = [b.block_id for b in free_blocks]
         self.runtime.release([], ids, self.clock())
         self._set_order(ids)
+
+    def serve_vllm_order(self, free_blocks: Sequence) -> None:
+        """Step 0 for a policy whose order is vLLM's own
+        (:attr:`PolicyRuntime.vllm_order <spfcore.runtime.PolicyRuntime.vllm_order>`:
+        no hook, the built-in ``lru``): vLLM's own ``FreeKVCacheBlockQueue``
+        over ``free_blocks`` (``free_blocks[0]`` handed out first) serves
+        every operation, as after a fault but with none recorded, and the
+        runtime is called for no event: it would order the blocks as that
+        queue does (the engine tests check ``lru`` against stock vLLM, cached
+        tokens and outputs), at 0.6-0.9 ms a request of 520 blocks on the
+        H200 (results/gpu-h200-8268a89) where vLLM's queue costs tens of
+        microseconds. Only the runtime's ``evictions`` (cached victims) and
+        ``evict_calls`` are kept, by :meth:`popleft_n`.
+        """
+        self._to_vllm_queue(free_blocks)
+        self.vllm_order = True
+
+    def _to_vllm_queue(self, free_blocks: Sequence) -> None:
+        blocks = self.blocks
+        for b in blocks:  # stale links from an earlier stock queue would hide a bad remove()
+            b.prev_free_block = b.next_free_block = None
+        self.fallback = FreeKVCacheBlockQueue(list(free_blocks))
+        self.num_free_blocks = self.fallback.num_free_blocks
+        self._stamp = [None] * len(blocks)
 
     def _set_order(self, ids) -> None:
         st = self._stamp = [None] * len(self.blocks)
@@ -220,7 +254,7 @@ class PolicyFreeQueue:
             exc: The exception; the hook is read from ``exc.hook`` or from a
                 ``hook spfcore_...`` phrase in the message (PolicyError).
         """
-        if self.fallback is not None:
+        if self.fault is not None:
             return
         msg = str(exc).splitlines()[0] if str(exc) else ""
         hook = getattr(exc, "hook", None)
@@ -229,12 +263,10 @@ class PolicyFreeQueue:
             hook = m.group(1) if m else None
         self.fault = {"policy": getattr(exc, "policy", None) or self.runtime.policy_name, "hook": hook,
                       "where": where, "error": f"{type(exc).__name__}: {msg}".rstrip(": ")}
-        blocks = self.blocks
-        for b in blocks:  # stale links from an earlier stock queue would hide a bad remove()
-            b.prev_free_block = b.next_free_block = None
-        self.fallback = FreeKVCacheBlockQueue([blocks[i] for i in self._free_ids()])
-        self.num_free_blocks = self.fallback.num_free_blocks
-        self._stamp = [None] * len(blocks)
+        if self.fallback is None:  # (in vllm_order mode vLLM's queue holds the free blocks already)
+            blocks = self.blocks
+            self._to_vllm_queue([blocks[i] for i in self._free_ids()])
+        self.vllm_order = False
         if self.on_fault is not None:
             self.on_fault(self.fault)
 
@@ -243,8 +275,15 @@ class PolicyFreeQueue:
             raise ValueError(f"No free blocks available: asked for {n}, {self.fallback.num_free_blocks} free")
         out = self.fallback.popleft_n(n)
         self.num_free_blocks = self.fallback.num_free_blocks
-        self.fail_open_allocations += 1
-        self.fail_open_blocks += n
+        if self.vllm_order:  # the runtime's counts: cached victims (vLLM drops their hashes after this call)
+            t = _perf()
+            rt = self.runtime
+            rt.evict_calls += 1
+            rt.evictions += n - [b.block_hash for b in out].count(None)
+            self.adapter_seconds += _perf() - t
+        else:
+            self.fail_open_allocations += 1
+            self.fail_open_blocks += n
         return out
 
     # ----------------------------------------------------------- evictions
@@ -401,7 +440,8 @@ class PolicyFreeQueue:
     def iter_blocks_after(self, cursor):
         """Not supported while the policy is in charge: the policy order is
         not a linked list (vLLM's simple KV offload connector walks the queue
-        with this). After a fault, vLLM's own queue answers.
+        with this). After a fault, or in :attr:`vllm_order` mode, vLLM's own
+        queue answers.
 
         Raises:
             NotImplementedError: while no fault happened.
@@ -439,6 +479,7 @@ class PolicySchedulerMixin:
         super().__init__(*args, **kwargs)
         self.spf_queue: PolicyFreeQueue | None = None
         self._spf_factory: RuntimeFactory | None = None
+        self._spf_vllm_queue = True  # spf_install's vllm_order_queue
         self._spf_requests: dict[str, _RequestState] = {}
         self._spf_labels: dict[str, tuple] = {}
         self._spf_arrivals = 0
@@ -507,7 +548,7 @@ class PolicySchedulerMixin:
         except Exception as exc:  # noqa: BLE001 - fail open, recorded
             q.fail_open(where, exc)
 
-    def spf_install(self, factory: RuntimeFactory) -> PolicyRuntime:
+    def spf_install(self, factory: RuntimeFactory, *, vllm_order_queue: bool = True) -> PolicyRuntime:
         """Replace the free queue with a policy queue on a fresh runtime.
 
         ``factory()`` builds the runtime now and again after every successful
@@ -517,6 +558,13 @@ class PolicySchedulerMixin:
         Args:
             factory: ``() -> PolicyRuntime`` for this pool (``num_blocks`` =
                 :attr:`spf_num_blocks`, ``block_size`` = :attr:`spf_block_size`).
+            vllm_order_queue: A runtime whose order is vLLM's own
+                (:attr:`PolicyRuntime.vllm_order
+                <spfcore.runtime.PolicyRuntime.vllm_order>`, the built-in
+                ``lru``) gets vLLM's own queue
+                (:meth:`PolicyFreeQueue.serve_vllm_order`). ``False``: every
+                runtime is driven through every event all the same (tests and
+                benchmarks of the adapter itself).
 
         Returns:
             The new runtime (call ``set_future`` on it for needs-future policies).
@@ -534,7 +582,12 @@ class PolicySchedulerMixin:
             raise RuntimeError(f"cannot install a policy while requests hold KV blocks ({used} in use, "
                                f"{len(self.requests)} requests known to the scheduler); "
                                "abort them first (EngineSession.reset())")
-        self._spf_new_runtime(pool.free_block_queue.get_all_free_blocks(), factory)
+        before, self._spf_vllm_queue = self._spf_vllm_queue, vllm_order_queue
+        try:
+            self._spf_new_runtime(pool.free_block_queue.get_all_free_blocks(), factory)
+        except BaseException:
+            self._spf_vllm_queue = before  # the queue in place stays, with its factory's setting
+            raise
         self._spf_factory = factory
         if not getattr(self, "_spf_wrapped", False):
             self._spf_wrap()
@@ -581,7 +634,10 @@ class PolicySchedulerMixin:
                              f"pool has {self.spf_num_blocks} of {self.spf_block_size}")
         pool = self.kv_cache_manager.block_pool
         queue = PolicyFreeQueue(pool.blocks, runtime, self._spf_clock)
-        queue.install_free(free_blocks)
+        if runtime.vllm_order and self._spf_vllm_queue:
+            queue.serve_vllm_order(free_blocks)
+        else:
+            queue.install_free(free_blocks)
         queue.before_evict = self._spf_flush_hit
         queue.on_fault = self._spf_on_fault
         pool.free_block_queue = queue
@@ -625,7 +681,7 @@ class PolicySchedulerMixin:
         q = self.spf_queue
         if q is None:
             return
-        if q.fallback is None:
+        if q.fault is None:
             self._spf_metrics.publish(q.runtime, q)
         else:
             self._spf_metrics.publish_fail_open(q)
@@ -671,6 +727,9 @@ class PolicySchedulerMixin:
         if label is None and "-" in rid:
             ext = rid.rsplit("-", 1)[0]
             label = self._spf_labels.pop(ext, None)
+        if self.spf_queue.fallback is not None:  # vLLM's own queue serves (vllm_order, or a fault): no event
+            self.spf_queue.adapter_seconds += _perf() - t
+            return
         session_id, group = label if label is not None else (None, None)
         tokens = request.prompt_token_ids or ()
         keys = vllm_keys(request.block_hashes[: len(tokens) // self.spf_block_size])
