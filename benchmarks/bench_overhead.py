@@ -6,7 +6,8 @@
    queue and reports no event) vs stock vLLM (no ``scheduler_cls``) on the same
    workload, runs interleaved A B A B ... (``--pairs`` pairs) on two engines
    held open at once, so drift of the machine hits both arms alike.
-2. For every installed arm (on the adapter engine): the policy's time per
+2. For every installed arm as the runner serves it (on the adapter engine;
+   ``lru`` there is vLLM's own queue, so its runtime times read 0): the policy's time per
    allocation (``evict_seconds / evict_calls``: victim choice, hooks included)
    and per hook call (``hook_seconds / hook_calls``), and whether the engine's
    per-request cached tokens equal the simulator's (``spfcore.sim``).

@@ -277,6 +277,10 @@ class CellRecord:
         evict_calls, hints_issued, hints_used, pins_refused: The runtime's
             counters (:meth:`spfcore.runtime.PolicyRuntime.stats`; seconds and
             counts); stock vLLM has no runtime: ``evictions`` None, the rest 0.
+            In the engine an arm served by vLLM's own queue (``lru``:
+            :meth:`~spfcore.engine.vllm_adapter.PolicyFreeQueue.serve_vllm_order`)
+            keeps ``evictions`` and ``evict_calls`` only; its runtime's
+            seconds are 0 and its spfcore time is ``adapter_seconds``.
     """
 
     arm: str = attrs.field(validator=_str)
