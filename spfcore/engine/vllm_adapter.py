@@ -36,7 +36,7 @@ built-in ``lru``: :attr:`PolicyRuntime.vllm_order
 <spfcore.runtime.PolicyRuntime.vllm_order>`) is vLLM's own order, so its queue
 is vLLM's own ``FreeKVCacheBlockQueue`` from the start
 (:meth:`PolicyFreeQueue.serve_vllm_order`): no runtime event is reported and
-spfcore's time is the eviction count alone.
+spfcore's time is the eviction count and the label lookups.
 
 Policy faults fail open. Any exception from the runtime (a hook that raises,
 answers garbage, NaN, bad or duplicate victim indices, or exceeds its time
