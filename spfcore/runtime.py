@@ -415,6 +415,11 @@ class PolicyRuntime:
             decisions do not depend on it.
     """
 
+    #: The keys :meth:`stored` takes: block keys (``False``), or, for a
+    #: compiled engine runtime (:mod:`spfcore.engine.compiled`), vLLM's
+    #: ``BlockHash`` bytes themselves (the adapter then builds no keys).
+    wants_block_hashes = False
+
     def __init__(self, pm: pluggy.PluginManager, num_blocks: int, block_size: int, *,
                  policy_name: str = "?", needs_future: bool = False,
                  pin_cap_fraction: float = 0.5, hook_budget_s: float | None = None,

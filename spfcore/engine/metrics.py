@@ -108,8 +108,8 @@ class PolicyMetrics:
         if runtime is not self._runtime:
             self._runtime, self._last = runtime, (0, 0.0, 0.0, 0, 0, 0)
             self._fail_open_seen = 0
-        ev = runtime.evictor
-        now = (runtime.evictions, runtime.hook_seconds, runtime.policy_seconds, ev.pins_refused,
+        ev = getattr(runtime, "evictor", None)  # (a compiled runtime has none: it pins nothing)
+        now = (runtime.evictions, runtime.hook_seconds, runtime.policy_seconds, ev.pins_refused if ev else 0,
                runtime.hints_issued, runtime.hints_used)
         last, self._last = self._last, now
         if now[0] > last[0]:

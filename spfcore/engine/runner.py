@@ -190,13 +190,29 @@ class EngineSession:
         self.max_model_len = int(llm.llm_engine.model_config.max_model_len)
         self.policy = arm != "stock"
         if self.policy:
-            from spfcore.runtime import PolicyRuntime
+            self.scheduler.spf_install(self._factory(arm, options, compiled=True))
 
-            nb, bs, opts = self.num_blocks, block_size, options
-            self.scheduler.spf_install(lambda: PolicyRuntime.for_policy(arm, nb, bs, opts, key_map=False))
+    def _factory(self, arm: str, opts: dict, *, compiled: bool):
+        """The runtime factory of ``arm``: a fresh
+        :class:`~spfcore.runtime.PolicyRuntime` (no key map: vLLM keeps its
+        own), or with ``compiled`` and no CPU tier the compiled runtime that
+        stands in for its policy, where there is one
+        (:func:`spfcore.engine.compiled.compiled_runtime`)."""
+        from spfcore.runtime import PolicyRuntime
+
+        nb, bs, tier = self.num_blocks, self.block_size, self.spec.cpu_blocks is not None
+
+        def factory():
+            rt = PolicyRuntime.for_policy(arm, nb, bs, opts, key_map=False)
+            if not compiled or tier:
+                return rt
+            from spfcore.engine.compiled import compiled_runtime
+
+            return compiled_runtime(rt) or rt
+        return factory
 
     def use_policy(self, arm: str, options: Mapping[str, str] | None = None, *,
-                   vllm_order_queue: bool = True) -> None:
+                   vllm_order_queue: bool = True, compiled: bool = True) -> None:
         """Switch this engine to another policy arm (no engine restart): the
         next :meth:`run` uses ``arm``. Only for sessions opened with a policy
         (the stock arm has no policy queue).
@@ -209,6 +225,10 @@ class EngineSession:
 
         Requests a failed earlier run left in the engine are aborted first
         (:meth:`reset`), so a failed arm never blocks the next one.
+
+        ``compiled=False`` runs the policy's hooks even where a compiled
+        runtime stands in for them (:mod:`spfcore.engine.compiled`: the
+        shipped ``frequency``): for tests and benchmarks that compare the two.
 
         Raises:
             ValueError: on a stock session or ``arm`` ``"stock"``/``None``.
@@ -225,8 +245,7 @@ class EngineSession:
         nb, bs = self.num_blocks, self.block_size
         PolicyRuntime.for_policy(arm, nb, bs, opts)  # fail fast
         self.reset()
-        self.scheduler.spf_install(lambda: PolicyRuntime.for_policy(arm, nb, bs, opts, key_map=False),
-                                   vllm_order_queue=vllm_order_queue)
+        self.scheduler.spf_install(self._factory(arm, opts, compiled=compiled), vllm_order_queue=vllm_order_queue)
         self.arm, self.options = arm, opts
 
     def reset(self) -> int:
@@ -466,6 +485,8 @@ class EngineSession:
         queue = self.scheduler.spf_queue if self.policy else None
         fault = queue.fault if queue is not None else None
         adapter = queue.adapter_seconds if queue is not None else 0.0
+        served_by = ("stock" if queue is None else "vllm-queue" if queue.vllm_order
+                     else "compiled" if runtime.wants_block_hashes else "hooks")
         stats["policy_seconds"] += adapter  # all of spfcore's time: the runtime's events and the adapter's own
         qd = np.array([r["queue_s"] for r in rows if r.get("queue_s") is not None], dtype=float)
         tier = self._tier_fields(rows) if self.spec.cpu_blocks is not None else {}
@@ -476,7 +497,7 @@ class EngineSession:
                    max_num_batched_tokens=int(self.scheduler.max_num_scheduled_tokens),
                    num_requests=len(rows), prompt_tokens=prompt, cached_tokens=cached,
                    token_hit_rate=cached / prompt if prompt else 0.0, prefill_tokens_recomputed=prompt - cached,
-                   **stats, adapter_seconds=adapter, policy_faults=int(fault is not None), policy_fault=fault,
+                   **stats, adapter_seconds=adapter, served_by=served_by, policy_faults=int(fault is not None), policy_fault=fault,
                    fail_open_allocations=queue.fail_open_allocations if queue is not None else 0,
                    fail_open_blocks=queue.fail_open_blocks if queue is not None else 0,
                    queue_p50_s=q(qd, 50), queue_p95_s=q(qd, 95),

@@ -453,6 +453,11 @@ class PolicyFreeQueue:
 
 
 class _RequestState:
+    """A request the runtime heard of: its view, its block keys (the prompt's
+    :func:`vllm_keys`, decode blocks appended as they are stored; ``None``
+    when the runtime takes vLLM's block hashes themselves), whether its hit
+    was reported."""
+
     __slots__ = ("hit_done", "keys", "view")
 
     def __init__(self, view: RequestView, keys: list) -> None:
@@ -508,8 +513,19 @@ class PolicySchedulerMixin:
         self._spf_served = True
         info = registry.get(name)
         bs, nb = self.spf_block_size, self.spf_num_blocks
-        runtime = self.spf_install(lambda: PolicyRuntime.for_policy(name, nb, bs, options, key_map=False))
-        inst = runtime.pm.get_plugin(name)
+        tier = self.connector is not None
+
+        def factory():  # the compiled runtime where one stands in for the policy (not with a CPU tier)
+            rt = PolicyRuntime.for_policy(name, nb, bs, options, key_map=False)
+            if tier:
+                return rt
+            from spfcore.engine.compiled import compiled_runtime
+
+            return compiled_runtime(rt) or rt
+
+        runtime = self.spf_install(factory)
+        pm = getattr(runtime, "pm", None) or PolicyRuntime.for_policy(name, nb, bs, options).pm
+        inst = pm.get_plugin(name)
         params = attrs.asdict(inst.params) if attrs.has(type(getattr(inst, "params", None))) else dict(options)
         logger.info("spfcore policy %s (%s %s) params %s orders evictions: %s, %d blocks of %d tokens%s",
                     name, info.distribution, info.version, json.dumps(params, sort_keys=True, default=str),
@@ -732,9 +748,13 @@ class PolicySchedulerMixin:
             return
         session_id, group = label if label is not None else (None, None)
         tokens = request.prompt_token_ids or ()
-        keys = vllm_keys(request.block_hashes[: len(tokens) // self.spf_block_size])
+        runtime = self.spf_queue.runtime
+        if runtime.wants_block_hashes:  # a compiled runtime: vLLM's hashes as they are, no keys in the view
+            keys = None
+        else:
+            keys = vllm_keys(request.block_hashes[: len(tokens) // self.spf_block_size])
         now = self._spf_clock()
-        view = RequestView(ext, session_id, self._spf_arrivals, now, len(tokens), tuple(keys), group)
+        view = RequestView(ext, session_id, self._spf_arrivals, now, len(tokens), tuple(keys or ()), group)
         self._spf_arrivals += 1
         self._spf_requests[rid] = _RequestState(view, keys)
         if self.connector is not None and offload_manager(self) is not None:
@@ -743,7 +763,7 @@ class PolicySchedulerMixin:
                 okeys[make_offload_key(bh, 0)] = k
             self._spf_tier_views[rid] = view
         self.spf_queue.adapter_seconds += _perf() - t
-        self.spf_guarded("arrived", self.spf_queue.runtime.arrived, view, now)
+        self.spf_guarded("arrived", runtime.arrived, view, now)
 
     # ------------------------------------------------------------ CPU tier
     def _build_kv_connector_meta(self, connector, scheduler_output):
@@ -852,7 +872,9 @@ class PolicySchedulerMixin:
                 return
             t = _perf()
             keys = state.keys
-            if len(keys) < num_full_blocks:  # decode blocks: vLLM hashed them as they filled
+            if keys is None:  # the runtime takes vLLM's block hashes themselves (wants_block_hashes)
+                keys = request.block_hashes
+            elif len(keys) < num_full_blocks:  # decode blocks: vLLM hashed them as they filled
                 keys.extend(vllm_keys(request.block_hashes[len(keys):num_full_blocks]))
             ids = [b.block_id for b in blocks[num_cached_blocks:num_full_blocks]]
             if null_id not in ids and kwargs.get("block_mask", args[2] if len(args) > 2 else None) is None:

@@ -354,6 +354,10 @@ class EngineRecord(CellRecord):
         adapter_seconds: The adapter's own work, seconds (:attr:`spfcore.engine.vllm_adapter.PolicyFreeQueue.adapter_seconds`),
             already included in ``policy_seconds``, which is all of spfcore's time in the engine: the runtime's
             events plus this; 0 for stock vLLM. None (left out) in records written before it was measured.
+        served_by: What decided the eviction order: ``"hooks"`` (the policy's hooks through a
+            :class:`~spfcore.runtime.PolicyRuntime`), ``"compiled"`` (a compiled runtime standing in for the
+            shipped policy, same decisions: :mod:`spfcore.engine.compiled`), ``"vllm-queue"`` (vLLM's own free
+            queue: an arm whose order is vLLM's, ``lru``) or ``"stock"``. None (left out) in older records.
         ttft_p50_s, ttft_p95_s, ttft_p99_s, ttft_mean_s, e2e_p50_s, e2e_p95_s: Latencies.
         throughput_rps: Finished requests / ``wall_s`` (requests per second).
         wall_s: The run's wall time.
@@ -373,6 +377,7 @@ class EngineRecord(CellRecord):
     queue_p95_s: float = attrs.field(validator=_nonneg, metadata=_MEAN)
     preemptions: int = attrs.field(validator=_count, metadata=_MEAN)
     adapter_seconds: float | None = attrs.field(default=None, validator=_opt_nonneg)
+    served_by: str | None = attrs.field(default=None, validator=_opt_of(str, "a string"))
     ttft_p50_s: float = attrs.field(validator=_nonneg, metadata=_MEAN)
     ttft_p95_s: float = attrs.field(validator=_nonneg, metadata=_MEAN)
     ttft_p99_s: float = attrs.field(validator=_nonneg, metadata=_MEAN)

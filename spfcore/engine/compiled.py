@@ -1,0 +1,287 @@
+"""Compiled engine runtimes: a shipped arm's decisions without its Python
+hooks, for the engine's hot path (issue 11, part 5).
+
+In the engine every request makes about ten runtime events over ~520
+blocks (the seed's scale), and a :class:`~spfcore.runtime.PolicyRuntime`
+runs the policy's Python hooks over dicts of 256-bit block hashes there:
+1-2 ms a request on the H200, mostly cold-cache memory traffic
+(results/gpu-h200-engine-calls-75ab649). A compiled runtime stands in for
+one shipped policy class (the class itself, not a subclass, with parameters
+it takes; :func:`compiled_runtime` decides) and makes one numba kernel call
+per event over int arrays, with the same decisions: the same victims in the
+same order, and the same admissions and scores
+(``tests/test_engine_compiled.py`` replays recorded event streams through
+both). It serves the driver interface of ``PolicyRuntime`` that the vLLM
+adapter uses (the events, ``free_ids``, ``num_free``, ``stats`` and the
+counters) and no more: no key map, no hook relay, no checkpoint.
+
+Its keys are vLLM's block hashes themselves (:attr:`wants_block_hashes`):
+the adapter hands ``stored`` the 32-byte ``BlockHash`` values rather than
+:func:`~spfcore.engine.vllm_adapter.vllm_keys`, and the kernels intern all
+256 bits (:mod:`spfcore.engine._frequency_nb`), so keys are equal exactly
+when the hook path's keys are.
+
+The simulator keeps its own compiled replays (per trace,
+:mod:`spfcore.sim.simulator`'s ``KERNELS``); these are per event, because
+vLLM owns the pool and the prefix-cache map in the engine.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from spfcore.runtime import PolicyError, PolicyRuntime
+from spfcore.views import RequestView
+
+_perf = time.perf_counter
+#: vLLM's block hash length this runtime interns, bytes (sha256 and sha256_cbor).
+HASH_BYTES = 32
+
+
+def compiled_runtime(rt: PolicyRuntime) -> FrequencyKernelRuntime | None:
+    """A compiled runtime standing in for ``rt``'s policy, or ``None`` where
+    none does (then ``rt`` itself serves).
+
+    Stands in for: the shipped ``frequency`` plugin's own class
+    (``spfcore_frequency.FrequencyPolicy``, alone in ``rt``'s plugin manager,
+    hook calls not monitored, no hook budget) with int ``min_count >= 1``
+    and ``ghost_factor >= 0`` within int64.
+
+    Args:
+        rt: A fresh runtime of the configured policy (its
+            ``spfcore_cache_configured`` already called).
+    """
+    from spfcore.runtime import _PLAIN_EXEC
+
+    if rt.hook_budget_s is not None or getattr(rt.pm, "_inner_hookexec", None) is not _PLAIN_EXEC:
+        return None
+    plugins = rt.pm.get_plugins()
+    if len(plugins) != 1:
+        return None
+    inst = next(iter(plugins))
+    cls = type(inst)
+    if (cls.__module__, cls.__qualname__) != ("spfcore_frequency", "FrequencyPolicy"):
+        return None
+    from spfcore.sim.simulator import _frequency_params
+
+    p = _frequency_params(rt)
+    if p is None:
+        return None
+    return FrequencyKernelRuntime(rt.num_blocks, rt.block_size, min_count=p[0], ghost_cap=p[1],
+                                  policy_name=rt.policy_name)
+
+
+def _ids(ids) -> np.ndarray:
+    return ids if isinstance(ids, np.ndarray) else np.array(ids, np.int64)
+
+
+class FrequencyKernelRuntime:
+    """The shipped ``frequency`` arm as numba kernels
+    (:mod:`spfcore.engine._frequency_nb`), with
+    :class:`~spfcore.runtime.PolicyRuntime`'s driver interface.
+
+    Args:
+        num_blocks: Pool size, blocks (physical ids ``0 .. num_blocks-1``).
+        block_size: Tokens per block.
+        min_count: Accesses a block's hash needs to be admitted (>= 1).
+        ghost_cap: Ghost entries kept, ``ghost_factor * num_blocks`` (>= 0).
+        policy_name: For error messages and the fault record.
+
+    Attributes:
+        policy_seconds: Wall time of every event, seconds
+            (``time.perf_counter``); ``hook_seconds`` stays 0 (no hook runs).
+        hook_calls: The hook calls the hook path would have made
+            (``spfcore_blocks_hit`` per hit event, ``spfcore_blocks_stored``
+            per non-empty store, ``spfcore_blocks_evicted`` per allocation
+            with a cached victim, admit + score per release of cached
+            blocks), as the simulator's compiled replays count them.
+        evictions, evict_calls, evict_seconds: As the runtime's.
+
+    Errors: every event raises :class:`~spfcore.runtime.PolicyError`
+    (naming the policy and the block) when the driver breaks the event
+    protocol (a block released twice, a hit or cached release of a block
+    without a hash, a hash that is not 32 bytes); nothing of that event is
+    applied. ``evict`` raises ``ValueError`` when fewer than ``n`` blocks
+    are free, as the runtime does.
+    """
+
+    wants_block_hashes = True
+    needs_future = False
+    vllm_order = False
+    hints_issued = hints_used = 0
+    hook_seconds = 0.0
+
+    def __init__(self, num_blocks: int, block_size: int, *, min_count: int, ghost_cap: int,
+                 policy_name: str = "frequency") -> None:
+        from spfcore.evictor import prepare_numba
+
+        prepare_numba()
+        from spfcore.engine import _frequency_nb as nb
+
+        nb.warm()
+        self.nb, self.num_blocks, self.block_size, self.policy_name = nb, num_blocks, block_size, policy_name
+        self.s = s = nb.new_state(num_blocks, min_count, ghost_cap)
+        self.c = s["c"]
+        self.c[nb.HOOK_CALLS] = 1  # spfcore_cache_configured, as the runtime counts it at construction
+        self.policy_seconds = self.evict_seconds = 0.0
+        self.arrival = 0
+        self._k = nb
+        self._touch_args = (s["inn"], self.c)
+        self._hit_args = (s["key_of"], s["cnt"], self.c)
+        self._stored_args = tuple(s[x] for x in ("key_of", "nblk", "kw", "T", "mask", "fk", "cnt", "gv", "gn",
+                                                 "gp", "c"))
+        self._evict_args = tuple(s[x] for x in ("out", "key_of", "nblk", "hs", "hfree", "inn", "ordr", "cnt", "gv",
+                                                "gn", "gp", "ghost_cap", "ov", "oo", "ob", "ox", "kw", "T", "mask",
+                                                "fk", "c"))
+        self._release_args = tuple(s[x] for x in ("key_of", "hs", "hfree", "inn", "ordr", "cnt", "min_count",
+                                                  "ov", "oo", "ob", "ox", "c"))
+        self._empty = np.zeros(0, np.int64)
+
+    # ------------------------------------------------------------ counters
+    @property
+    def evictions(self) -> int:
+        """Cached victims so far."""
+        return int(self.c[self.nb.EVICTIONS])
+
+    @property
+    def evict_calls(self) -> int:
+        """Allocations (``evict`` calls that took blocks) so far."""
+        return int(self.c[self.nb.EVICT_CALLS])
+
+    @property
+    def hook_calls(self) -> int:
+        return int(self.c[self.nb.HOOK_CALLS])
+
+    def stats(self) -> dict:
+        """:meth:`PolicyRuntime.stats <spfcore.runtime.PolicyRuntime.stats>`'s counters."""
+        return {"hook_seconds": 0.0, "hook_calls": self.hook_calls, "policy_seconds": self.policy_seconds,
+                "evictions": self.evictions, "evict_seconds": self.evict_seconds, "evict_calls": self.evict_calls,
+                "hints_issued": 0, "hints_used": 0, "pins_refused": 0}
+
+    def _bad(self, what: str) -> PolicyError:
+        return PolicyError(f"policy {self.policy_name!r} (compiled runtime): {what}", policy=self.policy_name)
+
+    # ------------------------------------------------------------ events
+    def arrived(self, request: RequestView, now: float) -> tuple:
+        """A request arrived: nothing to decide (frequency has no arrival
+        hook and no expiring score). Returns no prefetch hint."""
+        self.arrival = request.arrival_index
+        return ()
+
+    def hit(self, request: RequestView, ids: Sequence[int], now: float) -> None:
+        """The lookup hit blocks ``ids``: each one's hash counts one more access."""
+        t0 = _perf()
+        try:
+            a = _ids(ids) if len(ids) else self._empty
+            r = self._k.hit(a, *self._hit_args)
+            if r:
+                raise self._bad(f"hit block {int(a[-1 - r])} holds no block hash")
+        finally:
+            self.policy_seconds += _perf() - t0
+
+    def stored(self, request: RequestView, ids: Sequence[int], keys: Sequence[bytes], first_depth: int,
+               parent, num_tokens: int, now: float) -> None:
+        """Blocks ``ids`` were cached with vLLM block hashes ``keys`` (32
+        bytes each, :data:`HASH_BYTES`); ``first_depth``, ``parent`` and
+        ``num_tokens`` are not read."""
+        t0 = _perf()
+        try:
+            n = len(ids)
+            if not n:
+                return
+            raw = b"".join(keys)
+            if len(raw) != HASH_BYTES * n or len(keys) != n:
+                raise self._bad(f"stored {n} blocks with {len(keys)} hashes of {len(raw)} bytes in all: "
+                                f"need {HASH_BYTES} bytes a block")
+            w = np.frombuffer(raw, np.int64)
+            a = _ids(ids)
+            r = self._k.stored(a, w.reshape(n, 4), *self._stored_args)
+            if r:
+                raise self._bad(f"stored block {int(a[-1 - r])} holds a block hash already")
+        finally:
+            self.policy_seconds += _perf() - t0
+
+    def finished(self, request: RequestView, now: float) -> None:
+        """The request finished: nothing to do (no finished hook)."""
+
+    def release(self, cached_ids: Sequence[int], hashless_ids: Sequence[int], now: float) -> None:
+        """Blocks whose ref count reached 0: cached ones admitted and scored
+        by their hash's count, into the order; hashless ones on top."""
+        t0 = _perf()
+        try:
+            ca = _ids(cached_ids) if len(cached_ids) else self._empty
+            ha = _ids(hashless_ids) if len(hashless_ids) else self._empty
+            r = self._k.release(ca, ha, *self._release_args)
+            if r:
+                j = -1 - r
+                b = int(ca[j]) if j < len(ca) else int(ha[j - len(ca)])
+                raise self._bad(f"released block {b}: free already, or cached without a block hash")
+        finally:
+            self.policy_seconds += _perf() - t0
+
+    def evict(self, n: int, now: float) -> list[int]:
+        """Take ``n`` free blocks for an allocation (hashless first, then the
+        lowest ``(admitted, count, release order)``).
+
+        Raises:
+            ValueError: if fewer than ``n`` blocks are free.
+        """
+        t0 = _perf()
+        try:
+            if self._k.evict(n, *self._evict_args):
+                raise ValueError(f"No free blocks available: asked for {n}, {self.num_free} free")
+            return self.s["out"][:n].tolist()
+        finally:
+            self.policy_seconds += (dt := _perf() - t0)
+            self.evict_seconds += dt
+
+    def touch(self, ids: Sequence[int]) -> None:
+        """Hit blocks that were free leave the order.
+
+        Raises:
+            KeyError: a block is not a free cached block (nothing applied).
+        """
+        t0 = _perf()
+        try:
+            a = _ids(list(ids))
+            r = self._k.touch(a, *self._touch_args)
+            if r:
+                raise KeyError(int(a[-1 - r]))
+        finally:
+            self.policy_seconds += _perf() - t0
+
+    def forget(self, ids: Sequence[int]) -> None:
+        """Not supported: a prefix-cache reset starts a fresh runtime.
+
+        Raises:
+            NotImplementedError: always."""
+        raise NotImplementedError("FrequencyKernelRuntime.forget: start a fresh runtime instead")
+
+    # ------------------------------------------------------------ queries
+    @property
+    def num_free(self) -> int:
+        """Free blocks now (hashless and cached), blocks."""
+        c = self.c
+        return int(c[self.nb.HSN] + c[self.nb.LRUN])
+
+    def free_ids(self) -> list[int]:
+        """Every free block id: hashless first (the next one handed out
+        first), then cached in no fixed order."""
+        s = self.s
+        return s["hs"][: self.c[self.nb.HSN]][::-1].tolist() + np.flatnonzero(s["inn"]).tolist()
+
+    def is_free(self, block_id: int) -> bool:
+        """Whether physical block ``block_id`` is free."""
+        return bool(self.s["inn"][block_id] or self.s["hfree"][block_id])
+
+    def implements(self, hook: str) -> bool:
+        """The hooks the stand-in's policy implements (``frequency``'s)."""
+        return hook in _FREQUENCY_HOOKS
+
+
+_FREQUENCY_HOOKS = frozenset({"spfcore_cache_configured", "spfcore_blocks_stored", "spfcore_blocks_hit",
+                              "spfcore_blocks_evicted", "spfcore_admit_blocks", "spfcore_score_blocks",
+                              "spfcore_tier_admit", "spfcore_tier_score"})
