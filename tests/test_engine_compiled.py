@@ -67,11 +67,12 @@ def replay(log, rt, raw: bool) -> list:
 
 def _state(rt: FrequencyKernelRuntime, h: bytes) -> tuple[int, int]:
     """(count, ghost count) of hash ``h`` in the compiled state, (0, 0) if not interned."""
+    from spfcore.engine._frequency_nb import CNT, GV
     s = rt.s
     w = np.frombuffer(h, np.int64)
-    live = s["T"][s["T"] >= 0]
-    hit = live[(s["kw"][live] == w).all(axis=1)]
-    return (int(s["cnt"][hit[0]]), int(s["gv"][hit[0]])) if hit.size else (0, 0)
+    live = s["T"][s["T"][:, 1] >= 0, 1]
+    hit = live[(s["R"][live, :4] == w).all(axis=1)]
+    return (int(s["R"][hit[0], CNT]), int(s["R"][hit[0], GV])) if hit.size else (0, 0)
 
 
 PERSONAS = dict(seed=42, personas=4, prefix_tokens=2048, sessions=8, turns=4)
@@ -80,6 +81,7 @@ CASES = [  # (workload, num_blocks, options): hits and ghost counts coming back,
     (("personas", PERSONAS), 600, {"ghost_factor": "0"}),
     (("personas", PERSONAS), 450, None),
     (("zipf", dict(seed=1, personas=8, prefix_tokens=1024)), 300, {"min_count": "3"}),
+    (("zipf", dict(seed=1, personas=8, prefix_tokens=1024)), 300, {"ghost_factor": "1"}),  # the ring compacts
     (("multiturn", dict(seed=3)), 120, {"min_count": "1", "ghost_factor": "2"}),
 ]
 
@@ -103,10 +105,10 @@ def test_compiled_frequency_takes_the_hooks_victims(monkeypatch, case):
     hashes = {int.from_bytes(h): h for n, a in log if n == "stored" for h in a[2]}
     for k, h in hashes.items():  # the policy's end state: every count and ghost count
         assert _state(comp, h) == (pol.count.get(k, 0), pol.ghost.get(k, 0)), k
-    live = int((comp.s["T"] >= 0).sum())
+    live = int((comp.s["T"][:, 1] >= 0).sum())
     cached = {k for k in hooks.table.key if k is not None}  # the hashes cached blocks hold
     assert live == len(pol.count.keys() | pol.ghost.keys() | cached)  # a key id per cached, counted or ghost hash
-    assert (comp.s["key_of"] >= 0).sum() == sum(k is not None for k in hooks.table.key)
+    assert (comp.s["BL"][:, 0] >= 0).sum() == sum(k is not None for k in hooks.table.key)
 
 
 def test_protocol_breaks_raise_and_apply_nothing():

@@ -6,36 +6,45 @@ order), one kernel call per runtime event instead of Python hooks over
 dicts of 256-bit keys.
 
 The policy's model is :mod:`spfcore.sim._replay_freq_nb`'s (the simulator's
-compiled replay of the same class), and so are its helpers: the store of a
-key (``_stored``), the ghost list (``_g_unlink``, ``_g_append``) and the
-order heap (:mod:`spfcore.sim._replay_nb`'s ``_o_up``, ``_o_pop``,
-``_compact``). What the engine adds is that vLLM owns the pool and the
+compiled replay of the same class). In the engine vLLM owns the pool and the
 prefix-cache map, so the kernels keep only the policy's state and the
-eviction order, and that keys are vLLM's block hashes, interned here:
+eviction order; keys are vLLM's block hashes, interned here. Between engine
+steps the model's work evicts the CPU caches, so the state is laid out for
+few cache lines per block event (results/gpu-h200-engine-calls-75ab649: cold
+caches were most of the engine's policy time):
 
-* **Key table**: vLLM's 32-byte block hash as four int64 words, interned to a
-  dense key id by an open-addressing table ``T[S]`` (key id, -1 empty; ``S`` a
-  power of two at least twice the key ids; linear probing from the first
-  word, which sha256 makes uniform; backward-shift deletion, no tombstones),
-  the words of key id ``k`` in ``kw[k]``. Every 256 bits are compared:
-  exactly the keys ``int.from_bytes`` gives the hook path.
-* **Key ids** are reused: id ``k`` is freed (its table slot deleted, pushed on
-  the stack ``fk``) once no cached block holds it (``nblk[k] == 0``), it has
-  no count (``cnt[k] == 0``) and no ghost count (``gv[k] == 0``). So at most
-  ``2 * num_blocks + ghost_cap + 64`` ids are live: the cached blocks' keys,
-  the ghost list (bounded after each allocation) and one allocation's
-  victims before the trim.
-* **Per block** (``nb = num_blocks``): ``key_of[nb]`` (key id, -1 hashless
-  or held without one), ``inn[nb]`` (free and cached: in the order heap),
-  ``hfree[nb]`` (free and hashless: on the stack ``hs``), ``ordr[nb]``
-  (release order, the live heap entry's version).
-* ``c``: int64 counters, :mod:`spfcore.sim._replay_freq_nb`'s indices and
-  ``NFREE`` (free key ids on ``fk``).
+* **Key rows** ``R[K, 8]`` int64, one 64-byte line per key id: the hash's
+  four words (``W0`` .. ``W3``: vLLM's 32-byte block hash, every bit
+  compared, so keys are equal exactly when ``int.from_bytes`` of the hashes
+  are, as on the hook path), its count ``CNT`` (0: not counted), ghost count
+  ``GV`` (0: not a ghost), ghost sequence number ``GSEQ`` and the cached
+  blocks holding it ``NBLK``.
+* **Table** ``T[S, 2]`` (the hash's first word, key id; id -1: empty slot),
+  ``S`` a power of two at least twice the key ids: open addressing, linear
+  probing from the first word (uniform: sha256), backward-shift deletion (no
+  tombstones); a probe reads a key row only when the first words match.
+* **Key ids** are reused: id ``k`` is freed (its slot deleted, pushed on the
+  stack ``fk``) once no cached block holds it, it has no count and no ghost
+  count. At most ``2 * num_blocks + ghost_cap + 64`` ids are live: the
+  cached blocks' keys, the ghost list (bounded after each allocation) and
+  one allocation's victims before the trim.
+* **Ghost list**, least recently evicted first: a ring of ``(key id,
+  sequence number)`` (``re``, ``rseq``; head ``c[RHEAD]``, tail ``c[RTAIL]``)
+  with lazy deletion: an entry is live while its key is a ghost with that
+  sequence number (a key evicted again gets a new one at the newest end; a
+  key stored again stops being a ghost). ``c[GN]`` counts the live entries;
+  the ring is compacted (order kept) when full.
+* **Blocks** ``BL[nb, 4]`` (``nb = num_blocks``): key id (-1: none), in the
+  order heap (free and cached), release order (the live heap entry's), on
+  the hashless stack ``hs``.
+* **Order heap** ``H[cap, 4]``: ``(tier * 2**62 + count, release order,
+  block, -)``, a binary min-heap on the first two with lazy deletion: an
+  entry is live iff its block is in the heap with that release order.
+  Counts must stay below ``2**62`` (they grow by one per block event).
+* ``c``: int64 counters (indices below).
 
 Kernels return 0, or a negative number naming the block that breaks the
-event protocol (the caller raises; nothing of the event is applied). numba's
-on-disk cache keys a kernel by its own file: after editing the helpers in
-``spfcore/sim/_replay_freq_nb.py`` or ``_replay_nb.py``, touch this file.
+event protocol (the caller raises; nothing of the event is applied).
 """
 
 from __future__ import annotations
@@ -43,14 +52,16 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from spfcore.sim._replay_freq_nb import (GHEAD, GN, GTAIL, HN, HOOK_CALLS, NCOUNTERS_F, ORDER, TIER1, _g_append,
-                                         _g_unlink, _stored)
-from spfcore.sim._replay_nb import EVICT_CALLS, EVICTIONS, HSN, LRUN, _compact, _o_pop, _o_up
-
-#: Counter index beyond :mod:`spfcore.sim._replay_freq_nb`'s: free key ids on the stack ``fk``.
-NFREE = NCOUNTERS_F
-NCOUNTERS = NCOUNTERS_F + 1
-
+#: Counter indices: hashless blocks on the stack, cached free blocks,
+#: evicted cached blocks, allocations, hook calls the hook path makes, heap
+#: entries, release orders handed out, live ghosts, the ring's head and tail
+#: (monotone; slot = value mod capacity), ghost sequence numbers handed out,
+#: free key ids on ``fk``.
+HSN, LRUN, EVICTIONS, EVICT_CALLS, HOOK_CALLS, HN, ORDER, GN, RHEAD, RTAIL, SEQ, NFREE = range(12)
+NCOUNTERS = 12
+W0, W1, W2, W3, CNT, GV, GSEQ, NBLK = range(8)  # key row columns
+KEY, INN, ORD, HFREE = range(4)  # block row columns
+TIER1 = 2**62  # heap value of an admitted block: TIER1 + count (a non-admitted one: its count)
 #: :func:`evict`'s answer when fewer than ``n`` blocks are free.
 E_TOO_FEW = -1
 
@@ -58,116 +69,195 @@ _jit = numba.njit(cache=True, nogil=True)
 
 
 @_jit
-def _find(T, mask, kw, w, j):
+def _find(T, mask, R, w, j):
     """Slot of the key in row ``j`` of ``w`` (four int64 words): ``>= 0`` where
     ``T`` holds it, else ``-1 - slot`` of the empty slot it would take."""
-    w0, w1, w2, w3 = w[j, 0], w[j, 1], w[j, 2], w[j, 3]
+    w0 = w[j, 0]
     i = w0 & mask
     while True:
-        k = T[i]
+        k = T[i, 1]
         if k < 0:
             return -1 - i
-        if kw[k, 0] == w0 and kw[k, 1] == w1 and kw[k, 2] == w2 and kw[k, 3] == w3:
+        if T[i, 0] == w0 and R[k, W1] == w[j, 1] and R[k, W2] == w[j, 2] and R[k, W3] == w[j, 3]:
             return i
         i = (i + 1) & mask
 
 
 @_jit
-def _unintern(k, T, mask, kw, fk, c):
+def _unintern(k, T, mask, R, fk, c):
     """Key id ``k`` leaves the table (backward-shift deletion) and goes back
     on the free stack."""
-    i = kw[k, 0] & mask
-    while T[i] != k:
+    i = R[k, W0] & mask
+    while T[i, 1] != k:
         i = (i + 1) & mask
-    T[i] = -1
     j = i
     while True:
         j = (j + 1) & mask
-        q = T[j]
+        q = T[j, 1]
         if q < 0:
             break
-        home = kw[q, 0] & mask
+        home = T[j, 0] & mask
         if (j > i and (home <= i or home > j)) or (j < i and home <= i and home > j):
-            T[i] = q
-            T[j] = -1
+            T[i, 0], T[i, 1] = T[j, 0], q
             i = j
+    T[i, 1] = -1
     fk[c[NFREE]] = k
     c[NFREE] += 1
 
 
 @_jit
-def _maybe_free(k, nblk, cnt, gv, T, mask, kw, fk, c):
-    if nblk[k] == 0 and cnt[k] == 0 and gv[k] == 0:
-        _unintern(k, T, mask, kw, fk, c)
+def _maybe_free(k, R, T, mask, fk, c):
+    if R[k, NBLK] == 0 and R[k, CNT] == 0 and R[k, GV] == 0:
+        _unintern(k, T, mask, R, fk, c)
 
 
 @_jit
-def touch(ids, inn, c):
+def _h_less(H, a, b):
+    return H[a, 0] < H[b, 0] or (H[a, 0] == H[b, 0] and H[a, 1] < H[b, 1])
+
+
+@_jit
+def _h_swap(H, a, b):
+    for x in range(3):
+        H[a, x], H[b, x] = H[b, x], H[a, x]
+
+
+@_jit
+def _h_down(H, j, n):
+    while True:
+        m = 2 * j + 1
+        if m >= n:
+            return
+        if m + 1 < n and _h_less(H, m + 1, m):
+            m += 1
+        if not _h_less(H, m, j):
+            return
+        _h_swap(H, m, j)
+        j = m
+
+
+@_jit
+def _h_up(H, j):
+    while j > 0:
+        p = (j - 1) >> 1
+        if not _h_less(H, j, p):
+            return
+        _h_swap(H, j, p)
+        j = p
+
+
+@_jit
+def _h_compact(H, n, BL):
+    """Keep the live entries and re-heapify; returns the new size."""
+    m = 0
+    for j in range(n):
+        b = H[j, 2]
+        if BL[b, INN] and H[j, 1] == BL[b, ORD]:
+            H[m, 0], H[m, 1], H[m, 2] = H[j, 0], H[j, 1], H[j, 2]
+            m += 1
+    for j in range(m // 2 - 1, -1, -1):
+        _h_down(H, j, m)
+    return m
+
+
+@_jit
+def _ghost(k, v, R, re, rseq, c):
+    """Key id ``k`` (count ``v``) goes to the ghost list's newest end (from
+    wherever it was in it)."""
+    if R[k, GV] == 0:
+        c[GN] += 1
+    R[k, GV] = v
+    c[SEQ] += 1
+    R[k, GSEQ] = c[SEQ]
+    cap = re.shape[0]
+    if c[RTAIL] - c[RHEAD] == cap:  # full: keep the live entries, in order
+        h, m = c[RHEAD], 0
+        for p in range(h, c[RTAIL]):
+            q = p % cap
+            f = re[q]
+            if R[f, GV] > 0 and R[f, GSEQ] == rseq[q]:
+                t = (h + m) % cap  # (never ahead of p: safe in place)
+                re[t], rseq[t] = f, rseq[q]
+                m += 1
+        c[RTAIL] = h + m
+    q = c[RTAIL] % cap
+    re[q], rseq[q] = k, c[SEQ]
+    c[RTAIL] += 1
+
+
+@_jit
+def touch(ids, BL, c):
     """Hit blocks that were free leave the order (ref count 0 -> 1).
     Returns 0, or ``-1 - j`` for ``ids[j]`` not a free cached block (nothing
     applied)."""
     for j in range(ids.shape[0]):
-        if not inn[ids[j]]:
+        if not BL[ids[j], INN]:
             return -1 - j
     for j in range(ids.shape[0]):
-        inn[ids[j]] = 0
+        BL[ids[j], INN] = 0
     c[LRUN] -= ids.shape[0]
     return 0
 
 
 @_jit
-def hit(ids, key_of, cnt, c):
+def hit(ids, BL, R, c):
     """``spfcore_blocks_hit``: +1 to each hit block's key (a key whose count
     left with an evicted duplicate starts again at 1). Returns 0, or ``-1 - j``
     for hit block ``ids[j]`` holding no key (nothing applied)."""
     for j in range(ids.shape[0]):
-        if key_of[ids[j]] < 0:
+        if BL[ids[j], KEY] < 0:
             return -1 - j
     for j in range(ids.shape[0]):
-        cnt[key_of[ids[j]]] += 1
+        R[BL[ids[j], KEY], CNT] += 1
     c[HOOK_CALLS] += 1
     return 0
 
 
 @_jit
-def stored(ids, w, key_of, nblk, kw, T, mask, fk, cnt, gv, gn, gp, c):
+def stored(ids, w, BL, R, T, mask, fk, c):
     """``spfcore_blocks_stored``: blocks ``ids`` cached with keys ``w`` (one
     row of four words each), in order: each key interned (a new key id from
-    ``fk``), then its count + 1, or 1 + its ghost count (it leaves the ghost
-    list). Returns 0, or ``-1 - j`` for block ``ids[j]`` holding a key
+    ``fk``), then its count + 1, or 1 + its ghost count (it stops being a
+    ghost). Returns 0, or ``-1 - j`` for block ``ids[j]`` holding a key
     already (nothing applied)."""
     for j in range(ids.shape[0]):
-        if key_of[ids[j]] >= 0:
+        if BL[ids[j], KEY] >= 0:
             return -1 - j
     for j in range(ids.shape[0]):
-        i = _find(T, mask, kw, w, j)
+        i = _find(T, mask, R, w, j)
         if i >= 0:
-            k = T[i]
+            k = T[i, 1]
         else:
+            i = -1 - i
             c[NFREE] -= 1
             k = fk[c[NFREE]]
-            T[-1 - i] = k
-            kw[k, 0], kw[k, 1], kw[k, 2], kw[k, 3] = w[j, 0], w[j, 1], w[j, 2], w[j, 3]
-            cnt[k] = gv[k] = nblk[k] = 0
-        key_of[ids[j]] = k
-        nblk[k] += 1
-        _stored(k, cnt, gv, gn, gp, c)
+            T[i, 0], T[i, 1] = w[j, 0], k
+            R[k, W0], R[k, W1], R[k, W2], R[k, W3] = w[j, 0], w[j, 1], w[j, 2], w[j, 3]
+            R[k, CNT] = R[k, GV] = R[k, NBLK] = 0
+        BL[ids[j], KEY] = k
+        R[k, NBLK] += 1
+        if R[k, CNT] > 0:
+            R[k, CNT] += 1
+        else:
+            g = R[k, GV]
+            if g > 0:  # (its ring entry goes stale)
+                R[k, GV] = 0
+                c[GN] -= 1
+            R[k, CNT] = g + 1
     if ids.shape[0]:
         c[HOOK_CALLS] += 1
     return 0
 
 
 @_jit
-def evict(n, out, key_of, nblk, hs, hfree, inn, ordr, cnt, gv, gn, gp, ghost_cap, ov, oo, ob, ox,
-          kw, T, mask, fk, c):
+def evict(n, out, BL, hs, R, ghost_cap, re, rseq, H, T, mask, fk, c):
     """``PolicyRuntime.evict(n)``: ``n`` victims into ``out[:n]``, the top
-    hashless block first, then the lowest live heap entry (``(tier * 2**62 +
-    count, release order)``); each cached victim's key leaves ``count`` for
-    the ghost list (its first victim in the call; a duplicate's later victim
-    finds it gone) and its block; after a call with a cached victim the
-    ghost list is trimmed to ``ghost_cap`` (one ``spfcore_blocks_evicted``
-    call). Key ids left with nothing are freed. Returns 0, or
-    ``E_TOO_FEW`` (nothing taken)."""
+    hashless block first, then the lowest live heap entry; each cached
+    victim's key leaves ``count`` for the ghost list (its first victim in the
+    call; a duplicate's later victim finds it gone) and its block; after a
+    call with a cached victim the ghost list is trimmed to ``ghost_cap``
+    (one ``spfcore_blocks_evicted`` call). Key ids left with nothing are
+    freed. Returns 0, or ``E_TOO_FEW`` (nothing taken)."""
     if n > c[HSN] + c[LRUN]:
         return E_TOO_FEW
     c[EVICT_CALLS] += 1
@@ -176,47 +266,47 @@ def evict(n, out, key_of, nblk, hs, hfree, inn, ordr, cnt, gv, gn, gp, ghost_cap
         if c[HSN] > 0:
             c[HSN] -= 1
             b = hs[c[HSN]]
-            hfree[b] = 0
+            BL[b, HFREE] = 0
         else:
             while True:
-                b, x = ob[0], ox[0]
-                c[HN] = _o_pop(ov, oo, ob, ox, c[HN])
-                if inn[b] and x == ordr[b]:
+                b, o = H[0, 2], H[0, 1]
+                c[HN] -= 1
+                _h_swap(H, 0, c[HN])
+                _h_down(H, 0, c[HN])
+                if BL[b, INN] and o == BL[b, ORD]:
                     break
-            inn[b] = 0
+            BL[b, INN] = 0
             c[LRUN] -= 1
         out[j] = b
-        k = key_of[b]
+        k = BL[b, KEY]
         if k < 0:
             continue
-        key_of[b] = -1
-        nblk[k] -= 1
+        BL[b, KEY] = -1
+        R[k, NBLK] -= 1
         cached = True
         c[EVICTIONS] += 1
-        v = cnt[k]
+        v = R[k, CNT]
         if v > 0:
-            cnt[k] = 0
+            R[k, CNT] = 0
             if ghost_cap > 0:
-                if gv[k] > 0:
-                    _g_unlink(k, gn, gp, c)
-                else:
-                    c[GN] += 1
-                _g_append(k, gn, gp, c)
-                gv[k] = v
-        _maybe_free(k, nblk, cnt, gv, T, mask, kw, fk, c)
+                _ghost(k, v, R, re, rseq, c)
+        _maybe_free(k, R, T, mask, fk, c)
     if cached:
         c[HOOK_CALLS] += 1
+        cap = re.shape[0]
         while c[GN] > ghost_cap:  # the least recently evicted leave
-            k = c[GHEAD]
-            _g_unlink(k, gn, gp, c)
-            gv[k] = 0
-            c[GN] -= 1
-            _maybe_free(k, nblk, cnt, gv, T, mask, kw, fk, c)
+            q = c[RHEAD] % cap
+            c[RHEAD] += 1
+            k = re[q]
+            if R[k, GV] > 0 and R[k, GSEQ] == rseq[q]:
+                R[k, GV] = 0
+                c[GN] -= 1
+                _maybe_free(k, R, T, mask, fk, c)
     return 0
 
 
 @_jit
-def release(cached, hashless, key_of, hs, hfree, inn, ordr, cnt, min_count, ov, oo, ob, ox, c):
+def release(cached, hashless, BL, hs, R, min_count, H, c):
     """``PolicyRuntime.release``: cached blocks (release order) admitted and
     scored by their key's count (1 if it has none; ``spfcore_admit_blocks``
     and ``spfcore_score_blocks``), each into the heap with a new release
@@ -227,36 +317,44 @@ def release(cached, hashless, key_of, hs, hfree, inn, ordr, cnt, min_count, ov, 
     nc = cached.shape[0]
     for j in range(nc):
         b = cached[j]
-        if inn[b] or hfree[b] or key_of[b] < 0:
+        if BL[b, INN] or BL[b, HFREE] or BL[b, KEY] < 0:
             return -1 - j
     for j in range(hashless.shape[0]):
         b = hashless[j]
-        if inn[b] or hfree[b]:
+        if BL[b, INN] or BL[b, HFREE]:
             return -1 - nc - j
     for j in range(nc):
         b = cached[j]
-        v = cnt[key_of[b]]
+        v = R[BL[b, KEY], CNT]
         if v <= 0:
             v = 1
         c[ORDER] += 1
         o = c[ORDER]
-        ordr[b] = o
-        if c[HN] == ov.shape[0]:
-            c[HN] = _compact(ov, oo, ob, ox, c[HN], inn, ordr)
+        BL[b, ORD] = o
+        if c[HN] == H.shape[0]:
+            c[HN] = _h_compact(H, c[HN], BL)
         m = c[HN]
-        ov[m], oo[m], ob[m], ox[m] = (v + TIER1 if v >= min_count else v), o, b, o
+        H[m, 0], H[m, 1], H[m, 2] = (v + TIER1 if v >= min_count else v), o, b
         c[HN] = m + 1
-        _o_up(ov, oo, ob, ox, m)
-        inn[b] = 1
+        _h_up(H, m)
+        BL[b, INN] = 1
         c[LRUN] += 1
     if nc:
         c[HOOK_CALLS] += 2
     for j in range(hashless.shape[0] - 1, -1, -1):
         b = hashless[j]
         hs[c[HSN]] = b
-        hfree[b] = 1
+        BL[b, HFREE] = 1
         c[HSN] += 1
     return 0
+
+
+def _rows(n: int, width: int, fill: int = 0) -> np.ndarray:
+    """An ``(n, width)`` int64 array whose rows start on 64-byte boundaries
+    (cache lines) for ``width`` 4 or 8."""
+    buf = np.full(n * width + 8, fill, np.int64)
+    skip = (-buf.ctypes.data % 64) // 8
+    return buf[skip:skip + n * width].reshape(n, width)
 
 
 def new_state(num_blocks: int, min_count: int, ghost_cap: int) -> dict:
@@ -268,35 +366,34 @@ def new_state(num_blocks: int, min_count: int, ghost_cap: int) -> dict:
         ``min_count`` and ``ghost_cap`` as ints, ``mask`` the table's
         (``S - 1``).
     """
-    i64, i32 = np.int64, np.int32
+    i64 = np.int64
     nk = 2 * num_blocks + ghost_cap + 64
     s = 1
     while s < 2 * nk:
         s *= 2
-    cap = 2 * num_blocks + 1024
     c = np.zeros(NCOUNTERS, i64)
-    c[GHEAD] = c[GTAIL] = -1
     c[NFREE] = nk
-    return {"key_of": np.full(num_blocks, -1, i64), "nblk": np.zeros(nk, i64), "kw": np.zeros((nk, 4), i64),
-            "T": np.full(s, -1, i64), "mask": s - 1, "fk": np.arange(nk - 1, -1, -1, dtype=i64),
-            "cnt": np.zeros(nk, i64), "gv": np.zeros(nk, i64), "gn": np.full(nk, -1, i32), "gp": np.full(nk, -1, i32),
-            "hs": np.zeros(num_blocks, i64), "hfree": np.zeros(num_blocks, np.uint8),
-            "inn": np.zeros(num_blocks, i64), "ordr": np.zeros(num_blocks, i64),
-            "ov": np.zeros(cap, i64), "oo": np.zeros(cap, i64), "ob": np.zeros(cap, i64), "ox": np.zeros(cap, i64),
-            "out": np.zeros(num_blocks, i64), "c": c, "min_count": min_count, "ghost_cap": ghost_cap}
+    T = np.zeros((s, 2), i64)
+    T[:, 1] = -1
+    BL = _rows(num_blocks, 4)
+    BL[:, KEY] = -1
+    rcap = 2 * (ghost_cap + num_blocks) + 1024  # > the live ghosts (<= ghost_cap + one allocation's victims)
+    return {"BL": BL, "R": _rows(nk, 8), "T": T, "mask": s - 1, "fk": np.arange(nk - 1, -1, -1, dtype=i64),
+            "hs": np.zeros(num_blocks, i64), "re": np.zeros(rcap, i64), "rseq": np.zeros(rcap, i64),
+            "H": _rows(2 * num_blocks + 1024, 4), "out": np.zeros(num_blocks, i64), "c": c,
+            "min_count": min_count, "ghost_cap": ghost_cap}
 
 
 def warm() -> None:
-    """Compile every kernel (or load numba's on-disk cache) on a tiny state."""
+    """Compile every kernel (or load numba's on-disk cache) on a tiny state,
+    with the argument types the runtime passes (the hashes' words read-only,
+    as ``np.frombuffer`` makes them)."""
     s = new_state(4, 2, 4)
     i64 = np.int64
     ids = np.array([1, 2], i64)
-    w = np.frombuffer(np.arange(8, dtype=i64).tobytes(), i64).reshape(2, 4)  # read-only, as the hashes come
-    release(np.zeros(0, i64), ids, s["key_of"], s["hs"], s["hfree"], s["inn"], s["ordr"], s["cnt"], 2,
-            s["ov"], s["oo"], s["ob"], s["ox"], s["c"])
-    evict(2, s["out"], s["key_of"], s["nblk"], s["hs"], s["hfree"], s["inn"], s["ordr"], s["cnt"], s["gv"], s["gn"],
-          s["gp"], 4, s["ov"], s["oo"], s["ob"], s["ox"], s["kw"], s["T"], s["mask"], s["fk"], s["c"])
-    stored(ids, w, s["key_of"], s["nblk"], s["kw"], s["T"], s["mask"], s["fk"], s["cnt"], s["gv"], s["gn"], s["gp"],
-           s["c"])
-    hit(ids, s["key_of"], s["cnt"], s["c"])
-    touch(np.zeros(0, i64), s["inn"], s["c"])
+    w = np.frombuffer(np.arange(8, dtype=i64).tobytes(), i64).reshape(2, 4)
+    release(np.zeros(0, i64), ids, s["BL"], s["hs"], s["R"], 2, s["H"], s["c"])
+    evict(2, s["out"], s["BL"], s["hs"], s["R"], 4, s["re"], s["rseq"], s["H"], s["T"], s["mask"], s["fk"], s["c"])
+    stored(ids, w, s["BL"], s["R"], s["T"], s["mask"], s["fk"], s["c"])
+    hit(ids, s["BL"], s["R"], s["c"])
+    touch(np.zeros(0, i64), s["BL"], s["c"])

@@ -129,15 +129,12 @@ class FrequencyKernelRuntime:
         self.policy_seconds = self.evict_seconds = 0.0
         self.arrival = 0
         self._k = nb
-        self._touch_args = (s["inn"], self.c)
-        self._hit_args = (s["key_of"], s["cnt"], self.c)
-        self._stored_args = tuple(s[x] for x in ("key_of", "nblk", "kw", "T", "mask", "fk", "cnt", "gv", "gn",
-                                                 "gp", "c"))
-        self._evict_args = tuple(s[x] for x in ("out", "key_of", "nblk", "hs", "hfree", "inn", "ordr", "cnt", "gv",
-                                                "gn", "gp", "ghost_cap", "ov", "oo", "ob", "ox", "kw", "T", "mask",
+        self._touch_args = (s["BL"], self.c)
+        self._hit_args = (s["BL"], s["R"], self.c)
+        self._stored_args = (s["BL"], s["R"], s["T"], s["mask"], s["fk"], self.c)
+        self._evict_args = tuple(s[x] for x in ("out", "BL", "hs", "R", "ghost_cap", "re", "rseq", "H", "T", "mask",
                                                 "fk", "c"))
-        self._release_args = tuple(s[x] for x in ("key_of", "hs", "hfree", "inn", "ordr", "cnt", "min_count",
-                                                  "ov", "oo", "ob", "ox", "c"))
+        self._release_args = (s["BL"], s["hs"], s["R"], s["min_count"], s["H"], self.c)
         self._empty = np.zeros(0, np.int64)
 
     # ------------------------------------------------------------ counters
@@ -271,11 +268,12 @@ class FrequencyKernelRuntime:
         """Every free block id: hashless first (the next one handed out
         first), then cached in no fixed order."""
         s = self.s
-        return s["hs"][: self.c[self.nb.HSN]][::-1].tolist() + np.flatnonzero(s["inn"]).tolist()
+        return s["hs"][: self.c[self.nb.HSN]][::-1].tolist() + np.flatnonzero(s["BL"][:, self.nb.INN]).tolist()
 
     def is_free(self, block_id: int) -> bool:
         """Whether physical block ``block_id`` is free."""
-        return bool(self.s["inn"][block_id] or self.s["hfree"][block_id])
+        row = self.s["BL"][block_id]
+        return bool(row[self.nb.INN] or row[self.nb.HFREE])
 
     def implements(self, hook: str) -> bool:
         """The hooks the stand-in's policy implements (``frequency``'s)."""
