@@ -191,3 +191,39 @@ def test_device_name_follows_cuda_visible_devices(tmp_path, monkeypatch):
         assert provenance.device_name() == "NVIDIA H200"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     assert provenance.device_name() == "2x NVIDIA H200"
+
+
+def test_sequential_sims_chunk_prefills_by_the_engines_limit(tmp_path):
+    """Prompts longer than any default ``max_num_batched_tokens``
+    (:data:`pipeline.SHORTEST_DEFAULT_BUDGET`) may be chunked by the engine:
+    the simulator's cells wait for the first engine cell's limit and replay
+    with it (``token_budget``, recorded in the cell); with no engine cell
+    giving one they run at the end, each prompt in one step, and say so."""
+    from tests.test_gate_runner import FLAGS, Session
+
+    flags = {**FLAGS, "prefix_tokens": 320}  # 328-token prompts
+
+    def limited(log, limit):
+        def make(arm, options, *, num_blocks, block_size, engine):
+            s = Session(log, arm)
+            run = s.run
+            s.run = lambda *a, **k: {**run(*a, **k), **({"max_num_batched_tokens": limit} if limit else {})}
+            return s
+        return make
+
+    def sims(log):
+        def sim(w, arm, **kw):
+            log.append(("sim", arm, kw.get("token_budget")))
+            return pipeline.default_sim(w, arm, **kw)
+        return sim
+
+    for limit in (128, None):
+        log = []
+        res = run_gate(config(workload_flags=flags, seeds=(1,)), tmp_path / f"r{limit}.json",
+                       engine_factory=limited(log, limit), sim_fn=sims(log), progress=False, plots=False)
+        first = next(i for i, x in enumerate(log) if x[0] == "sim")
+        assert first >= 2  # after the warm-up and the first engine cell
+        assert {x for x in log[first:] if x[0] == "sim"} == {("sim", a, limit) for a in config().arms}
+        for c in res["sim"]["cells"]:
+            assert c.get("token_budget") == limit
+            assert ("token_budget_note" in c) == (limit is None)

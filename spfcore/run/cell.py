@@ -322,7 +322,8 @@ class SimRecord(CellRecord):
         requests: Per-request rows, or None (left out).
         max_running, token_budget, step_overhead_s, per_token_s: Concurrent
             mode's scheduler limits and step costs (seconds); None (left out)
-            in sequential mode.
+            in sequential mode, but ``token_budget`` when the replay chunked
+            prefills by it (tokens per prefill step).
     """
 
     status: str = attrs.field(default="ok", validator=_str)

@@ -61,6 +61,11 @@ from spfcore.run.store import Store, level_path, merge_sources, read_merge_sourc
 from spfcore.workloads.model import Workload
 
 BELADY = "belady_oracle"
+#: The smallest ``max_num_batched_tokens`` vLLM chooses by default on any platform (256: TPU v5p, API
+#: server; 2048-4096 on CPU, 8192-16384 on GPU: ``EngineArgs.get_batch_defaults``): a sequential engine
+#: run whose prompts are all this short computes each in one step unless its engine config sets a
+#: smaller limit.
+SHORTEST_DEFAULT_BUDGET = 256
 
 
 def default_engine_factory(arm: str, options: Mapping | None, *, num_blocks: int, block_size: int,
@@ -168,11 +173,14 @@ def warmup_slice(workload: Workload) -> Workload:
 
 
 def default_sim(workload, arm, *, num_blocks, block_size, options=None, mode="sequential", seed=0, timing=None,
-                cpu_blocks=None, cost=None):
+                cpu_blocks=None, cost=None, token_budget=None):
     """:func:`spfcore.sim.simulate`; the engine's ``timed`` mode is the
     simulator's ``concurrent`` mode (continuous batching on arrival times),
     with ``timing`` (a :class:`spfcore.sim.calibrate.Timing`: step costs and
     vLLM limits fitted on the engine run, recorded in the cell) when given.
+    ``token_budget`` (sequential mode): the engine's
+    ``max_num_batched_tokens``, by which the replay chunks prefills as the
+    engine does (recorded in the cell).
 
     With ``cpu_blocks`` (a CPU tier, sequential mode): :func:`tiered_sim`."""
     if cpu_blocks is not None:
@@ -180,7 +188,7 @@ def default_sim(workload, arm, *, num_blocks, block_size, options=None, mode="se
                           seed=seed, cpu_blocks=cpu_blocks, cost=cost)
     from spfcore.sim import simulate
 
-    kw = timing.simulate_kwargs() if timing is not None else {}
+    kw = timing.simulate_kwargs() if timing is not None else {"token_budget": token_budget}
     cell = simulate(workload, arm, num_blocks=num_blocks, block_size=block_size, options=options,
                     mode="concurrent" if mode == "timed" else mode, seed=seed, **kw)
     if timing is not None:
@@ -369,6 +377,14 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
     A policy (or engine) error in one cell is recorded as ``{"arm", "seed",
     "error"}`` and the run goes on; the verdict is then ``INCOMPLETE``.
 
+    Sequential mode: the simulator chunks each prefill by the engine's
+    ``max_num_batched_tokens`` as the engine does (``token_budget`` of
+    :func:`spfcore.sim.simulate`, recorded in the cell) where a prompt is
+    longer than it; that limit is ``config.engine``'s, else the first engine
+    cell's, for which the simulator's cells wait when a prompt is longer than
+    :data:`SHORTEST_DEFAULT_BUDGET` (without any engine cell they run at the
+    end with each prompt in one step, ``token_budget_note`` saying so).
+
     Timed mode: an arm's simulator cell of a seed runs once that arm's engine
     cell of the seed is in; the concurrent model's step costs and vLLM limits
     are fitted on it (:func:`engine_timing`, recorded as the sim cell's
@@ -462,7 +478,30 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
     timed = config.mode == "timed"
     timings: dict = {}
 
+    longest = max((max(p.prompt_tokens, default=0) for p in prepared.values()), default=0)
+
+    def prefill_budget() -> int | None:
+        """The engine's ``max_num_batched_tokens`` (tokens per step): the
+        configured one, else the first engine cell's (one engine config per
+        run), else ``None`` (no engine cell yet)."""
+        tb = config.engine.get("max_num_batched_tokens", (config.engine.get("extra") or {}).get(
+            "max_num_batched_tokens"))
+        if tb is None:
+            tb = next((c["max_num_batched_tokens"] for k, c in side.done.items()
+                       if k[0] == "engine" and c.get("max_num_batched_tokens")), None)
+        return None if tb is None else int(tb)
+
     def run_sims(final: bool = False) -> None:
+        # sequential mode: the engine chunks a prompt longer than its max_num_batched_tokens, and the
+        # replay does the same (the stores between chunks move the classic arms' victims), so where a
+        # prompt may be that long the simulator's cells (the ceilings too: they reuse belady_oracle's)
+        # wait for the engine's limit
+        budget, unknown = None, False
+        if not timed and not tier_kw:
+            budget = prefill_budget()
+            unknown = budget is None and longest > SHORTEST_DEFAULT_BUDGET
+            if unknown and not final:
+                return
         for kind, arm, seed in sim_units:
             if (kind, arm, seed) in side.done:
                 continue
@@ -489,11 +528,16 @@ def run_gate(config: GateConfig, output: str | os.PathLike, *, fresh: bool = Fal
                     if arm in broken:
                         raise broken[arm]
                     kw = {"timing": timing} if timing is not None else dict(tier_kw)
+                    if budget is not None and longest > budget:  # (else no prompt is chunked)
+                        kw["token_budget"] = budget
                     cell = dict(sim_fn(prepared[seed], arm, num_blocks=num_blocks, block_size=config.block_size,
                                        options=config.policy_options.get(arm), mode=config.mode, seed=seed, **kw))
                     cell.update(arm=arm, seed=seed, status="ok")
                     if note:
                         cell["timing_note"] = f"default step costs: {note}"
+                    if unknown:
+                        cell["token_budget_note"] = ("no engine cell gave max_num_batched_tokens: each prompt "
+                                                     "replayed in one prefill step")
             except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
                 cell = error_cell(arm, seed, exc)
             side.put(kind, arm, seed, cell)

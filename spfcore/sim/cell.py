@@ -88,7 +88,7 @@ class SimInput:
         return self._unique
 
     def run(self, arm: str, *, num_blocks: int, options: dict | None = None, seed: int = 0,
-            mode: str = "sequential", max_running: int = 16, token_budget: int = 8192,
+            mode: str = "sequential", max_running: int = 16, token_budget: int | None = None,
             per_request: bool = False, hook_budget_ms: float | None = None, env: dict | None = None) -> dict:
         """Replay this input under ``arm`` at ``num_blocks``: one cell record
         (:func:`spfcore.sim.simulator.simulate`'s fields; ``requests`` only

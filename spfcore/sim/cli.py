@@ -140,7 +140,8 @@ def simulate(workload_spec: WorkloadSpec, cache_spec: CacheSpec, arms, seeds, po
         for arm in arm_list:
             try:
                 rec = inp.run(arm, num_blocks=nb, options=options.get(arm), seed=seed, mode=mode,
-                              max_running=max_running, token_budget=token_budget, per_request=per_request,
+                              max_running=max_running, per_request=per_request,
+                              token_budget=token_budget if mode == "concurrent" else None,
                               hook_budget_ms=hook_budget_ms)
             except (PolicyError, registry.PolicyConfigError) as exc:
                 rec = error_cell(arm, seed, exc)

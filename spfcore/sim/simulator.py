@@ -17,7 +17,10 @@ What is modelled, and where vLLM 0.32 does it (``vllm/v1/core/``):
   blocks for the tokens whose KV it computes. Prefill needs ``cdiv(P, bs)``
   blocks; decode step ``k`` (``k = 1 .. O-1``, ``O`` output tokens) computes
   position ``P + k - 1``, so a request ends holding ``cdiv(P + O - 1, bs)``
-  blocks. The last output token's KV is never computed.
+  blocks. The last output token's KV is never computed. A prompt longer
+  than the step's token budget (``max_num_batched_tokens``) is allocated
+  chunk by chunk, one step each (chunked prefill), in both modes
+  (sequential: with ``token_budget`` given).
 * **Caching** (``cache_blocks`` -> ``BlockPool.cache_full_blocks``): after a
   step, the full blocks of ``min(computed + new, num_tokens)`` tokens carry a
   hash: ``P // bs`` after prefill, ``(P + k) // bs`` after decode step ``k``,
@@ -389,7 +392,8 @@ def _cell(arm, seed, mode: str, num_blocks: int, bs: int, totals: tuple, runtime
     prefix_group, arrival_s, prompt_tokens, hit_blocks)`` (any iterable of
     them), their ``extra`` columns (per column name, one value per row) and
     concurrent mode's ``max_running``, ``token_budget``, ``step_overhead_s``,
-    ``per_token_s``. ``records``: the per-request records already built
+    ``per_token_s`` (sequential mode: ``token_budget`` alone, when given).
+    ``records``: the per-request records already built
     (:meth:`Prepared._records`), used as they are, instead of ``rows``.
 
     Raises:
@@ -424,12 +428,23 @@ def _check_fits(prep: Prepared, num_blocks: int) -> None:
 
 
 def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, bs: int,
-                    rows: list | None = None, cache: _Cache | None = None) -> tuple[int, int, int, int]:
+                    rows: list | None = None, cache: _Cache | None = None,
+                    token_budget: int | None = None) -> tuple[int, int, int, int]:
     """The sequential replay of ``plans`` (any iterable of
     :attr:`Prepared.plans` tuples, consumed once, in order); returns
     ``(requests, prompt tokens, block refs, hit blocks)`` and, if ``rows`` is
     a list, appends one row per request (see :func:`_cell`). Written for
     speed: local bindings, no per-block objects, the cache map inlined.
+
+    ``token_budget`` (vLLM ``max_num_batched_tokens``, tokens; ``None``: no
+    limit) chunks a prefill as vLLM does when it runs one request alone: each
+    step computes at most ``token_budget`` prompt tokens from the cache hit
+    on, its allocation (``cdiv(computed + new, bs)`` blocks held, an
+    ``evict`` for the missing ones, none when none is missing) followed by
+    the store of the full blocks it completes (``allocate_slots`` ->
+    ``cache_blocks``), before the next step's allocation. A policy whose order
+    the stores change (the classic policy-ordered arms) evicts otherwise than
+    with the whole prompt allocated at once.
 
     A runtime call that raises (a policy fault) leaves the pool as before
     that call: the driver changes its own maps (``cache``, a fresh
@@ -465,31 +480,38 @@ def _run_sequential(plans: Iterable[tuple], rt: PolicyRuntime, num_blocks: int, 
         hits_total += h
         if keep is not None:
             keep((view.request_id, view.session_id, view.prefix_group, arrival_s, view.num_prompt_tokens, h))
-        new = evict(n_prompt - h, now)
-        old = [*filter(cached, gather(key_of, new))]  # the victims' old hashes leave the prefix cache
-        if not old or not dups or dups.keys().isdisjoint(old):  # each is its block's alone: in C
-            deque(map(first_pop, old), maxlen=0)
-            for b in new:
-                ref[b] = 1
-                key_of[b] = None
-        else:
-            for b in new:
-                ref[b] = 1
-            slow_drop(new)
         nf = len(fk)
-        if nf > h:  # newly computed full prompt blocks (the last-token case may duplicate a hash)
-            ids = new[: nf - h]
-            keys = fk[h:]
-            stored(view, ids, keys, h, fk[h - 1] if h else None, bs, now)
-            for b, k in zip(ids, keys):
-                key_of[b] = k
-            owner = list(map(first_set, keys, ids))  # in C; a block whose hash another holds is a duplicate
-            if owner != ids:
-                for b, k, o in zip(ids, keys, owner):
-                    if o != b:
-                        dups.setdefault(k, []).append(b)
-        blocks += new
-        done = nf  # blocks 0..done-1 hold a hash, the rest none
+        p_tok = view.num_prompt_tokens
+        computed, done = h * bs, h  # prompt tokens computed; blocks 0..done-1 hold a hash
+        while computed < p_tok:  # one prefill step (chunk) at a time; one step without a budget
+            end = p_tok if token_budget is None else min(p_tok, computed + token_budget)
+            need = -(-end // bs) - len(blocks)  # vLLM allocate_new_blocks: none missing, no allocation
+            new = evict(need, now) if need > 0 else []
+            old = [*filter(cached, gather(key_of, new))]  # the victims' old hashes leave the prefix cache
+            if not old or not dups or dups.keys().isdisjoint(old):  # each is its block's alone: in C
+                deque(map(first_pop, old), maxlen=0)
+                for b in new:
+                    ref[b] = 1
+                    key_of[b] = None
+            else:
+                for b in new:
+                    ref[b] = 1
+                slow_drop(new)
+            blocks += new
+            full = min(end // bs, nf)
+            if full > done:  # newly computed full prompt blocks (the last-token case may duplicate a hash)
+                ids = blocks[done:full]
+                keys = fk[done:full]
+                stored(view, ids, keys, done, fk[done - 1] if done else None, bs, now)
+                for b, k in zip(ids, keys):
+                    key_of[b] = k
+                owner = list(map(first_set, keys, ids))  # in C; a block whose hash another holds is a duplicate
+                if owner != ids:
+                    for b, k, o in zip(ids, keys, owner):
+                        if o != b:
+                            dups.setdefault(k, []).append(b)
+                done = full
+            computed = end
         if n_total > n_prompt or dk:  # decode: block j-1 fills (is cached), then block j is allocated
             nf_all = nf + len(dk)
             parent = fk[-1] if fk else None
@@ -1352,7 +1374,7 @@ def _no_gc():
 
 def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_size: int,
              options: dict | None = None, mode: str = "sequential", max_running: int = 16,
-             token_budget: int = 8192, seed: int = 0, step_overhead_s: float = 0.01,
+             token_budget: int | None = None, seed: int = 0, step_overhead_s: float = 0.01,
              per_token_s: float = 1e-5, env: dict | None = None, hook_budget_ms: float | None = None,
              step_time=None) -> dict:
     """Replay ``workload`` through the prefix-cache model under policy ``arm``.
@@ -1367,7 +1389,13 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
         mode: ``"sequential"`` (one request at a time) or ``"concurrent"``
             (continuous batching, see the module doc).
         max_running: Concurrent mode: most requests running at once.
-        token_budget: Concurrent mode: tokens scheduled per step (chunked prefill).
+        token_budget: vLLM ``max_num_batched_tokens``, tokens per step.
+            Concurrent mode: tokens scheduled per step (chunked prefill;
+            ``None``: 8192). Sequential mode: a prefill runs in steps of at
+            most this many tokens, each step's allocation and stores before
+            the next (:func:`_run_sequential`; the engine's sequential runs
+            chunk a prompt longer than its ``max_num_batched_tokens``);
+            ``None``: a prompt in one step.
         seed: Recorded in the result (the workload's own seed decides its content).
         step_overhead_s, per_token_s: Concurrent mode cost model: a step that
             schedules ``n`` tokens lasts ``step_overhead_s + n * per_token_s``
@@ -1390,7 +1418,9 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
     params it takes: ``spf_expected_utility``'s variant ``utility``, the
     classic plugin's arms) run compiled unless ``SPFCORE_SIM_REPLAY=python``
     or ``hook_budget_ms`` is set (see the module doc and
-    :func:`_compiled_kind`; same results).
+    :func:`_compiled_kind`; same results), or ``token_budget`` is below the
+    longest prompt (the compiled replays allocate a prompt in one step; the
+    reference loop chunks it).
 
     Returns:
         A cell record: ``arm, seed, status`` (``"ok"``), ``mode, num_blocks, block_size, num_requests,
@@ -1419,8 +1449,11 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
     _check_fits(prep, num_blocks)
     rt = PolicyRuntime.for_policy(arm, num_blocks, block_size, options, env=env, hook_budget_ms=hook_budget_ms,
                                   key_map=False)  # the replay keeps its own hash map
+    if token_budget is not None and token_budget < 1:
+        raise ValueError(f"token_budget must be >= 1 or None, got {token_budget}")
     if mode == "sequential":
-        kind = _compiled_kind(rt)
+        chunked = token_budget is not None and max(prep.prompt_tokens, default=0) > token_budget
+        kind = None if chunked else _compiled_kind(rt)
         if rt.needs_future and kind is None:  # the compiled belady replay builds its own future index
             rt.set_future(prep.views)
         rows: list = []  # (the reference loop) one row per request
@@ -1432,13 +1465,17 @@ def simulate(workload: Workload | Prepared, arm: str, *, num_blocks: int, block_
             if kind is not None:
                 totals = _replay_compiled(prep, rt, num_blocks, kind, hits=hits)
             else:
-                totals = _run_sequential(prep.plans, rt, num_blocks, block_size, rows)
+                totals = _run_sequential(prep.plans, rt, num_blocks, block_size, rows,
+                                         token_budget=token_budget if chunked else None)
             wall = time.perf_counter() - t
+        budget = None if token_budget is None else {"token_budget": token_budget}
         if kind is not None:  # the same records as from rows, from the templates kept on prep
             return _cell(arm, seed, mode, num_blocks, block_size, totals, rt, wall, None,
-                         records=prep._records(hits[0]))
-        return _cell(arm, seed, mode, num_blocks, block_size, totals, rt, wall, rows)
-    if max_running < 1 or token_budget < 1:
+                         records=prep._records(hits[0]), concurrent=budget)
+        return _cell(arm, seed, mode, num_blocks, block_size, totals, rt, wall, rows, concurrent=budget)
+    if token_budget is None:
+        token_budget = 8192
+    if max_running < 1:
         raise ValueError(f"max_running and token_budget must be >= 1, got {max_running}, {token_budget}")
     arr = [r.arrival_s for r in prep.workload.requests]
     if any(b < a for a, b in zip(arr, arr[1:])):
