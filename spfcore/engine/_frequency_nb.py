@@ -34,13 +34,24 @@ caches were most of the engine's policy time):
   sequence number (a key evicted again gets a new one at the newest end; a
   key stored again stops being a ghost). ``c[GN]`` counts the live entries;
   the ring is compacted (order kept) when full.
-* **Blocks** ``BL[nb, 4]`` (``nb = num_blocks``): key id (-1: none), in the
-  order heap (free and cached), release order (the live heap entry's), on
-  the hashless stack ``hs``.
-* **Order heap** ``H[cap, 4]``: ``(tier * 2**62 + count, release order,
-  block, -)``, a binary min-heap on the first two with lazy deletion: an
-  entry is live iff its block is in the heap with that release order.
-  Counts must stay below ``2**62`` (they grow by one per block event).
+* **Blocks** ``BL[nb, 8]`` (``nb = num_blocks``), one line each: key id
+  (-1: none), free and cached (in the order), release order, on the
+  hashless stack ``hs``, previous and next block of its bucket, its bucket
+  (-1: none).
+* **The order**, lowest ``(count, release order)`` first, which is the
+  evictor's ``(tier, score, release order)`` for this policy (admitted iff
+  count >= ``min_count``: the tier follows the count): a count's free blocks
+  are released in ascending order, so each count below ``len(BQ)`` (4,096)
+  has a FIFO bucket, a doubly linked list through the block rows (head and
+  tail in ``BQ``, a bit per non-empty bucket in ``bits``); a victim is the
+  lowest non-empty bucket's head, a hit unlinks its block (O(1), about one
+  cache line a block where the binary heap over every free block it
+  replaces read a dozen, results/issue11-s24-compiled). Blocks of higher
+  counts (rare) wait in the heap ``H[cap, 4]``: ``(tier * 2**62 + count,
+  release order, block, -)``, a binary min-heap on the first two with lazy
+  deletion (an entry is live iff its block is free, in no bucket, with that
+  release order), taken once every bucket is empty. Counts must stay below
+  ``2**62`` (they grow by one per block event).
 * ``c``: int64 counters (indices below).
 
 Kernels return 0, or a negative number naming the block that breaks the
@@ -60,7 +71,9 @@ import numpy as np
 HSN, LRUN, EVICTIONS, EVICT_CALLS, HOOK_CALLS, HN, ORDER, GN, RHEAD, RTAIL, SEQ, NFREE = range(12)
 NCOUNTERS = 12
 W0, W1, W2, W3, CNT, GV, GSEQ, NBLK = range(8)  # key row columns
-KEY, INN, ORD, HFREE = range(4)  # block row columns
+KEY, INN, ORD, HFREE, PREV, NEXT, BKT = range(7)  # block row columns
+#: Counts below this have a FIFO bucket each (by default); a block of a higher count waits in the heap.
+NBUCKETS = 4096
 TIER1 = 2**62  # heap value of an admitted block: TIER1 + count (a non-admitted one: its count)
 #: :func:`evict`'s answer when fewer than ``n`` blocks are free.
 E_TOO_FEW = -1
@@ -152,7 +165,7 @@ def _h_compact(H, n, BL):
     m = 0
     for j in range(n):
         b = H[j, 2]
-        if BL[b, INN] and H[j, 1] == BL[b, ORD]:
+        if BL[b, INN] and H[j, 1] == BL[b, ORD] and BL[b, BKT] < 0:
             H[m, 0], H[m, 1], H[m, 2] = H[j, 0], H[j, 1], H[j, 2]
             m += 1
     for j in range(m // 2 - 1, -1, -1):
@@ -186,7 +199,50 @@ def _ghost(k, v, R, re, rseq, c):
 
 
 @_jit
-def touch(ids, BL, c):
+def _append(b, v, BL, BQ, bits):
+    """Block ``b`` (count ``v < len(BQ)``) to the tail of bucket ``v``."""
+    t = BQ[v, 1]
+    BL[b, PREV], BL[b, NEXT], BL[b, BKT] = t, -1, v
+    if t >= 0:
+        BL[t, NEXT] = b
+    else:
+        BQ[v, 0] = b
+        bits[v >> 6] |= np.uint64(1) << np.uint64(v & 63)
+    BQ[v, 1] = b
+
+
+@_jit
+def _unlink(b, BL, BQ, bits):
+    """Block ``b`` leaves its bucket."""
+    v, p, q = BL[b, BKT], BL[b, PREV], BL[b, NEXT]
+    if p >= 0:
+        BL[p, NEXT] = q
+    else:
+        BQ[v, 0] = q
+    if q >= 0:
+        BL[q, PREV] = p
+    else:
+        BQ[v, 1] = p
+    if BQ[v, 0] < 0:
+        bits[v >> 6] &= ~(np.uint64(1) << np.uint64(v & 63))
+    BL[b, BKT] = -1
+
+
+@_jit
+def _lowest(bits):
+    """The lowest non-empty bucket, or -1."""
+    for i in range(bits.shape[0]):
+        x = bits[i]
+        if x:
+            j = 0
+            while not (x >> np.uint64(j)) & np.uint64(1):
+                j += 1
+            return i * 64 + j
+    return -1
+
+
+@_jit
+def touch(ids, BL, BQ, bits, c):
     """Hit blocks that were free leave the order (ref count 0 -> 1).
     Returns 0, or ``-1 - j`` for ``ids[j]`` not a free cached block (nothing
     applied)."""
@@ -194,7 +250,10 @@ def touch(ids, BL, c):
         if not BL[ids[j], INN]:
             return -1 - j
     for j in range(ids.shape[0]):
-        BL[ids[j], INN] = 0
+        b = ids[j]
+        BL[b, INN] = 0
+        if BL[b, BKT] >= 0:  # (a heap entry is deleted lazily)
+            _unlink(b, BL, BQ, bits)
     c[LRUN] -= ids.shape[0]
     return 0
 
@@ -250,7 +309,7 @@ def stored(ids, w, BL, R, T, mask, fk, c):
 
 
 @_jit
-def evict(n, out, BL, hs, R, ghost_cap, re, rseq, H, T, mask, fk, c):
+def evict(n, out, BL, hs, R, ghost_cap, re, rseq, BQ, bits, H, T, mask, fk, c):
     """``PolicyRuntime.evict(n)``: ``n`` victims into ``out[:n]``, the top
     hashless block first, then the lowest live heap entry; each cached
     victim's key leaves ``count`` for the ghost list (its first victim in the
@@ -268,13 +327,18 @@ def evict(n, out, BL, hs, R, ghost_cap, re, rseq, H, T, mask, fk, c):
             b = hs[c[HSN]]
             BL[b, HFREE] = 0
         else:
-            while True:
-                b, o = H[0, 2], H[0, 1]
-                c[HN] -= 1
-                _h_swap(H, 0, c[HN])
-                _h_down(H, 0, c[HN])
-                if BL[b, INN] and o == BL[b, ORD]:
-                    break
+            v = _lowest(bits)
+            if v >= 0:  # the lowest count's oldest release
+                b = BQ[v, 0]
+                _unlink(b, BL, BQ, bits)
+            else:  # every free cached block has a count >= len(BQ): the heap's
+                while True:
+                    b, o = H[0, 2], H[0, 1]
+                    c[HN] -= 1
+                    _h_swap(H, 0, c[HN])
+                    _h_down(H, 0, c[HN])
+                    if BL[b, INN] and o == BL[b, ORD] and BL[b, BKT] < 0:
+                        break
             BL[b, INN] = 0
             c[LRUN] -= 1
         out[j] = b
@@ -306,7 +370,7 @@ def evict(n, out, BL, hs, R, ghost_cap, re, rseq, H, T, mask, fk, c):
 
 
 @_jit
-def release(cached, hashless, BL, hs, R, min_count, H, c):
+def release(cached, hashless, BL, hs, R, min_count, BQ, bits, H, c):
     """``PolicyRuntime.release``: cached blocks (release order) admitted and
     scored by their key's count (1 if it has none; ``spfcore_admit_blocks``
     and ``spfcore_score_blocks``), each into the heap with a new release
@@ -331,13 +395,17 @@ def release(cached, hashless, BL, hs, R, min_count, H, c):
         c[ORDER] += 1
         o = c[ORDER]
         BL[b, ORD] = o
+        BL[b, INN] = 1
+        if v < BQ.shape[0]:
+            _append(b, v, BL, BQ, bits)
+            c[LRUN] += 1
+            continue
         if c[HN] == H.shape[0]:
             c[HN] = _h_compact(H, c[HN], BL)
         m = c[HN]
         H[m, 0], H[m, 1], H[m, 2] = (v + TIER1 if v >= min_count else v), o, b
         c[HN] = m + 1
         _h_up(H, m)
-        BL[b, INN] = 1
         c[LRUN] += 1
     if nc:
         c[HOOK_CALLS] += 2
@@ -357,9 +425,12 @@ def _rows(n: int, width: int, fill: int = 0) -> np.ndarray:
     return buf[skip:skip + n * width].reshape(n, width)
 
 
-def new_state(num_blocks: int, min_count: int, ghost_cap: int) -> dict:
+def new_state(num_blocks: int, min_count: int, ghost_cap: int, buckets: int = NBUCKETS) -> dict:
     """A fresh state for ``num_blocks`` blocks: nothing free (the driver
     releases the free blocks first), no key, an empty ghost list.
+
+    ``buckets`` (>= 1): counts below it get a FIFO bucket each, higher
+    counts wait in the heap (a test sets it low to reach the heap).
 
     Returns:
         ``{name: array}`` of the kernels' arguments (names as there),
@@ -375,12 +446,14 @@ def new_state(num_blocks: int, min_count: int, ghost_cap: int) -> dict:
     c[NFREE] = nk
     T = np.zeros((s, 2), i64)
     T[:, 1] = -1
-    BL = _rows(num_blocks, 4)
-    BL[:, KEY] = -1
+    BL = _rows(num_blocks, 8)
+    BL[:, KEY] = BL[:, BKT] = -1
+    BQ = _rows(buckets, 2, -1)
     rcap = 2 * (ghost_cap + num_blocks) + 1024  # > the live ghosts (<= ghost_cap + one allocation's victims)
     return {"BL": BL, "R": _rows(nk, 8), "T": T, "mask": s - 1, "fk": np.arange(nk - 1, -1, -1, dtype=i64),
             "hs": np.zeros(num_blocks, i64), "re": np.zeros(rcap, i64), "rseq": np.zeros(rcap, i64),
-            "H": _rows(2 * num_blocks + 1024, 4), "out": np.zeros(num_blocks, i64), "c": c,
+            "BQ": BQ, "bits": np.zeros((buckets + 63) // 64, np.uint64), "H": _rows(2 * num_blocks + 1024, 4),
+            "out": np.zeros(num_blocks, i64), "c": c,
             "min_count": min_count, "ghost_cap": ghost_cap}
 
 
@@ -392,8 +465,9 @@ def warm() -> None:
     i64 = np.int64
     ids = np.array([1, 2], i64)
     w = np.frombuffer(np.arange(8, dtype=i64).tobytes(), i64).reshape(2, 4)
-    release(np.zeros(0, i64), ids, s["BL"], s["hs"], s["R"], 2, s["H"], s["c"])
-    evict(2, s["out"], s["BL"], s["hs"], s["R"], 4, s["re"], s["rseq"], s["H"], s["T"], s["mask"], s["fk"], s["c"])
+    release(np.zeros(0, i64), ids, s["BL"], s["hs"], s["R"], 2, s["BQ"], s["bits"], s["H"], s["c"])
+    evict(2, s["out"], s["BL"], s["hs"], s["R"], 4, s["re"], s["rseq"], s["BQ"], s["bits"], s["H"], s["T"], s["mask"],
+          s["fk"], s["c"])
     stored(ids, w, s["BL"], s["R"], s["T"], s["mask"], s["fk"], s["c"])
     hit(ids, s["BL"], s["R"], s["c"])
-    touch(np.zeros(0, i64), s["BL"], s["c"])
+    touch(np.zeros(0, i64), s["BL"], s["BQ"], s["bits"], s["c"])

@@ -89,6 +89,9 @@ class FrequencyKernelRuntime:
         min_count: Accesses a block's hash needs to be admitted (>= 1).
         ghost_cap: Ghost entries kept, ``ghost_factor * num_blocks`` (>= 0).
         policy_name: For error messages and the fault record.
+        buckets: Counts with a FIFO bucket of the order (default
+            :data:`~spfcore.engine._frequency_nb.NBUCKETS`); higher ones wait
+            in a heap (same order: tests set it low to reach the heap).
 
     Attributes:
         policy_seconds: Wall time of every event, seconds
@@ -115,7 +118,7 @@ class FrequencyKernelRuntime:
     hook_seconds = 0.0
 
     def __init__(self, num_blocks: int, block_size: int, *, min_count: int, ghost_cap: int,
-                 policy_name: str = "frequency") -> None:
+                 policy_name: str = "frequency", buckets: int | None = None) -> None:
         from spfcore.evictor import prepare_numba
 
         prepare_numba()
@@ -123,18 +126,18 @@ class FrequencyKernelRuntime:
 
         nb.warm()
         self.nb, self.num_blocks, self.block_size, self.policy_name = nb, num_blocks, block_size, policy_name
-        self.s = s = nb.new_state(num_blocks, min_count, ghost_cap)
+        self.s = s = nb.new_state(num_blocks, min_count, ghost_cap, buckets or nb.NBUCKETS)
         self.c = s["c"]
         self.c[nb.HOOK_CALLS] = 1  # spfcore_cache_configured, as the runtime counts it at construction
         self.policy_seconds = self.evict_seconds = 0.0
         self.arrival = 0
         self._k = nb
-        self._touch_args = (s["BL"], self.c)
+        self._touch_args = (s["BL"], s["BQ"], s["bits"], self.c)
         self._hit_args = (s["BL"], s["R"], self.c)
         self._stored_args = (s["BL"], s["R"], s["T"], s["mask"], s["fk"], self.c)
-        self._evict_args = tuple(s[x] for x in ("out", "BL", "hs", "R", "ghost_cap", "re", "rseq", "H", "T", "mask",
-                                                "fk", "c"))
-        self._release_args = (s["BL"], s["hs"], s["R"], s["min_count"], s["H"], self.c)
+        self._evict_args = tuple(s[x] for x in ("out", "BL", "hs", "R", "ghost_cap", "re", "rseq", "BQ", "bits", "H",
+                                                "T", "mask", "fk", "c"))
+        self._release_args = (s["BL"], s["hs"], s["R"], s["min_count"], s["BQ"], s["bits"], s["H"], self.c)
         self._empty = np.zeros(0, np.int64)
 
     # ------------------------------------------------------------ counters
