@@ -342,11 +342,6 @@ def evict(n, out, BL, hs, R, ghost_cap, re, rseq, BQ, bits, H, T, mask, fk, c):
             BL[b, INN] = 0
             c[LRUN] -= 1
         out[j] = b
-    # then the keys, victim by victim in the same order (as the hook sees them: after every pop). A pass of
-    # its own: each victim's key row is a cache miss independent of the next, so the CPU overlaps them,
-    # where within the pops each next block is known only once the last one's row is read.
-    for j in range(n):
-        b = out[j]
         k = BL[b, KEY]
         if k < 0:
             continue
