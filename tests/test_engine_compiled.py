@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import time
 
 import numpy as np
 import pytest
@@ -70,7 +71,7 @@ def _state(rt: FrequencyKernelRuntime, h: bytes) -> tuple[int, int]:
     from spfcore.engine._frequency_nb import CNT, GV
     s = rt.s
     w = np.frombuffer(h, np.int64)
-    live = s["T"][s["T"][:, 1] >= 0, 1]
+    live = s["T"][s["T"][:, 1] > 0, 1] - 1  # (the table holds key id + 1; 0: empty)
     hit = live[(s["R"][live, :4] == w).all(axis=1)]
     return (int(s["R"][hit[0], CNT]), int(s["R"][hit[0], GV])) if hit.size else (0, 0)
 
@@ -107,44 +108,115 @@ def test_compiled_frequency_takes_the_hooks_victims(monkeypatch, case):
     hashes = {int.from_bytes(h): h for n, a in log if n == "stored" for h in a[2]}
     for k, h in hashes.items():  # the policy's end state: every count and ghost count
         assert _state(comp, h) == (pol.count.get(k, 0), pol.ghost.get(k, 0)), k
-    live = int((comp.s["T"][:, 1] >= 0).sum())
+    live = int((comp.s["T"][:, 1] > 0).sum())
     cached = {k for k in hooks.table.key if k is not None}  # the hashes cached blocks hold
     assert live == len(pol.count.keys() | pol.ghost.keys() | cached)  # a key id per cached, counted or ghost hash
     assert (comp.s["BL"][:, 0] >= 0).sum() == sum(k is not None for k in hooks.table.key)
 
 
 def test_protocol_breaks_raise_and_apply_nothing():
+    from spfcore.engine._frequency_nb import EPOCH, MARK
+
     rt = compiled_runtime(PolicyRuntime.for_policy("frequency", 8, BS, None, key_map=False))
     view = RequestView("r", None, 0, 0.0, 3 * BS, ())
     rt.release([], [1, 2, 3, 4, 5, 6, 7], 0.0)
     assert rt.evict(3, 0.0) == [1, 2, 3] and rt.num_free == 4
     rt.stored(view, [1, 2], [_hash(1), _hash(2)], 0, None, BS, 0.0)
-    before = {k: v.copy() for k, v in rt.s.items() if isinstance(v, np.ndarray)}
+
+    def state():  # every array but the per-call stamps (scratch: no decision reads them)
+        out = {k: v.copy() for k, v in rt.s.items() if isinstance(v, np.ndarray)}
+        out["BL"][:, MARK] = 0
+        out["c"][EPOCH] = 0
+        return out
+    before = state()
 
     def unchanged():
-        return all(np.array_equal(before[k], rt.s[k]) for k in before)
+        now = state()
+        return all(np.array_equal(before[k], now[k]) for k in before)
 
     with pytest.raises(PolicyError, match="released block 4: free already"):
         rt.release([1], [4], 0.0)
-    assert unchanged()
-    with pytest.raises(PolicyError, match="released block 3: free already, or cached without a block hash"):
-        rt.release([3], [], 0.0)  # cached, but it holds no hash
-    with pytest.raises(PolicyError, match="stored block 2 holds a block hash already"):
+    with pytest.raises(PolicyError, match="released block 3: free already, or named twice"):
+        rt.release([3, 3], [], 0.0)
+    with pytest.raises(PolicyError, match="released block 3: free already, or named twice"):
+        rt.release([3], [3], 0.0)
+    with pytest.raises(PolicyError, match="stored block 2: holds a block hash already"):
         rt.stored(view, [3, 2], [_hash(3), _hash(9)], 0, None, BS, 0.0)
-    with pytest.raises(PolicyError, match="need 32 bytes a block"):
+    with pytest.raises(PolicyError, match="stored block 3: holds a block hash already, or named twice"):
+        rt.stored(view, [3, 3], [_hash(3), _hash(9)], 0, None, BS, 0.0)
+    with pytest.raises(PolicyError, match="need one length of 8, 16, 24 or 32 bytes"):
         rt.stored(view, [3], [b"short"], 0, None, BS, 0.0)
-    with pytest.raises(PolicyError, match="hit block 3 holds no block hash"):
-        rt.hit(view, [1, 3], 0.0)
+    with pytest.raises(PolicyError, match=r"\(32 here\)"):
+        rt.stored(view, [3, 4], [_hash(3)[:16], _hash(4) + b"x" * 16], 0, None, BS, 0.0)  # 16 + 48 bytes
     with pytest.raises(KeyError):
         rt.touch([1])  # held, not free
     with pytest.raises(ValueError, match="asked for 5, 4 free"):
         rt.evict(5, 0.0)
+    with pytest.raises(ValueError, match="negative"):
+        rt.evict(-1, 0.0)
     assert unchanged()
-    rt.release([2, 1], [3], 0.0)  # the request ends: both admitted? counts 1 < min_count 2: not admitted
+    rt.release([2, 1], [3], 0.0)  # the request ends: counts 1 < min_count 2, not admitted
     assert rt.num_free == 7
     assert rt.evict(5, 0.0) == [3, 4, 5, 6, 7]  # hashless first, hashless[0] on top
     assert rt.evict(2, 0.0) == [2, 1]  # equal counts: release order
     assert rt.evictions == 2 and _state(rt, _hash(1)) == (0, 1)  # its ghost count kept
+    rt.release([], [1, 2], 0.0)
+    with pytest.raises(KeyError):
+        rt.touch([1, 1])  # (hashless, and named twice)
+
+
+def _both(ops, buckets=None):
+    """Run ``ops`` (``(event, args)``) on the hook runtime and the compiled one; their answers."""
+    hooks = PolicyRuntime.for_policy("frequency", 10, BS, None, key_map=False)
+    comp = compiled_runtime(PolicyRuntime.for_policy("frequency", 10, BS, None, key_map=False))
+    out = []
+    for rt, raw in ((hooks, False), (comp, True)):
+        ans = []
+        for name, args in ops:
+            a = list(args)
+            if name == "stored" and not raw:
+                a[2] = [int.from_bytes(h) for h in a[2]]
+            ans.append(getattr(rt, name)(*a))
+        out.append((ans, rt.stats()))
+    return out
+
+
+def test_blocks_the_runtime_never_heard_stored_count_as_the_hooks_none_key():
+    # After a prefix-cache reset with requests in flight, vLLM caches their blocks without a stored event: the
+    # adapter then releases blocks "cached" that the runtime holds no key for. The hooks score them by the key
+    # None (count.get(None, 1)) and count their hits under None; so does the compiled runtime.
+    v = RequestView("r", None, 0, 0.0, BS, ())
+    ops = [("release", ([], list(range(1, 10)), 0.0)), ("evict", (4, 0.0)),
+           ("stored", (v, [1], [_hash(1)], 0, None, BS, 0.0)),
+           ("release", ([1, 2, 3], [4], 0.0)),  # 2 and 3: cached in vLLM, unknown here
+           ("touch", ([2],)), ("hit", (v, [2], 0.0)), ("touch", ([1],)), ("hit", (v, [1], 0.0)),
+           ("release", ([2, 1], [], 0.0)),  # None's count is 1 + 1, key 1's 2
+           ("evict", (9, 0.0))]
+    (a, sa), (b, sb) = _both(ops)
+    assert a == b and a[-1][-3:] == [3, 2, 1]  # 3 (count 1) first, then release order among count 2
+    assert sa["evictions"] == sb["evictions"] == 1 and sa["hook_calls"] == sb["hook_calls"]
+
+
+def test_xxhash_length_hashes_decide_as_the_hooks(monkeypatch):
+    # vLLM's xxhash algorithms give 16-byte block hashes: zero-padded, every bit still compared
+    log, _ = record(monkeypatch, make("zipf", seed=1, personas=8, prefix_tokens=1024), 300, None)
+    short = [(n, [a[0], a[1], [h[:16] for h in a[2]], *a[3:]] if n == "stored" else a) for n, a in log]
+    hooks = PolicyRuntime.for_policy("frequency", 300, BS, None, key_map=False)
+    comp = compiled_runtime(PolicyRuntime.for_policy("frequency", 300, BS, None, key_map=False))
+    va, vb = replay(short, hooks, raw=False), replay(short, comp, raw=True)
+    assert va == vb and hooks.evictions == comp.evictions > 0 and comp._hash_bytes == 16
+
+
+def test_memory_is_committed_as_used_and_a_huge_ghost_factor_runs_the_hooks():
+    from spfcore.engine import _frequency_nb as nb
+
+    big = nb.state_bytes(300_000, 4 * 300_000)
+    t = time.perf_counter()
+    rt = FrequencyKernelRuntime(300_000, BS, min_count=2, ghost_cap=4 * 300_000)
+    assert rt.num_free == 0 and big > 200 * 2**20  # (~275 MiB reserved: zero pages, committed as used)
+    print(f"300,000 blocks: {big / 2**20:.0f} MiB reserved, built in {time.perf_counter() - t:.2f} s")
+    huge = PolicyRuntime.for_policy("frequency", 40, BS, {"ghost_factor": str(10**9)}, key_map=False)
+    assert compiled_runtime(huge) is None  # 4e10 ghosts would be reserved up front: the hooks grow with use
 
 
 def test_only_the_shipped_class_with_plain_params_is_compiled():
@@ -178,3 +250,16 @@ def test_engine_frequency_compiled_equals_hooks_and_simulator():
     assert [r["output_token_ids"] for r in comp["requests"]] == [r["output_token_ids"] for r in hooks["requests"]]
     assert comp["policy_faults"] == hooks["policy_faults"] == 0
     assert comp["hook_seconds"] == 0.0 < comp["policy_seconds"]
+
+
+def test_served_metrics_publish_a_compiled_runtime():
+    # spfcore serve turns metrics on: each step publishes the runtime's counters (a compiled one has no evictor)
+    pytest.importorskip("prometheus_client")
+    from spfcore.engine.metrics import PolicyMetrics
+
+    rt = compiled_runtime(PolicyRuntime.for_policy("frequency", 8, BS, None, key_map=False))
+    rt.release([], [1, 2, 3], 0.0)
+    rt.stored(RequestView("r", None, 0, 0.0, BS, ()), [3], [_hash(3)], 0, None, BS, 0.0)  # (not free: no check)
+    m = PolicyMetrics("frequency-compiled-test", "spfcore-frequency", "0")
+    m.publish(rt)
+    assert m._last[0] == rt.evictions == 0 and m._last[2] == rt.policy_seconds > 0

@@ -67,16 +67,20 @@ import numpy as np
 #: evicted cached blocks, allocations, hook calls the hook path makes, heap
 #: entries, release orders handed out, live ghosts, the ring's head and tail
 #: (monotone; slot = value mod capacity), ghost sequence numbers handed out,
-#: free key ids on ``fk``.
-HSN, LRUN, EVICTIONS, EVICT_CALLS, HOOK_CALLS, HN, ORDER, GN, RHEAD, RTAIL, SEQ, NFREE = range(12)
-NCOUNTERS = 12
+#: freed key ids on ``fk``, key ids never used yet start at ``NEXTID``, the
+#: event number stamped on a call's blocks (``BL[:, MARK]``: a block twice in
+#: one call), the count of the "no key" key (see :func:`hit`).
+HSN, LRUN, EVICTIONS, EVICT_CALLS, HOOK_CALLS, HN, ORDER, GN, RHEAD, RTAIL, SEQ, NFREE, NEXTID, EPOCH, NONECNT = range(15)
+NCOUNTERS = 15
 W0, W1, W2, W3, CNT, GV, GSEQ, NBLK = range(8)  # key row columns
-KEY, INN, ORD, HFREE, PREV, NEXT, BKT = range(7)  # block row columns
+KEY, INN, ORD, HFREE, PREV, NEXT, BKT, MARK = range(8)  # block row columns
 #: Counts below this have a FIFO bucket each (by default); a block of a higher count waits in the heap.
 NBUCKETS = 4096
 TIER1 = 2**62  # heap value of an admitted block: TIER1 + count (a non-admitted one: its count)
 #: :func:`evict`'s answer when fewer than ``n`` blocks are free.
 E_TOO_FEW = -1
+#: :func:`stored`'s answer when every key id is live (not reached within the bound above).
+E_FULL = -(2**62)
 
 _jit = numba.njit(cache=True, nogil=True)
 
@@ -88,7 +92,7 @@ def _find(T, mask, R, w, j):
     w0 = w[j, 0]
     i = w0 & mask
     while True:
-        k = T[i, 1]
+        k = T[i, 1] - 1
         if k < 0:
             return -1 - i
         if T[i, 0] == w0 and R[k, W1] == w[j, 1] and R[k, W2] == w[j, 2] and R[k, W3] == w[j, 3]:
@@ -101,19 +105,19 @@ def _unintern(k, T, mask, R, fk, c):
     """Key id ``k`` leaves the table (backward-shift deletion) and goes back
     on the free stack."""
     i = R[k, W0] & mask
-    while T[i, 1] != k:
+    while T[i, 1] != k + 1:
         i = (i + 1) & mask
     j = i
     while True:
         j = (j + 1) & mask
         q = T[j, 1]
-        if q < 0:
+        if q == 0:
             break
         home = T[j, 0] & mask
         if (j > i and (home <= i or home > j)) or (j < i and home <= i and home > j):
             T[i, 0], T[i, 1] = T[j, 0], q
             i = j
-    T[i, 1] = -1
+    T[i, 1] = 0
     fk[c[NFREE]] = k
     c[NFREE] += 1
 
@@ -242,13 +246,29 @@ def _lowest(bits):
 
 
 @_jit
+def _twice(ids, BL, c):
+    """Stamp this event's blocks; the index of the first one named twice, or -1."""
+    c[EPOCH] += 1
+    e = c[EPOCH]
+    for j in range(ids.shape[0]):
+        b = ids[j]
+        if BL[b, MARK] == e:
+            return j
+        BL[b, MARK] = e
+    return -1
+
+
+@_jit
 def touch(ids, BL, BQ, bits, c):
     """Hit blocks that were free leave the order (ref count 0 -> 1).
     Returns 0, or ``-1 - j`` for ``ids[j]`` not a free cached block (nothing
-    applied)."""
+    applied), or named twice."""
     for j in range(ids.shape[0]):
         if not BL[ids[j], INN]:
             return -1 - j
+    j = _twice(ids, BL, c)
+    if j >= 0:
+        return -1 - j
     for j in range(ids.shape[0]):
         b = ids[j]
         BL[b, INN] = 0
@@ -261,13 +281,16 @@ def touch(ids, BL, BQ, bits, c):
 @_jit
 def hit(ids, BL, R, c):
     """``spfcore_blocks_hit``: +1 to each hit block's key (a key whose count
-    left with an evicted duplicate starts again at 1). Returns 0, or ``-1 - j``
-    for hit block ``ids[j]`` holding no key (nothing applied)."""
+    left with an evicted duplicate starts again at 1). A block the runtime
+    never heard stored (vLLM cached it while a prefix-cache reset had dropped
+    its request) has no key: the hook path counts it under the key ``None``,
+    and so does ``c[NONECNT]``. Returns 0."""
     for j in range(ids.shape[0]):
-        if BL[ids[j], KEY] < 0:
-            return -1 - j
-    for j in range(ids.shape[0]):
-        R[BL[ids[j], KEY], CNT] += 1
+        k = BL[ids[j], KEY]
+        if k >= 0:
+            R[k, CNT] += 1
+        else:
+            c[NONECNT] += 1
     c[HOOK_CALLS] += 1
     return 0
 
@@ -275,22 +298,31 @@ def hit(ids, BL, R, c):
 @_jit
 def stored(ids, w, BL, R, T, mask, fk, c):
     """``spfcore_blocks_stored``: blocks ``ids`` cached with keys ``w`` (one
-    row of four words each), in order: each key interned (a new key id from
-    ``fk``), then its count + 1, or 1 + its ghost count (it stops being a
+    row of four words each), in order: each key interned (a new key id: a
+    freed one from ``fk``, else the next never used), then its count + 1, or 1 + its ghost count (it stops being a
     ghost). Returns 0, or ``-1 - j`` for block ``ids[j]`` holding a key
-    already (nothing applied)."""
+    already or named twice (nothing applied), or ``E_FULL``."""
     for j in range(ids.shape[0]):
         if BL[ids[j], KEY] >= 0:
             return -1 - j
+    j = _twice(ids, BL, c)
+    if j >= 0:
+        return -1 - j
+    if c[NFREE] + R.shape[0] - c[NEXTID] < ids.shape[0]:
+        return E_FULL
     for j in range(ids.shape[0]):
         i = _find(T, mask, R, w, j)
         if i >= 0:
-            k = T[i, 1]
+            k = T[i, 1] - 1
         else:
             i = -1 - i
-            c[NFREE] -= 1
-            k = fk[c[NFREE]]
-            T[i, 0], T[i, 1] = w[j, 0], k
+            if c[NFREE] > 0:
+                c[NFREE] -= 1
+                k = fk[c[NFREE]]
+            else:
+                k = c[NEXTID]
+                c[NEXTID] += 1
+            T[i, 0], T[i, 1] = w[j, 0], k + 1
             R[k, W0], R[k, W1], R[k, W2], R[k, W3] = w[j, 0], w[j, 1], w[j, 2], w[j, 3]
             R[k, CNT] = R[k, GV] = R[k, NBLK] = 0
         BL[ids[j], KEY] = k
@@ -375,21 +407,33 @@ def release(cached, hashless, BL, hs, R, min_count, BQ, bits, H, c):
     scored by their key's count (1 if it has none; ``spfcore_admit_blocks``
     and ``spfcore_score_blocks``), each into the heap with a new release
     order; then hashless blocks onto the stack, ``hashless[0]`` on top.
-    Returns 0, or ``-1 - j`` for ``cached[j]`` (``j < len(cached)``) or
-    ``hashless[j - len(cached)]`` that is free already or (cached) holds no
-    key: nothing applied."""
+    A cached block with no key (see :func:`hit`) is scored by
+    ``c[NONECNT]``, as the hook path scores the key ``None``. Returns 0, or
+    ``-1 - j`` for ``cached[j]`` (``j < len(cached)``) or
+    ``hashless[j - len(cached)]`` that is free already or named twice in the
+    call: nothing applied."""
     nc = cached.shape[0]
     for j in range(nc):
         b = cached[j]
-        if BL[b, INN] or BL[b, HFREE] or BL[b, KEY] < 0:
+        if BL[b, INN] or BL[b, HFREE]:
             return -1 - j
     for j in range(hashless.shape[0]):
         b = hashless[j]
         if BL[b, INN] or BL[b, HFREE]:
             return -1 - nc - j
+    j = _twice(cached, BL, c)
+    if j >= 0:
+        return -1 - j
+    e = c[EPOCH]  # (the same stamp on the hashless blocks: a block in both lists is caught too)
+    for j in range(hashless.shape[0]):
+        b = hashless[j]
+        if BL[b, MARK] == e:
+            return -1 - nc - j
+        BL[b, MARK] = e
     for j in range(nc):
         b = cached[j]
-        v = R[BL[b, KEY], CNT]
+        k = BL[b, KEY]
+        v = R[k, CNT] if k >= 0 else c[NONECNT]
         if v <= 0:
             v = 1
         c[ORDER] += 1
@@ -419,10 +463,27 @@ def release(cached, hashless, BL, hs, R, min_count, BQ, bits, H, c):
 
 def _rows(n: int, width: int, fill: int = 0) -> np.ndarray:
     """An ``(n, width)`` int64 array whose rows start on 64-byte boundaries
-    (cache lines) for ``width`` 4 or 8."""
-    buf = np.full(n * width + 8, fill, np.int64)
+    (cache lines) for ``width`` 4 or 8; zeros are not written (the pages are
+    committed as they are first used)."""
+    buf = np.zeros(n * width + 8, np.int64) if fill == 0 else np.full(n * width + 8, fill, np.int64)
     skip = (-buf.ctypes.data % 64) // 8
     return buf[skip:skip + n * width].reshape(n, width)
+
+
+def key_ids(num_blocks: int, ghost_cap: int) -> int:
+    """Key ids a state holds: ``2 * num_blocks + ghost_cap + 64`` (the bound
+    in the module docstring)."""
+    return 2 * num_blocks + ghost_cap + 64
+
+
+def state_bytes(num_blocks: int, ghost_cap: int, buckets: int = NBUCKETS) -> int:
+    """Bytes :func:`new_state` reserves (most committed only as used)."""
+    nk = key_ids(num_blocks, ghost_cap)
+    s = 1
+    while s < 2 * nk:
+        s *= 2
+    return 8 * (8 * nk + 2 * s + nk + 8 * num_blocks + 2 * num_blocks + 4 * (ghost_cap + num_blocks) + 2048
+                + 2 * buckets + 4 * (2 * num_blocks + 1024))
 
 
 def new_state(num_blocks: int, min_count: int, ghost_cap: int, buckets: int = NBUCKETS) -> dict:
@@ -438,19 +499,17 @@ def new_state(num_blocks: int, min_count: int, ghost_cap: int, buckets: int = NB
         (``S - 1``).
     """
     i64 = np.int64
-    nk = 2 * num_blocks + ghost_cap + 64
+    nk = key_ids(num_blocks, ghost_cap)
     s = 1
     while s < 2 * nk:
         s *= 2
     c = np.zeros(NCOUNTERS, i64)
-    c[NFREE] = nk
-    T = np.zeros((s, 2), i64)
-    T[:, 1] = -1
+    T = np.zeros((s, 2), i64)  # (first word, key id + 1; 0: empty)
     BL = _rows(num_blocks, 8)
     BL[:, KEY] = BL[:, BKT] = -1
     BQ = _rows(buckets, 2, -1)
     rcap = 2 * (ghost_cap + num_blocks) + 1024  # > the live ghosts (<= ghost_cap + one allocation's victims)
-    return {"BL": BL, "R": _rows(nk, 8), "T": T, "mask": s - 1, "fk": np.arange(nk - 1, -1, -1, dtype=i64),
+    return {"BL": BL, "R": _rows(nk, 8), "T": T, "mask": s - 1, "fk": np.empty(nk, i64),
             "hs": np.zeros(num_blocks, i64), "re": np.zeros(rcap, i64), "rseq": np.zeros(rcap, i64),
             "BQ": BQ, "bits": np.zeros((buckets + 63) // 64, np.uint64), "H": _rows(2 * num_blocks + 1024, 4),
             "out": np.zeros(num_blocks, i64), "c": c,

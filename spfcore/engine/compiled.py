@@ -37,8 +37,12 @@ from spfcore.runtime import PolicyError, PolicyRuntime
 from spfcore.views import RequestView
 
 _perf = time.perf_counter
-#: vLLM's block hash length this runtime interns, bytes (sha256 and sha256_cbor).
+#: vLLM's block hash length this runtime interns, bytes (sha256 and sha256_cbor;
+#: shorter hashes, xxhash's 16, are zero-padded to it).
 HASH_BYTES = 32
+#: The most ghost entries per block (``ghost_factor``) a compiled runtime
+#: reserves; a larger one runs the hooks (default ``ghost_factor`` 4).
+MAX_GHOSTS_PER_BLOCK = 64
 
 
 def compiled_runtime(rt: PolicyRuntime) -> FrequencyKernelRuntime | None:
@@ -48,7 +52,9 @@ def compiled_runtime(rt: PolicyRuntime) -> FrequencyKernelRuntime | None:
     Stands in for: the shipped ``frequency`` plugin's own class
     (``spfcore_frequency.FrequencyPolicy``, alone in ``rt``'s plugin manager,
     hook calls not monitored, no hook budget) with int ``min_count >= 1``
-    and ``ghost_factor >= 0`` within int64.
+    and ``0 <= ghost_factor <=`` :data:`MAX_GHOSTS_PER_BLOCK` (its state is
+    reserved up front for ``ghost_factor * num_blocks`` ghosts; the hooks'
+    grows with use).
 
     Args:
         rt: A fresh runtime of the configured policy (its
@@ -68,7 +74,7 @@ def compiled_runtime(rt: PolicyRuntime) -> FrequencyKernelRuntime | None:
     from spfcore.sim.simulator import _frequency_params
 
     p = _frequency_params(rt)
-    if p is None:
+    if p is None or p[1] > MAX_GHOSTS_PER_BLOCK * rt.num_blocks:
         return None
     return FrequencyKernelRuntime(rt.num_blocks, rt.block_size, min_count=p[0], ghost_cap=p[1],
                                   policy_name=rt.policy_name)
@@ -103,12 +109,17 @@ class FrequencyKernelRuntime:
             blocks), as the simulator's compiled replays count them.
         evictions, evict_calls, evict_seconds: As the runtime's.
 
-    Errors: every event raises :class:`~spfcore.runtime.PolicyError`
-    (naming the policy and the block) when the driver breaks the event
-    protocol (a block released twice, a hit or cached release of a block
-    without a hash, a hash that is not 32 bytes); nothing of that event is
-    applied. ``evict`` raises ``ValueError`` when fewer than ``n`` blocks
-    are free, as the runtime does.
+    Errors: an event raises :class:`~spfcore.runtime.PolicyError` (naming
+    the policy and the block) when the driver breaks the event protocol (a
+    block released while free, a block named twice in one call, a store into
+    a block holding a hash, hashes of another length); nothing of that event
+    is applied, so the adapter fails open. ``touch`` raises ``KeyError`` for
+    a block that is not free and cached, ``evict`` ``ValueError`` when
+    ``n < 0`` or fewer than ``n`` blocks are free, as the runtime does. What
+    the hook path accepts the same way is accepted: a hit on, or a cached
+    release of, a block the runtime never heard stored (after a prefix-cache
+    reset with requests in flight) counts under one "no key" key, as the
+    hooks count the key ``None``.
     """
 
     wants_block_hashes = True
@@ -139,6 +150,7 @@ class FrequencyKernelRuntime:
                                                 "T", "mask", "fk", "c"))
         self._release_args = (s["BL"], s["hs"], s["R"], s["min_count"], s["BQ"], s["bits"], s["H"], self.c)
         self._empty = np.zeros(0, np.int64)
+        self._hash_bytes = 0  # the hashes' length, set by the first store
 
     # ------------------------------------------------------------ counters
     @property
@@ -172,35 +184,49 @@ class FrequencyKernelRuntime:
         return ()
 
     def hit(self, request: RequestView, ids: Sequence[int], now: float) -> None:
-        """The lookup hit blocks ``ids``: each one's hash counts one more access."""
+        """The lookup hit blocks ``ids``: each one's hash counts one more access
+        (a block stored before a prefix-cache reset: the hook path's key
+        ``None``, see :func:`~spfcore.engine._frequency_nb.hit`)."""
         t0 = _perf()
         try:
-            a = _ids(ids) if len(ids) else self._empty
-            r = self._k.hit(a, *self._hit_args)
-            if r:
-                raise self._bad(f"hit block {int(a[-1 - r])} holds no block hash")
+            self._k.hit(_ids(ids) if len(ids) else self._empty, *self._hit_args)
         finally:
             self.policy_seconds += _perf() - t0
 
     def stored(self, request: RequestView, ids: Sequence[int], keys: Sequence[bytes], first_depth: int,
                parent, num_tokens: int, now: float) -> None:
-        """Blocks ``ids`` were cached with vLLM block hashes ``keys`` (32
-        bytes each, :data:`HASH_BYTES`); ``first_depth``, ``parent`` and
-        ``num_tokens`` are not read."""
+        """Blocks ``ids`` were cached with vLLM block hashes ``keys``, all of
+        one length of 8, 16, 24 or 32 bytes (sha256: 32, xxhash: 16; shorter
+        ones are compared as if zero-padded to 32), the length of the first
+        store's hashes for the runtime's life; ``first_depth``, ``parent`` and
+        ``num_tokens`` are not read. Checked: the total length, and the first
+        hash's (vLLM's hashes of one engine are of one length).
+
+        Raises:
+            PolicyError: a hash of another length, a block holding a hash
+                already or named twice (nothing applied).
+        """
         t0 = _perf()
         try:
             n = len(ids)
             if not n:
+                self.c[self.nb.HOOK_CALLS] += 1  # (the hook path calls spfcore_blocks_stored on an empty store too)
                 return
             raw = b"".join(keys)
-            if len(raw) != HASH_BYTES * n or len(keys) != n:
-                raise self._bad(f"stored {n} blocks with {len(keys)} hashes of {len(raw)} bytes in all: "
-                                f"need {HASH_BYTES} bytes a block")
-            w = np.frombuffer(raw, np.int64)
+            hb = self._hash_bytes or len(keys[0])
+            if hb not in (8, 16, 24, 32) or len(keys[0]) != hb or len(raw) != hb * n or len(keys) != n:
+                raise self._bad(f"stored {n} blocks with {len(keys)} hashes of {len(raw)} bytes in all: need one "
+                                f"length of 8, 16, 24 or 32 bytes a hash ({self._hash_bytes or 'any'} here)")
+            self._hash_bytes = hb
+            w = np.frombuffer(raw, np.int64).reshape(n, hb // 8)
+            if hb != HASH_BYTES:
+                w = np.pad(w, ((0, 0), (0, (HASH_BYTES - hb) // 8)))
             a = _ids(ids)
-            r = self._k.stored(a, w.reshape(n, 4), *self._stored_args)
+            r = self._k.stored(a, w, *self._stored_args)
+            if r == self._k.E_FULL:
+                raise self._bad(f"every key id is live ({len(self.s['fk'])}): the bound does not hold")
             if r:
-                raise self._bad(f"stored block {int(a[-1 - r])} holds a block hash already")
+                raise self._bad(f"stored block {int(a[-1 - r])}: holds a block hash already, or named twice")
         finally:
             self.policy_seconds += _perf() - t0
 
@@ -218,7 +244,7 @@ class FrequencyKernelRuntime:
             if r:
                 j = -1 - r
                 b = int(ca[j]) if j < len(ca) else int(ha[j - len(ca)])
-                raise self._bad(f"released block {b}: free already, or cached without a block hash")
+                raise self._bad(f"released block {b}: free already, or named twice")
         finally:
             self.policy_seconds += _perf() - t0
 
@@ -227,10 +253,12 @@ class FrequencyKernelRuntime:
         lowest ``(admitted, count, release order)``).
 
         Raises:
-            ValueError: if fewer than ``n`` blocks are free.
+            ValueError: if ``n < 0`` or fewer than ``n`` blocks are free.
         """
         t0 = _perf()
         try:
+            if n < 0:
+                raise ValueError(f"evict({n}): a negative number of blocks")
             if self._k.evict(n, *self._evict_args):
                 raise ValueError(f"No free blocks available: asked for {n}, {self.num_free} free")
             return self.s["out"][:n].tolist()
@@ -249,7 +277,7 @@ class FrequencyKernelRuntime:
             a = _ids(list(ids))
             r = self._k.touch(a, *self._touch_args)
             if r:
-                raise KeyError(int(a[-1 - r]))
+                raise KeyError(int(a[-1 - r]))  # not a free cached block, or named twice
         finally:
             self.policy_seconds += _perf() - t0
 

@@ -124,7 +124,7 @@ class PolicyMetrics:
             self._issued.inc(now[4] - last[4])
         if now[5] > last[5]:
             self._used.inc(now[5] - last[5])
-        self._pinned.set(ev.num_pinned)
+        self._pinned.set(ev.num_pinned if ev else 0)
         self.publish_fail_open(queue)
 
     def publish_fail_open(self, queue) -> None:

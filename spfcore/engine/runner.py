@@ -195,12 +195,13 @@ class EngineSession:
     def _factory(self, arm: str, opts: dict, *, compiled: bool):
         """The runtime factory of ``arm``: a fresh
         :class:`~spfcore.runtime.PolicyRuntime` (no key map: vLLM keeps its
-        own), or with ``compiled`` and no CPU tier the compiled runtime that
+        own), or with ``compiled`` and no KV connector (a CPU tier) the compiled runtime that
         stands in for its policy, where there is one
         (:func:`spfcore.engine.compiled.compiled_runtime`)."""
         from spfcore.runtime import PolicyRuntime
 
-        nb, bs, tier = self.num_blocks, self.block_size, self.spec.cpu_blocks is not None
+        nb, bs = self.num_blocks, self.block_size
+        tier = getattr(self.scheduler, "connector", None) is not None  # a KV connector (cpu_blocks, or in extra)
 
         def factory():
             rt = PolicyRuntime.for_policy(arm, nb, bs, opts, key_map=False)
