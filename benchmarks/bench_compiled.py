@@ -25,6 +25,7 @@ from __future__ import annotations
 import statistics
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from spfcore.engine.runner import EngineSpec, default_block_size, open_engine
@@ -79,7 +80,8 @@ def main(arm, model, block_size, num_blocks, pressure, personas, prefix_tokens, 
 
     sim = simulate(wl, arm, num_blocks=nb, block_size=block_size, seed=seed)
     seen_sim = (tuple(x["cached_tokens"] for x in sim["requests"]), sim["evictions"])
-    t = Table(title=f"{arm}: spfcore ms per request in the engine, {rounds} interleaved rounds (median [min, max])")
+    t = Table(title=escape(f"{arm}: spfcore ms per request in the engine, {rounds} interleaved rounds "
+                           "(median [min, max])"))
     for col in ("runtime", "spfcore ms/req", "adapter ms/req", "runtime ms/req", "req/s"):
         t.add_column(col)
 

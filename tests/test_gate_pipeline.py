@@ -130,6 +130,13 @@ def test_a_misspelt_role_arm_fails_before_any_cell_runs(tmp_path):
         run_gate(cfg, tmp_path / "r.json", engine_factory=factory(log), sim_fn=sim_fn(log), ceilings_fn=ceilings_fn,
                  progress=False, plots=False)
     assert log == [] and not (tmp_path / "r.cells.jsonl").exists()
+    # misspelt only in --candidate (the arms as installed): the same suggestion, not "roles need these arms"
+    cfg = config(arms=("lru", "session_ttl", "spf_expected_utility", "belady_oracle"),
+                 roles=attrs.evolve(SEED_ROLES, candidate="spf_expected_utilty"))
+    with pytest.raises(GateConfigError, match=r"candidate=spf_expected_utilty \(did you mean spf_expected_utility\?\)"):
+        run_gate(cfg, tmp_path / "r2.json", engine_factory=factory(log), sim_fn=sim_fn(log), ceilings_fn=ceilings_fn,
+                 progress=False, plots=False)
+    assert log == []
 
 
 def test_the_settled_interval_stays_within_the_criterion_range():

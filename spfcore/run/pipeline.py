@@ -282,10 +282,6 @@ def preflight(config: GateConfig, workloads: Mapping, num_blocks: int) -> None:
     except registry.PolicyConfigError as exc:
         raise GateConfigError(f"--policy-opt: {exc}") from None
     roles = attrs.asdict(config.roles)
-    missing = {r: a for r, a in roles.items() if a is not None and a not in config.arms}
-    if missing:
-        raise GateConfigError("field 'arms': the gate's roles need these arms too: "
-                              + ", ".join(f"{r}={a}" for r, a in missing.items()))
     installed = registry.by_name()
     unknown = {r: a for r, a in roles.items() if a is not None and a not in installed}
     if unknown:  # a misspelt role arm would fail only after every other arm ran
@@ -298,6 +294,10 @@ def preflight(config: GateConfig, workloads: Mapping, num_blocks: int) -> None:
         raise GateConfigError("field 'arms': a role arm is not installed or not allowed: "
                               + ", ".join(f"{r}={a}{near(a)}" for r, a in unknown.items())
                               + f"; installed: {', '.join(sorted(installed))}")
+    missing = {r: a for r, a in roles.items() if a is not None and a not in config.arms}
+    if missing:  # (after the installed check: a misspelt --candidate gets its "did you mean")
+        raise GateConfigError("field 'arms': the gate's roles need these arms too: "
+                              + ", ".join(f"{r}={a}" for r, a in missing.items()))
     try:
         resolve_model(dict(config.engine).get("model"))
     except ValueError as exc:

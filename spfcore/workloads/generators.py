@@ -105,7 +105,7 @@ class Flag:
         try:
             value = self.type(raw)
         except (TypeError, ValueError, OverflowError):
-            raise ValueError(f"flag {self.name!r}: bad value {raw!r} (must be a {self.type.__name__})") from None
+            raise ValueError(f"flag {self.name!r}: bad value {raw!r} (must be of type {self.type.__name__})") from None
         if self.choices is not None and value not in self.choices:
             raise ValueError(f"flag {self.name!r}: bad value {raw!r} (must be one of {list(self.choices)})")
         if self.type in (int, float):
