@@ -141,7 +141,6 @@ class FrequencyKernelRuntime:
         self.c = s["c"]
         self.c[nb.HOOK_CALLS] = 1  # spfcore_cache_configured, as the runtime counts it at construction
         self.policy_seconds = self.evict_seconds = 0.0
-        self.arrival = 0
         self._k = nb
         self._touch_args = (s["BL"], s["BQ"], s["bits"], self.c)
         self._hit_args = (s["BL"], s["R"], self.c)
@@ -180,7 +179,6 @@ class FrequencyKernelRuntime:
     def arrived(self, request: RequestView, now: float) -> tuple:
         """A request arrived: nothing to decide (frequency has no arrival
         hook and no expiring score). Returns no prefetch hint."""
-        self.arrival = request.arrival_index
         return ()
 
     def hit(self, request: RequestView, ids: Sequence[int], now: float) -> None:
@@ -305,12 +303,3 @@ class FrequencyKernelRuntime:
         """Whether physical block ``block_id`` is free."""
         row = self.s["BL"][block_id]
         return bool(row[self.nb.INN] or row[self.nb.HFREE])
-
-    def implements(self, hook: str) -> bool:
-        """The hooks the stand-in's policy implements (``frequency``'s)."""
-        return hook in _FREQUENCY_HOOKS
-
-
-_FREQUENCY_HOOKS = frozenset({"spfcore_cache_configured", "spfcore_blocks_stored", "spfcore_blocks_hit",
-                              "spfcore_blocks_evicted", "spfcore_admit_blocks", "spfcore_score_blocks",
-                              "spfcore_tier_admit", "spfcore_tier_score"})

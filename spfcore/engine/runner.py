@@ -190,27 +190,7 @@ class EngineSession:
         self.max_model_len = int(llm.llm_engine.model_config.max_model_len)
         self.policy = arm != "stock"
         if self.policy:
-            self.scheduler.spf_install(self._factory(arm, options, compiled=True))
-
-    def _factory(self, arm: str, opts: dict, *, compiled: bool):
-        """The runtime factory of ``arm``: a fresh
-        :class:`~spfcore.runtime.PolicyRuntime` (no key map: vLLM keeps its
-        own), or with ``compiled`` and no KV connector (a CPU tier) the compiled runtime that
-        stands in for its policy, where there is one
-        (:func:`spfcore.engine.compiled.compiled_runtime`)."""
-        from spfcore.runtime import PolicyRuntime
-
-        nb, bs = self.num_blocks, self.block_size
-        tier = getattr(self.scheduler, "connector", None) is not None  # a KV connector (cpu_blocks, or in extra)
-
-        def factory():
-            rt = PolicyRuntime.for_policy(arm, nb, bs, opts, key_map=False)
-            if not compiled or tier:
-                return rt
-            from spfcore.engine.compiled import compiled_runtime
-
-            return compiled_runtime(rt) or rt
-        return factory
+            self.scheduler.spf_install(self.scheduler.spf_factory(arm, options))
 
     def use_policy(self, arm: str, options: Mapping[str, str] | None = None, *,
                    vllm_order_queue: bool = True, compiled: bool = True) -> None:
@@ -246,7 +226,8 @@ class EngineSession:
         nb, bs = self.num_blocks, self.block_size
         PolicyRuntime.for_policy(arm, nb, bs, opts)  # fail fast
         self.reset()
-        self.scheduler.spf_install(self._factory(arm, opts, compiled=compiled), vllm_order_queue=vllm_order_queue)
+        self.scheduler.spf_install(self.scheduler.spf_factory(arm, opts, compiled=compiled),
+                                   vllm_order_queue=vllm_order_queue)
         self.arm, self.options = arm, opts
 
     def reset(self) -> int:

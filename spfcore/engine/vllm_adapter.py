@@ -513,17 +513,7 @@ class PolicySchedulerMixin:
         self._spf_served = True
         info = registry.get(name)
         bs, nb = self.spf_block_size, self.spf_num_blocks
-        tier = self.connector is not None
-
-        def factory():  # the compiled runtime where one stands in for the policy (not with a CPU tier)
-            rt = PolicyRuntime.for_policy(name, nb, bs, options, key_map=False)
-            if tier:
-                return rt
-            from spfcore.engine.compiled import compiled_runtime
-
-            return compiled_runtime(rt) or rt
-
-        runtime = self.spf_install(factory)
+        runtime = self.spf_install(self.spf_factory(name, options))
         pm = getattr(runtime, "pm", None) or PolicyRuntime.for_policy(name, nb, bs, options).pm
         inst = pm.get_plugin(name)
         params = attrs.asdict(inst.params) if attrs.has(type(getattr(inst, "params", None))) else dict(options)
@@ -563,6 +553,24 @@ class PolicySchedulerMixin:
             fn(*args)
         except Exception as exc:  # noqa: BLE001 - fail open, recorded
             q.fail_open(where, exc)
+
+    def spf_factory(self, name: str, options: dict | None = None, *, compiled: bool = True) -> RuntimeFactory:
+        """The runtime factory of policy ``name`` for this engine: a fresh
+        :class:`PolicyRuntime` (no key map: vLLM keeps its own), or, with
+        ``compiled`` and no KV connector (a CPU tier, whose hooks the compiled
+        runtime does not serve), the compiled runtime standing in for the
+        policy where there is one (:func:`spfcore.engine.compiled.compiled_runtime`).
+        """
+        nb, bs, tier = self.spf_num_blocks, self.spf_block_size, self.connector is not None
+
+        def factory():
+            rt = PolicyRuntime.for_policy(name, nb, bs, options, key_map=False)
+            if not compiled or tier:
+                return rt
+            from spfcore.engine.compiled import compiled_runtime
+
+            return compiled_runtime(rt) or rt
+        return factory
 
     def spf_install(self, factory: RuntimeFactory, *, vllm_order_queue: bool = True) -> PolicyRuntime:
         """Replace the free queue with a policy queue on a fresh runtime.
