@@ -45,16 +45,14 @@ HASH_BYTES = 32
 MAX_GHOSTS_PER_BLOCK = 64
 
 
-def compiled_runtime(rt: PolicyRuntime) -> FrequencyKernelRuntime | None:
+def compiled_runtime(rt: PolicyRuntime):
     """A compiled runtime standing in for ``rt``'s policy, or ``None`` where
     none does (then ``rt`` itself serves).
 
-    Stands in for: the shipped ``frequency`` plugin's own class
-    (``spfcore_frequency.FrequencyPolicy``, alone in ``rt``'s plugin manager,
-    hook calls not monitored, no hook budget) with int ``min_count >= 1``
-    and ``0 <= ghost_factor <=`` :data:`MAX_GHOSTS_PER_BLOCK` (its state is
-    reserved up front for ``ghost_factor * num_blocks`` ghosts; the hooks'
-    grows with use).
+    Stands in only for a shipped plugin's own class (a :data:`STANDINS`
+    entry: not a subclass), alone in ``rt``'s plugin manager, hook calls not
+    monitored, no hook budget, and with parameters its builder takes (each
+    builder's docstring says which).
 
     Args:
         rt: A fresh runtime of the configured policy (its
@@ -68,9 +66,15 @@ def compiled_runtime(rt: PolicyRuntime) -> FrequencyKernelRuntime | None:
     if len(plugins) != 1:
         return None
     inst = next(iter(plugins))
-    cls = type(inst)
-    if (cls.__module__, cls.__qualname__) != ("spfcore_frequency", "FrequencyPolicy"):
-        return None
+    build = STANDINS.get((type(inst).__module__, type(inst).__qualname__))
+    return build(rt, inst) if build is not None else None
+
+
+def _frequency(rt: PolicyRuntime, inst) -> FrequencyKernelRuntime | None:
+    """``spfcore_frequency.FrequencyPolicy`` with int ``min_count >= 1`` and
+    ``0 <= ghost_factor <=`` :data:`MAX_GHOSTS_PER_BLOCK` (its state is
+    reserved up front for ``ghost_factor * num_blocks`` ghosts; the hooks'
+    grows with use)."""
     from spfcore.sim.simulator import _frequency_params
 
     p = _frequency_params(rt)
@@ -303,3 +307,11 @@ class FrequencyKernelRuntime:
         """Whether physical block ``block_id`` is free."""
         row = self.s["BL"][block_id]
         return bool(row[self.nb.INN] or row[self.nb.HFREE])
+
+
+#: (module, qualname) of a shipped policy class -> the builder of its compiled
+#: runtime, ``build(rt, policy_instance) -> runtime | None`` (``None``: the
+#: hooks serve, e.g. for parameters the kernels do not take).
+STANDINS = {
+    ("spfcore_frequency", "FrequencyPolicy"): _frequency,
+}
