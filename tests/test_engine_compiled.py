@@ -222,7 +222,7 @@ def test_memory_is_committed_as_used_and_a_huge_ghost_factor_runs_the_hooks():
 def test_only_the_shipped_class_with_plain_params_is_compiled():
     assert compiled_runtime(PolicyRuntime.for_policy("frequency", 8, BS, None)) is not None
     assert compiled_runtime(PolicyRuntime.for_policy("frequency", 8, BS, None, hook_budget_ms=5.0)) is None
-    for arm in ("lru", "session_ttl", "spf_expected_utility"):
+    for arm in ("lru", "spf_expected_utility"):
         assert compiled_runtime(PolicyRuntime.for_policy(arm, 8, BS, None)) is None
 
 

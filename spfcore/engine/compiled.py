@@ -309,9 +309,332 @@ class FrequencyKernelRuntime:
         return bool(row[self.nb.INN] or row[self.nb.HFREE])
 
 
+
+# ------------------------------------------------------------ session_ttl
+def _session_ttl(rt: PolicyRuntime, inst) -> SessionTTLKernelRuntime | None:
+    """``spfcore_session_ttl.SessionTTLPolicy`` in arrivals mode: its own
+    params class, ``ttl_seconds`` ``None``, int ``1 <= ttl_arrivals <``
+    :data:`~spfcore.engine._session_ttl_nb.QMAX` (65,536: the expiry
+    calendar's reach), ``max_sessions`` as ``spfcore_cache_configured`` set it
+    (``max(1, num_blocks)``). Anything else (seconds mode, a longer TTL, a
+    params subclass) runs the hooks."""
+    from spfcore.engine._session_ttl_nb import QMAX
+    from spfcore_session_ttl import SessionTTLParams
+
+    p = inst.params
+    if (type(p) is not SessionTTLParams or p.ttl_seconds is not None or type(p.ttl_arrivals) is not int
+            or not 1 <= p.ttl_arrivals < QMAX or inst.max_sessions != max(1, rt.num_blocks) or not rt.keyed):
+        return None
+    return SessionTTLKernelRuntime(rt.num_blocks, rt.block_size, ttl=p.ttl_arrivals, pin_cap=rt.pin_cap,
+                                   policy_name=rt.policy_name)
+
+
+class SessionTTLKernelRuntime:
+    """The shipped ``session_ttl`` arm (arrivals mode) as numba kernels
+    (:mod:`spfcore.engine._session_ttl_nb`), with
+    :class:`~spfcore.runtime.PolicyRuntime`'s driver interface and the scored
+    evictor's order: hashless blocks first (most recently freed), then
+    unpinned cached blocks by release order, then pinned ones by release
+    order; a free block is pinned while its hash's ``until`` (arrival index)
+    lies ahead of the latest arrival, up to ``pin_cap`` pinned blocks.
+
+    Args:
+        num_blocks: Pool size, blocks (physical ids ``0 .. num_blocks-1``).
+        block_size: Tokens per block.
+        ttl: ``ttl_arrivals``: a touch by a request of arrival index ``i``
+            protects its hashes to arrival ``i + ttl`` (``1 <= ttl < 65,536``).
+        pin_cap: Most pinned free blocks (``int(pin_cap_fraction *
+            num_blocks)``, the evictor's cap); refused pins are counted in
+            ``stats()["pins_refused"]``.
+        policy_name: For error messages and the fault record.
+        max_sessions: Most live sessions (default ``max(1, num_blocks)``, as
+            the plugin sets it; at most ``num_blocks``).
+
+    Attributes:
+        policy_seconds: Wall time of every event, seconds; ``hook_seconds``
+            stays 0 (no hook runs).
+        hook_calls: The hook calls the hook path would have made (arrived and
+            rescore_keys per arrival, a score call per non-empty re-score or
+            release batch, hit per hit event, stored per store, evicted per
+            allocation with a keyed victim), as the simulator's compiled replay
+            counts them.
+        evictions, evict_calls, evict_seconds: As the runtime's.
+
+    Sessions (``RequestView.session_id``, any hashable; ``None``: no session)
+    are interned to ids reused once the kernels dropped the session (at most
+    ``2 * num_blocks + 64`` held). Edges (session, hash) grow by doubling as
+    the plugin's do (its memory is sessions x hashes they touched).
+
+    Errors: as :class:`FrequencyKernelRuntime`'s (protocol breaks raise
+    :class:`~spfcore.runtime.PolicyError` with nothing applied; ``touch``
+    ``KeyError``, ``evict`` ``ValueError``). A hit on, or a cached release of,
+    a block the runtime never heard stored (after a prefix-cache reset with
+    requests in flight) is touched and scored under one "no key" key, as the
+    hooks touch and score the key ``None`` (which they never evict).
+    """
+
+    wants_block_hashes = True
+    needs_future = False
+    vllm_order = False
+    hints_issued = hints_used = 0
+    hook_seconds = 0.0
+
+    def __init__(self, num_blocks: int, block_size: int, *, ttl: int, pin_cap: int,
+                 policy_name: str = "session_ttl", max_sessions: int | None = None, edges: int | None = None) -> None:
+        from spfcore.evictor import prepare_numba
+
+        prepare_numba()
+        from spfcore.engine import _session_ttl_nb as nb
+
+        nb.warm()
+        self.nb, self.num_blocks, self.block_size, self.policy_name = nb, num_blocks, block_size, policy_name
+        self.ttl, self.pin_cap = int(ttl), int(pin_cap)
+        self.max_sessions = max(1, num_blocks) if max_sessions is None else int(max_sessions)
+        if not 1 <= self.max_sessions <= max(1, num_blocks):
+            raise ValueError(f"max_sessions {self.max_sessions}: 1 .. {max(1, num_blocks)}")
+        self.s = nb.new_state(num_blocks, self.ttl, edges)
+        self.c = self.s["c"]
+        self.c[nb.HOOK_CALLS] = 1  # spfcore_cache_configured, as the runtime counts it at construction
+        self.policy_seconds = self.evict_seconds = 0.0
+        self._sids: dict = {}  # session id -> session row
+        self._sfree: list[int] = []
+        self._snext = 0
+        self._empty = np.zeros(0, np.int64)
+        self._hash_bytes = 0
+        self._bind()
+
+    def _bind(self) -> None:
+        s, c = self.s, self.c
+        order = (s["ov"], s["oo"], s["ob"], s["ox"], s["qe"], s["qb"])
+        self._arrived_args = (s["due"], s["BL"], s["R"], s["S"], s["E"], *order, c)
+        self._hit_args = (s["ks"], s["BL"], s["R"], s["S"], s["E"], s["ht"], c)
+        self._stored_args = (s["ks"], s["BL"], s["R"], s["T"], s["mask"], s["fk"], s["S"], s["E"], s["ht"], c)
+        self._release_args = (self.pin_cap, s["BL"], s["R"], s["hs"], *order, c)
+        self._evict_args = (s["out"], self.pin_cap, s["due"], s["BL"], s["R"], s["T"], s["mask"], s["fk"], s["S"],
+                            s["E"], s["ht"], s["hs"], *order, c)
+
+    # ------------------------------------------------------------ counters
+    @property
+    def evictions(self) -> int:
+        """Keyed victims so far."""
+        return int(self.c[self.nb.EVICTIONS])
+
+    @property
+    def evict_calls(self) -> int:
+        """Allocations (``evict`` calls that took blocks) so far."""
+        return int(self.c[self.nb.EVICT_CALLS])
+
+    @property
+    def hook_calls(self) -> int:
+        return int(self.c[self.nb.HOOK_CALLS])
+
+    @property
+    def pins_refused(self) -> int:
+        """Pins the cap refused so far, blocks."""
+        return int(self.c[self.nb.REFUSED])
+
+    @property
+    def num_pinned(self) -> int:
+        """Pinned free blocks now."""
+        return int(self.c[self.nb.NPIN])
+
+    def stats(self) -> dict:
+        """:meth:`PolicyRuntime.stats <spfcore.runtime.PolicyRuntime.stats>`'s counters."""
+        return {"hook_seconds": 0.0, "hook_calls": self.hook_calls, "policy_seconds": self.policy_seconds,
+                "evictions": self.evictions, "evict_seconds": self.evict_seconds, "evict_calls": self.evict_calls,
+                "hints_issued": 0, "hints_used": 0, "pins_refused": self.pins_refused}
+
+    def _bad(self, what: str) -> PolicyError:
+        return PolicyError(f"policy {self.policy_name!r} (compiled runtime): {what}", policy=self.policy_name)
+
+    def _sid(self, session_id) -> int:
+        """The session row of ``session_id`` (interned; a dead row reused)."""
+        i = self._sids.get(session_id)
+        if i is not None:
+            return i
+        if not self._sfree:
+            if self._snext < len(self.s["S"]):
+                self._snext += 1
+                i = self._snext - 1
+                self._sids[session_id] = i
+                return i
+            alive = self.s["S"][:, self.nb.ALIVE]  # every row named: free the dead ones (amortized O(1))
+            dead = [k for k, j in self._sids.items() if not alive[j]]
+            for k in dead:
+                self._sfree.append(self._sids.pop(k))
+        i = self._sfree.pop()
+        self._sids[session_id] = i
+        return i
+
+    def _grow(self) -> None:
+        self.nb.grow_edges(self.s)
+        self._bind()
+
+    # ------------------------------------------------------------ events
+    def arrived(self, request: RequestView, now: float) -> tuple:
+        """A request arrived (arrival index ``request.arrival_index``, the
+        clock): its session's hashes protected anew, expired pins and its
+        session's free blocks re-scored. Returns no prefetch hint."""
+        t0 = _perf()
+        try:
+            sid = request.session_id
+            s = -1 if sid is None else self._sids.get(sid, -1)
+            self.nb.arrived(request.arrival_index, s, self.ttl, self.pin_cap, *self._arrived_args)
+            return ()
+        finally:
+            self.policy_seconds += _perf() - t0
+
+    def hit(self, request: RequestView, ids: Sequence[int], now: float) -> None:
+        """The lookup hit blocks ``ids``: a request with a session protects
+        their hashes to ``arrival_index + ttl`` and owns them."""
+        t0 = _perf()
+        try:
+            a = _ids(ids) if len(ids) else self._empty
+            sid = request.session_id
+            s = self._sid(sid) if sid is not None and len(a) else -1
+            end = request.arrival_index + self.ttl
+            while True:
+                r = self.nb.hit(a, s, end, self.max_sessions, *self._hit_args)
+                if r != self.nb.E_EDGES:
+                    break
+                self._grow()
+            if r:
+                raise self._bad(f"hit block {int(a[self.nb.E_RANGE - r])}: not a block of the pool")
+        finally:
+            self.policy_seconds += _perf() - t0
+
+    def stored(self, request: RequestView, ids: Sequence[int], keys: Sequence[bytes], first_depth: int,
+               parent, num_tokens: int, now: float) -> None:
+        """Blocks ``ids`` were cached with vLLM block hashes ``keys`` (one
+        length of 8, 16, 24 or 32 bytes, as :meth:`FrequencyKernelRuntime.stored`
+        takes them); a request with a session protects and owns them.
+
+        Raises:
+            PolicyError: a hash of another length, a block holding a hash
+                already, named twice or not of the pool (nothing applied).
+        """
+        t0 = _perf()
+        try:
+            n = len(ids)
+            if not n:
+                self.c[self.nb.HOOK_CALLS] += 1  # (the hook path calls spfcore_blocks_stored on an empty store too)
+                return
+            raw = b"".join(keys)
+            hb = self._hash_bytes or len(keys[0])
+            if hb not in (8, 16, 24, 32) or len(keys[0]) != hb or len(raw) != hb * n or len(keys) != n:
+                raise self._bad(f"stored {n} blocks with {len(keys)} hashes of {len(raw)} bytes in all: need one "
+                                f"length of 8, 16, 24 or 32 bytes a hash ({self._hash_bytes or 'any'} here)")
+            self._hash_bytes = hb
+            w = np.frombuffer(raw, np.int64).reshape(n, hb // 8)
+            if hb != HASH_BYTES:
+                w = np.pad(w, ((0, 0), (0, (HASH_BYTES - hb) // 8)))
+            a = _ids(ids)
+            sid = request.session_id
+            s = self._sid(sid) if sid is not None else -1
+            end = request.arrival_index + self.ttl
+            while True:
+                r = self.nb.stored(a, w, s, end, self.max_sessions, *self._stored_args)
+                if r != self.nb.E_EDGES:
+                    break
+                self._grow()
+            if r == self.nb.E_FULL:
+                raise self._bad(f"every key id is live ({len(self.s['fk'])}): the bound does not hold")
+            if r <= self.nb.E_RANGE:
+                raise self._bad(f"stored block {int(a[self.nb.E_RANGE - r])}: not a block of the pool")
+            if r:
+                raise self._bad(f"stored block {int(a[-1 - r])}: holds a block hash already, or named twice")
+        finally:
+            self.policy_seconds += _perf() - t0
+
+    def finished(self, request: RequestView, now: float) -> None:
+        """The request finished: nothing to do (no finished hook)."""
+
+    def release(self, cached_ids: Sequence[int], hashless_ids: Sequence[int], now: float) -> None:
+        """Blocks whose ref count reached 0: cached ones scored at the latest
+        arrival (pinned while their hash's ``until`` lies ahead, within the
+        cap) with new release orders, in order; hashless ones on top,
+        ``hashless_ids[0]`` first.
+
+        Raises:
+            PolicyError: a block free already, named twice or not of the pool
+                (nothing applied).
+        """
+        t0 = _perf()
+        try:
+            ca = _ids(cached_ids) if len(cached_ids) else self._empty
+            ha = _ids(hashless_ids) if len(hashless_ids) else self._empty
+            r = self.nb.release(ca, ha, *self._release_args)
+            if r:
+                j = -1 - r
+                b = int(ca[j]) if j < len(ca) else int(ha[j - len(ca)])
+                raise self._bad(f"released block {b}: free already, or named twice")
+        finally:
+            self.policy_seconds += _perf() - t0
+
+    def evict(self, n: int, now: float) -> list[int]:
+        """Take ``n`` free blocks for an allocation (expired scores re-scored
+        first when cached blocks are taken): hashless first, then unpinned by
+        release order, then pinned by release order.
+
+        Raises:
+            ValueError: if ``n < 0`` or fewer than ``n`` blocks are free.
+        """
+        t0 = _perf()
+        try:
+            if n < 0:
+                raise ValueError(f"evict({n}): a negative number of blocks")
+            if self.nb.evict(n, *self._evict_args):
+                raise ValueError(f"No free blocks available: asked for {n}, {self.num_free} free")
+            return self.s["out"][:n].tolist()
+        finally:
+            self.policy_seconds += (dt := _perf() - t0)
+            self.evict_seconds += dt
+
+    def touch(self, ids: Sequence[int]) -> None:
+        """Hit blocks that were free leave the order.
+
+        Raises:
+            KeyError: a block is not a free cached block (nothing applied).
+        """
+        t0 = _perf()
+        try:
+            a = _ids(list(ids))
+            r = self.nb.touch(a, self.s["BL"], self.c)
+            if r:
+                raise KeyError(int(a[-1 - r]))
+        finally:
+            self.policy_seconds += _perf() - t0
+
+    def forget(self, ids: Sequence[int]) -> None:
+        """Not supported: a prefix-cache reset starts a fresh runtime.
+
+        Raises:
+            NotImplementedError: always."""
+        raise NotImplementedError("SessionTTLKernelRuntime.forget: start a fresh runtime instead")
+
+    # ------------------------------------------------------------ queries
+    @property
+    def num_free(self) -> int:
+        """Free blocks now (hashless and cached), blocks."""
+        c = self.c
+        return int(c[self.nb.HSN] + c[self.nb.LRUN])
+
+    def free_ids(self) -> list[int]:
+        """Every free block id: hashless first (the next one handed out
+        first), then cached in no fixed order."""
+        s = self.s
+        return (s["hs"][: self.c[self.nb.HSN]][::-1].tolist()
+                + np.flatnonzero(s["BL"][: self.num_blocks, self.nb.IN]).tolist())
+
+    def is_free(self, block_id: int) -> bool:
+        """Whether physical block ``block_id`` is free."""
+        row = self.s["BL"][block_id]
+        return bool(row[self.nb.IN] or row[self.nb.HFREE])
+
 #: (module, qualname) of a shipped policy class -> the builder of its compiled
 #: runtime, ``build(rt, policy_instance) -> runtime | None`` (``None``: the
 #: hooks serve, e.g. for parameters the kernels do not take).
 STANDINS = {
     ("spfcore_frequency", "FrequencyPolicy"): _frequency,
+    ("spfcore_session_ttl", "SessionTTLPolicy"): _session_ttl,
 }

@@ -1,0 +1,757 @@
+"""The shipped ``session_ttl`` arm's engine events (arrivals mode) as numba
+kernels over int arrays, for
+:class:`spfcore.engine.compiled.SessionTTLKernelRuntime`: the same decisions
+as a :class:`~spfcore.runtime.PolicyRuntime` driving
+``spfcore_session_ttl.SessionTTLPolicy`` (``ttl_seconds = None``) on the
+scored evictor, one kernel call per runtime event.
+
+The model is :mod:`spfcore.sim._replay_ttl_nb`'s (the simulator's compiled
+replay of the same class; its docstring lists the semantics): per key
+``until`` (the arrival at which its protection ends; -1: the policy holds no
+such hash), (session, key) ownership edges, at most ``max_sessions`` live
+sessions (a new one beyond forgets the least recently active: its edges go,
+``until`` stays), evicting a block drops its key's ``until`` and edges (also
+while a duplicate block still holds the hash, as the plugin does), a session
+left with no key is dropped; the evictor's order is hashless blocks (most
+recently freed first), then unpinned blocks by release order, then pinned
+blocks by release order; a score pins iff ``until > arrival``; pins beyond
+the cap are refused (counted, the expiry stays registered). In the engine
+vLLM owns the pool and the prefix-cache map, so the kernels keep the policy,
+the runtime's ``by_key`` (``OWN``: the block that stored a hash last;
+evicting that block unmaps it) and the order; keys are vLLM's block hashes,
+interned with :mod:`spfcore.engine._frequency_nb`'s table functions.
+
+State (:func:`new_state`; ``nb`` = ``num_blocks``):
+
+* **Blocks** ``BL[nb + 1, 16]`` int64, 128 bytes a block (two cache lines):
+  key id (-1: none), free and cached (in the order), pinned, on the hashless
+  stack, release order, score version, order-heap stamp (-1: no live entry),
+  next / previous block of the release queue and in it, the event stamp
+  (``MARK``: a block twice in one call). Row ``nb`` is the release queue's
+  sentinel (``LN``: the oldest).
+* **Key rows** ``R[K + 1, 8]``, one 64-byte line per key id: the hash's four
+  words (every bit compared), ``until``, the first owner edge, ``OWN`` and
+  the cached blocks holding it. Row ``K`` is the hook path's key ``None``:
+  blocks vLLM cached after a prefix-cache reset with requests in flight (the
+  runtime never heard them stored) hold no key here; the plugin touches and
+  scores them as the key ``None`` (it is never evicted from the policy: the
+  runtime reports only held keys evicted), so does row ``K``.
+* **Table** ``T`` and free key ids ``fk``: :mod:`spfcore.engine._frequency_nb`'s
+  (the same counters ``NFREE``, ``NEXTID``). A key id is freed once no cached
+  block holds it (its policy state went with the eviction before), so at most
+  ``nb`` ids are live; ``K = 2 * nb + 64``.
+* **Sessions** ``S[SC, 8]``: first / last key edge, key count, previous /
+  next session in activity order, live. Session ids are interned by the
+  caller (a dead id may be reused: a live one names one session).
+* **Edges** ``E[EC, 8]``: session (-1: free), key, previous / next edge of the
+  session (first-touch order), previous / next edge of the key (newest
+  first: order there decides nothing). Free edges are chained through ``ESN``
+  from ``c[EFREE]``; ``ht`` hashes them by (session, key)
+  (:func:`spfcore.sim._replay_ttl_nb._slot`, linear probing, backward-shift
+  deletion). The caller grows them (:func:`grow_edges`) when a touch may need
+  more than are free.
+* **The order**: the release queue (unpinned blocks in release order, O(1)
+  each) and the order heap ``ov, oo, ob, ox`` (pinned, release order, block,
+  stamp; lazy deletion), as in the simulator's kernel.
+* **Expiries**: the calendar ``qe, qb`` (``W`` buckets, a power of two above
+  the TTL: every expiry lies within a TTL of the clock), as there.
+* ``c``: int64 counters (indices below).
+
+Kernels return 0, or a negative code (the caller raises; nothing of the event
+is applied).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spfcore.engine._frequency_nb import (EPOCH, EVICT_CALLS, EVICTIONS, HN, HOOK_CALLS, HSN, LRUN, NEXTID,
+                                          NFREE, ORDER, _find, _jit, _rows, _unintern)
+from spfcore.sim._replay_nb import _compact, _o_pop, _o_up
+from spfcore.sim._replay_ttl_nb import _slot
+
+#: More counter indices (after :mod:`spfcore.engine._frequency_nb`'s): score
+#: versions, pinned free blocks, pins refused, order-heap stamps, live sessions,
+#: first / last session in activity order, free-edge chain head, live edges,
+#: the calendar's first arrival not drained yet, its free-entry chain head and
+#: entries ever used, the clock (the latest arrival index).
+VERSION, NPIN, REFUSED, HSEQ, NSESS, AH, AT, EFREE, NEDGE, QBASE, QFREE, QTOP, ARR = range(15, 28)
+NCOUNTERS = 28
+KEY, IN, PIN, HFREE, ORD, VER, HST, LN, LP, INL, MARK = range(11)  # block row columns
+W0, W1, W2, W3, UNTIL, OH, OWN, NBLK = range(8)  # key row columns
+SH, ST, SN, SP, SX, ALIVE = range(6)  # session row columns
+ES, EK, ESP, ESN, EKP, EKN = range(6)  # edge row columns
+#: Longest TTL (arrivals) the calendar takes; the builder runs the hooks above it.
+QMAX = 1 << 16
+E_TOO_FEW = -1  # evict: fewer than n blocks free
+E_EDGES = -(2**61)  # hit / stored: fewer free edges than the touch may add (grow, then call again)
+E_FULL = -(2**62)  # stored: every key id live (not reached within the bound above)
+E_RANGE = -(2**60)  # a block id out of range (the index then follows: E_RANGE - j)
+
+
+# ------------------------------------------------------------ (session, key) edges
+@_jit
+def _e_find(s, k, E, ht):
+    mask = len(ht) - 1
+    i = _slot(s, k, mask)
+    while True:
+        e = ht[i]
+        if e < 0:
+            return -1
+        if E[e, ES] == s and E[e, EK] == k:
+            return e
+        i = (i + 1) & mask
+
+
+@_jit
+def _e_put(e, E, ht):
+    mask = len(ht) - 1
+    i = _slot(E[e, ES], E[e, EK], mask)
+    while ht[i] >= 0:
+        i = (i + 1) & mask
+    ht[i] = e
+
+
+@_jit
+def _e_unput(e, E, ht):
+    mask = len(ht) - 1
+    i = _slot(E[e, ES], E[e, EK], mask)
+    while ht[i] != e:
+        i = (i + 1) & mask
+    j = i
+    while True:
+        j = (j + 1) & mask
+        f = ht[j]
+        if f < 0:
+            break
+        h = _slot(E[f, ES], E[f, EK], mask)
+        if (i <= j and (h <= i or h > j)) or (i > j and h <= i and h > j):
+            ht[i] = f
+            i = j
+    ht[i] = -1
+
+
+@_jit
+def rehash(E, ht):
+    """Rebuild ``ht`` from the live edges."""
+    ht[:] = -1
+    for e in range(E.shape[0]):
+        if E[e, ES] >= 0:
+            _e_put(e, E, ht)
+
+
+@_jit
+def _s_unlink(s, S, c):
+    p, x = S[s, SP], S[s, SX]
+    if p >= 0:
+        S[p, SX] = x
+    else:
+        c[AH] = x
+    if x >= 0:
+        S[x, SP] = p
+    else:
+        c[AT] = p
+
+
+@_jit
+def _s_append(s, S, c):
+    t = c[AT]
+    S[s, SP] = t
+    S[s, SX] = -1
+    if t >= 0:
+        S[t, SX] = s
+    else:
+        c[AH] = s
+    c[AT] = s
+
+
+@_jit
+def _s_drop(s, S, c):
+    _s_unlink(s, S, c)
+    S[s, ALIVE] = 0
+    S[s, SH] = S[s, ST] = -1
+    S[s, SN] = 0
+    c[NSESS] -= 1
+
+
+@_jit
+def _e_free(e, E, ht, c):
+    _e_unput(e, E, ht)
+    E[e, ES] = -1
+    E[e, ESN] = c[EFREE]
+    c[EFREE] = e
+    c[NEDGE] -= 1
+
+
+@_jit
+def _e_new(s, k, R, S, E, ht, c):
+    """Edge (``s``, ``k``): the session's newest key, the key's first owner."""
+    e = c[EFREE]
+    c[EFREE] = E[e, ESN]
+    c[NEDGE] += 1
+    E[e, ES] = s
+    E[e, EK] = k
+    t = S[s, ST]
+    E[e, ESP] = t
+    E[e, ESN] = -1
+    if t >= 0:
+        E[t, ESN] = e
+    else:
+        S[s, SH] = e
+    S[s, ST] = e
+    S[s, SN] += 1
+    h = R[k, OH]
+    E[e, EKP] = -1
+    E[e, EKN] = h
+    if h >= 0:
+        E[h, EKP] = e
+    R[k, OH] = e
+    _e_put(e, E, ht)
+
+
+@_jit
+def _forget_session(s, R, S, E, ht, c):
+    """The least recently active session beyond ``max_sessions``: its edges go, ``until`` stays."""
+    e = S[s, SH]
+    while e >= 0:
+        nx = E[e, ESN]
+        k = E[e, EK]
+        p, q = E[e, EKP], E[e, EKN]
+        if p >= 0:
+            E[p, EKN] = q
+        else:
+            R[k, OH] = q
+        if q >= 0:
+            E[q, EKP] = p
+        _e_free(e, E, ht, c)
+        e = nx
+    _s_drop(s, S, c)
+
+
+@_jit
+def _evict_key(k, R, S, E, ht, c):
+    """``spfcore_blocks_evicted`` for key ``k``: its ``until`` and edges go; a
+    session left with no key is dropped."""
+    R[k, UNTIL] = -1
+    e = R[k, OH]
+    while e >= 0:
+        nx = E[e, EKN]
+        s = E[e, ES]
+        p, q = E[e, ESP], E[e, ESN]
+        if p >= 0:
+            E[p, ESN] = q
+        else:
+            S[s, SH] = q
+        if q >= 0:
+            E[q, ESP] = p
+        else:
+            S[s, ST] = p
+        S[s, SN] -= 1
+        _e_free(e, E, ht, c)
+        if S[s, SN] == 0:
+            _s_drop(s, S, c)
+        e = nx
+    R[k, OH] = -1
+
+
+@_jit
+def _touch(s, ks, n, end, maxs, R, S, E, ht, c):
+    """A store or hit of session ``s`` (-1: none) on key ids ``ks[:n]``."""
+    if s < 0 or n <= 0:
+        return
+    if not S[s, ALIVE]:
+        S[s, ALIVE] = 1
+        S[s, SH] = S[s, ST] = -1
+        S[s, SN] = 0
+        _s_append(s, S, c)
+        c[NSESS] += 1
+        if c[NSESS] > maxs:
+            _forget_session(c[AH], R, S, E, ht, c)
+    elif c[AT] != s:
+        _s_unlink(s, S, c)
+        _s_append(s, S, c)
+    for j in range(n):
+        k = ks[j]
+        if R[k, UNTIL] < end:
+            R[k, UNTIL] = end
+        if _e_find(s, k, E, ht) < 0:
+            _e_new(s, k, R, S, E, ht, c)
+
+
+# ------------------------------------------------------------ the arrivals calendar
+@_jit
+def _q_compact(BL, qe, qb, c):
+    for q in range(qb.shape[1]):
+        e = qb[0, q]
+        qb[0, q] = qb[1, q] = -1
+        while e >= 0:
+            nx = qe[2, e]
+            b = qe[1, e]
+            if BL[b, IN] and BL[b, VER] == qe[0, e]:
+                qe[2, e] = -1
+                if qb[0, q] < 0:
+                    qb[0, q] = e
+                else:
+                    qe[2, qb[1, q]] = e
+                qb[1, q] = e
+            else:
+                qe[2, e] = c[QFREE]
+                c[QFREE] = e
+            e = nx
+
+
+@_jit
+def _q_push(x, v, b, BL, qe, qb, c):
+    e = c[QFREE]
+    if e < 0 and c[QTOP] == qe.shape[1]:
+        _q_compact(BL, qe, qb, c)
+        e = c[QFREE]
+    if e >= 0:
+        c[QFREE] = qe[2, e]
+    else:
+        e = c[QTOP]
+        c[QTOP] = e + 1
+    qe[0, e], qe[1, e], qe[2, e] = v, b, -1
+    q = x & (qb.shape[1] - 1)
+    if qb[0, q] < 0:
+        qb[0, q] = e
+    else:
+        qe[2, qb[1, q]] = e
+    qb[1, q] = e
+
+
+# ------------------------------------------------------------ the evictor's order
+@_jit
+def _l_unlink(b, BL):
+    p, q = BL[b, LP], BL[b, LN]
+    BL[p, LN] = q
+    BL[q, LP] = p
+    BL[b, INL] = 0
+
+
+@_jit
+def _place(b, pos, order, cap, BL, R, ov, oo, ob, ox, qe, qb, c):
+    """Score block ``b`` at arrival ``pos`` and (re-)place it, as the
+    simulator's ``_place`` (``order``: its release order if it is not free)."""
+    k = BL[b, KEY]
+    if k < 0:
+        k = R.shape[0] - 1  # the key None
+    u = R[k, UNTIL]
+    c[VERSION] += 1
+    v = c[VERSION]
+    pin = False
+    if u > pos:
+        _q_push(u, v, b, BL, qe, qb, c)
+        if c[NPIN] < cap or BL[b, PIN]:
+            pin = True
+        else:
+            c[REFUSED] += 1
+    was = BL[b, PIN] != 0
+    if BL[b, IN]:
+        if not pin and not was:  # same rank: stays where it is
+            BL[b, VER] = v
+            return
+    else:
+        BL[b, IN] = 1
+        c[LRUN] += 1
+        BL[b, ORD] = order
+    BL[b, VER] = v
+    if pin:
+        if not was:
+            BL[b, PIN] = 1
+            c[NPIN] += 1
+    elif was:
+        BL[b, PIN] = 0
+        c[NPIN] -= 1
+    elif not BL[b, INL]:  # released unpinned: the release queue's tail (release orders only grow)
+        z = BL.shape[0] - 1
+        BL[b, HST] = -1
+        BL[b, INL] = 1
+        t = BL[z, LP]
+        BL[t, LN] = b
+        BL[b, LP] = t
+        BL[b, LN] = z
+        BL[z, LP] = b
+        return
+    if BL[b, INL]:
+        _l_unlink(b, BL)
+    if c[HN] == len(ov):
+        c[HN] = _compact(ov, oo, ob, ox, c[HN], BL[:, IN], BL[:, HST])
+    c[HSEQ] += 1
+    BL[b, HST] = c[HSEQ]
+    n = c[HN]
+    ov[n], oo[n], ob[n], ox[n] = 1 if pin else 0, BL[b, ORD], b, c[HSEQ]
+    c[HN] = n + 1
+    _o_up(ov, oo, ob, ox, n)
+
+
+@_jit
+def _rescore_due(pos, cap, due, BL, R, ov, oo, ob, ox, qe, qb, c):
+    """Re-score the free blocks whose score expired by ``pos`` in (expiry,
+    version) order (one score call if any); the due buckets are emptied."""
+    m = 0
+    w = qb.shape[1] - 1
+    hi = min(pos, c[QBASE] + w)
+    for x in range(c[QBASE], hi + 1):
+        q = x & w
+        h = qb[0, q]
+        if h < 0:
+            continue
+        e = h
+        while True:
+            b = qe[1, e]
+            if BL[b, IN] and qe[0, e] == BL[b, VER]:
+                due[m] = b
+                m += 1
+            if qe[2, e] < 0:
+                break
+            e = qe[2, e]
+        qe[2, e] = c[QFREE]
+        c[QFREE] = h
+        qb[0, q] = qb[1, q] = -1
+    if pos + 1 > c[QBASE]:
+        c[QBASE] = pos + 1
+    if m:
+        c[HOOK_CALLS] += 1
+        for j in range(m):
+            _place(due[j], pos, 0, cap, BL, R, ov, oo, ob, ox, qe, qb, c)
+
+
+@_jit
+def _range(ids, nb):
+    for j in range(ids.shape[0]):
+        if ids[j] < 0 or ids[j] >= nb:
+            return j
+    return -1
+
+
+@_jit
+def _twice(ids, BL, c):
+    c[EPOCH] += 1
+    e = c[EPOCH]
+    for j in range(ids.shape[0]):
+        b = ids[j]
+        if BL[b, MARK] == e:
+            return j
+        BL[b, MARK] = e
+    return -1
+
+
+# ------------------------------------------------------------ the events
+@_jit
+def arrived(pos, s, ttl, cap, due, BL, R, S, E, ov, oo, ob, ox, qe, qb, c):
+    """``PolicyRuntime.arrived`` at arrival index ``pos`` of session ``s``
+    (-1: none or unknown): the arrived hook (the session's keys protected to
+    ``pos + ttl``, it becomes the most recently active), the expired scores
+    re-scored, then the free blocks ``OWN`` of the session's keys
+    (first-touch order) re-scored (``spfcore_rescore_keys``). Returns 0."""
+    c[ARR] = pos
+    c[HOOK_CALLS] += 2  # spfcore_request_arrived, spfcore_rescore_keys
+    end = pos + ttl
+    live = s >= 0 and S[s, ALIVE] != 0
+    if live:
+        if c[AT] != s:
+            _s_unlink(s, S, c)
+            _s_append(s, S, c)
+        e = S[s, SH]
+        while e >= 0:
+            R[E[e, EK], UNTIL] = end
+            e = E[e, ESN]
+    _rescore_due(pos, cap, due, BL, R, ov, oo, ob, ox, qe, qb, c)
+    if live:
+        m = 0
+        e = S[s, SH]
+        while e >= 0:
+            b = R[E[e, EK], OWN]
+            if b >= 0 and BL[b, IN]:
+                due[m] = b
+                m += 1
+            e = E[e, ESN]
+        if m:
+            c[HOOK_CALLS] += 1
+            for j in range(m):
+                _place(due[j], pos, 0, cap, BL, R, ov, oo, ob, ox, qe, qb, c)
+    return 0
+
+
+@_jit
+def hit(ids, s, end, maxs, ks, BL, R, S, E, ht, c):
+    """``spfcore_blocks_hit`` of session ``s`` (-1: none): each hit block's key
+    (the key None for a block with none) protected to ``end``, the session
+    owning it. Returns 0, ``E_RANGE - j`` for ``ids[j]`` out of range, or
+    ``E_EDGES`` (nothing applied)."""
+    nb = BL.shape[0] - 1
+    j = _range(ids, nb)
+    if j >= 0:
+        return E_RANGE - j
+    n = ids.shape[0]
+    if s >= 0 and E.shape[0] - c[NEDGE] < n:
+        return E_EDGES
+    c[HOOK_CALLS] += 1
+    if s < 0:
+        return 0
+    none = R.shape[0] - 1
+    for j in range(n):
+        k = BL[ids[j], KEY]
+        ks[j] = k if k >= 0 else none
+    _touch(s, ks, n, end, maxs, R, S, E, ht, c)
+    return 0
+
+
+@_jit
+def stored(ids, w, s, end, maxs, ks, BL, R, T, mask, fk, S, E, ht, c):
+    """``spfcore_blocks_stored``: blocks ``ids`` cached with keys ``w`` (four
+    words a row), in order: each key interned, held by its block, ``OWN`` the
+    block (a key twice: the later block); then session ``s``'s touch (see
+    :func:`hit`). Returns 0, ``-1 - j`` for ``ids[j]`` holding a key already or
+    named twice, ``E_RANGE - j``, ``E_EDGES`` or ``E_FULL`` (nothing applied)."""
+    nb = BL.shape[0] - 1
+    j = _range(ids, nb)
+    if j >= 0:
+        return E_RANGE - j
+    n = ids.shape[0]
+    for j in range(n):
+        if BL[ids[j], KEY] >= 0:
+            return -1 - j
+    j = _twice(ids, BL, c)
+    if j >= 0:
+        return -1 - j
+    if c[NFREE] + R.shape[0] - 1 - c[NEXTID] < n:
+        return E_FULL
+    if s >= 0 and E.shape[0] - c[NEDGE] < n:
+        return E_EDGES
+    for j in range(n):
+        i = _find(T, mask, R, w, j)
+        if i >= 0:
+            k = T[i, 1] - 1
+        else:
+            i = -1 - i
+            if c[NFREE] > 0:
+                c[NFREE] -= 1
+                k = fk[c[NFREE]]
+            else:
+                k = c[NEXTID]
+                c[NEXTID] += 1
+            T[i, 0], T[i, 1] = w[j, 0], k + 1
+            R[k, W0], R[k, W1], R[k, W2], R[k, W3] = w[j, 0], w[j, 1], w[j, 2], w[j, 3]
+            R[k, UNTIL] = R[k, OH] = R[k, OWN] = -1
+            R[k, NBLK] = 0
+        b = ids[j]
+        BL[b, KEY] = k
+        R[k, NBLK] += 1
+        R[k, OWN] = b
+        ks[j] = k
+    c[HOOK_CALLS] += 1
+    _touch(s, ks, n, end, maxs, R, S, E, ht, c)
+    return 0
+
+
+@_jit
+def touch(ids, BL, c):
+    """Hit blocks that were free leave the order. Returns 0, or ``-1 - j``
+    for ``ids[j]`` not a free cached block or named twice (nothing applied)."""
+    nb = BL.shape[0] - 1
+    for j in range(ids.shape[0]):
+        b = ids[j]
+        if b < 0 or b >= nb or not BL[b, IN]:
+            return -1 - j
+    j = _twice(ids, BL, c)
+    if j >= 0:
+        return -1 - j
+    for j in range(ids.shape[0]):
+        b = ids[j]
+        if BL[b, INL]:
+            _l_unlink(b, BL)
+        BL[b, IN] = 0
+        if BL[b, PIN]:
+            BL[b, PIN] = 0
+            c[NPIN] -= 1
+    c[LRUN] -= ids.shape[0]
+    return 0
+
+
+@_jit
+def release(cached, hashless, cap, BL, R, hs, ov, oo, ob, ox, qe, qb, c):
+    """``PolicyRuntime.release``: cached blocks scored at the clock (one score
+    call), each with a new release order, in order; then hashless blocks onto
+    the stack, ``hashless[0]`` on top. Returns 0, or ``-1 - j`` for
+    ``cached[j]`` (``j < len(cached)``) or ``hashless[j - len(cached)]`` free
+    already, named twice or out of range (nothing applied)."""
+    nb = BL.shape[0] - 1
+    nc = cached.shape[0]
+    for j in range(nc):
+        b = cached[j]
+        if b < 0 or b >= nb or BL[b, IN] or BL[b, HFREE]:
+            return -1 - j
+    for j in range(hashless.shape[0]):
+        b = hashless[j]
+        if b < 0 or b >= nb or BL[b, IN] or BL[b, HFREE]:
+            return -1 - nc - j
+    j = _twice(cached, BL, c)
+    if j >= 0:
+        return -1 - j
+    e = c[EPOCH]
+    for j in range(hashless.shape[0]):
+        b = hashless[j]
+        if BL[b, MARK] == e:
+            return -1 - nc - j
+        BL[b, MARK] = e
+    pos = c[ARR]
+    for j in range(nc):
+        c[ORDER] += 1
+        _place(cached[j], pos, c[ORDER], cap, BL, R, ov, oo, ob, ox, qe, qb, c)
+    if nc:
+        c[HOOK_CALLS] += 1
+    for j in range(hashless.shape[0] - 1, -1, -1):
+        b = hashless[j]
+        hs[c[HSN]] = b
+        BL[b, HFREE] = 1
+        c[HSN] += 1
+    return 0
+
+
+@_jit
+def evict(n, out, cap, due, BL, R, T, mask, fk, S, E, ht, hs, ov, oo, ob, ox, qe, qb, c):
+    """``PolicyRuntime.evict(n)``: expired scores re-scored first when cached
+    blocks are taken, then ``n`` victims into ``out[:n]``: the top hashless
+    block, else the older of the release queue's head and the heap's top
+    unless that is pinned. A victim's key leaves ``OWN`` (if the victim owned
+    it), the policy (``until`` and edges: one evicted-hook call if any) and
+    its block; a key id no block holds is freed. Returns 0 or ``E_TOO_FEW``
+    (nothing taken)."""
+    if n > c[HSN] + c[LRUN]:
+        return E_TOO_FEW
+    c[EVICT_CALLS] += 1
+    pos = c[ARR]
+    if n > c[HSN] and c[QBASE] <= pos:
+        _rescore_due(pos, cap, due, BL, R, ov, oo, ob, ox, qe, qb, c)
+    z = BL.shape[0] - 1
+    keyed = False
+    for j in range(n):
+        if c[HSN] > 0:
+            c[HSN] -= 1
+            b = hs[c[HSN]]
+            BL[b, HFREE] = 0
+        else:
+            while c[HN] and not (BL[ob[0], IN] and ox[0] == BL[ob[0], HST]):  # stale tops
+                c[HN] = _o_pop(ov, oo, ob, ox, c[HN])
+            b = BL[z, LN]
+            if b != z and (c[HN] == 0 or ov[0] != 0 or BL[b, ORD] < oo[0]):
+                _l_unlink(b, BL)
+            else:
+                b = ob[0]
+                c[HN] = _o_pop(ov, oo, ob, ox, c[HN])
+            BL[b, IN] = 0
+            c[LRUN] -= 1
+            if BL[b, PIN]:
+                BL[b, PIN] = 0
+                c[NPIN] -= 1
+        out[j] = b
+        k = BL[b, KEY]
+        if k < 0:
+            continue
+        keyed = True
+        c[EVICTIONS] += 1
+        BL[b, KEY] = -1
+        if R[k, OWN] == b:
+            R[k, OWN] = -1
+        _evict_key(k, R, S, E, ht, c)
+        R[k, NBLK] -= 1
+        if R[k, NBLK] == 0:
+            _unintern(k, T, mask, R, fk, c)
+    if keyed:
+        c[HOOK_CALLS] += 1
+    return 0
+
+
+def key_ids(num_blocks: int) -> int:
+    """Key ids a state holds (besides the key None's row): ``2 * num_blocks + 64``."""
+    return 2 * num_blocks + 64
+
+
+def session_ids(num_blocks: int) -> int:
+    """Session ids a state holds: ``2 * num_blocks + 64`` (at most
+    ``num_blocks + 1`` live in a touch; the caller reuses dead ones)."""
+    return 2 * num_blocks + 64
+
+
+def _edge_hash(cap: int) -> np.ndarray:
+    return np.full(1 << int(2 * cap - 1).bit_length(), -1, np.int64)
+
+
+def new_state(num_blocks: int, ttl: int, edges: int | None = None) -> dict:
+    """A fresh state for ``num_blocks`` blocks and ``ttl_arrivals`` ``ttl``
+    (``1 <= ttl < QMAX``): nothing free (the driver releases the free blocks
+    first), no key, no session; room for ``edges`` edges (default ``4 *
+    num_blocks + 1024``; :func:`grow_edges` adds more).
+
+    Returns:
+        ``{name: array}`` of the kernels' arguments (names as there), ``mask``
+        the key table's (``S - 1``).
+    """
+    if not 1 <= ttl < QMAX:
+        raise ValueError(f"ttl_arrivals {ttl}: the calendar takes 1 .. {QMAX - 1}")
+    i64 = np.int64
+    nk = key_ids(num_blocks)
+    ts = 1
+    while ts < 2 * nk:
+        ts *= 2
+    BL = _rows(num_blocks + 1, 16)
+    BL[:, KEY] = BL[:, HST] = -1
+    z = num_blocks
+    BL[z, LN] = BL[z, LP] = z  # the release queue: empty
+    R = _rows(nk + 1, 8)
+    R[nk, UNTIL] = R[nk, OH] = R[nk, OWN] = -1  # the key None
+    ns = session_ids(num_blocks)
+    S = _rows(ns, 8)
+    S[:, SH] = S[:, ST] = S[:, SP] = S[:, SX] = -1
+    ec = edges or 4 * num_blocks + 1024
+    E = _rows(ec, 8, -1)
+    E[:, ESN] = np.arange(1, ec + 1)
+    E[ec - 1, ESN] = -1
+    c = np.zeros(NCOUNTERS, i64)
+    c[AH] = c[AT] = -1
+    c[QFREE] = -1
+    c[EFREE] = 0
+    w = 1 << int(ttl).bit_length()  # a power of two > ttl
+    hc = 4 * num_blocks + 1024
+    return {"BL": BL, "R": R, "T": np.zeros((ts, 2), i64), "mask": ts - 1, "fk": np.empty(nk, i64),
+            "S": S, "E": E, "ht": _edge_hash(ec), "hs": np.zeros(num_blocks, i64),
+            "ov": np.zeros(hc, i64), "oo": np.zeros(hc, i64), "ob": np.zeros(hc, i64), "ox": np.zeros(hc, i64),
+            "qe": np.zeros((3, hc), i64), "qb": np.full((2, w), -1, i64),
+            "out": np.zeros(num_blocks, i64), "due": np.zeros(num_blocks, i64), "ks": np.zeros(num_blocks, i64),
+            "c": c}
+
+
+def grow_edges(st: dict) -> None:
+    """Double the edges (the new ones chained in front of the free ones) and rebuild their hash."""
+    E, c = st["E"], st["c"]
+    old = E.shape[0]
+    cap = 2 * old
+    new = _rows(cap, 8, -1)
+    new[:old] = E
+    new[old:, ESN] = np.arange(old + 1, cap + 1)
+    new[cap - 1, ESN] = c[EFREE]
+    c[EFREE] = old
+    st["E"] = new
+    st["ht"] = _edge_hash(cap)
+    rehash(new, st["ht"])
+
+
+def warm() -> None:
+    """Compile every kernel (or load numba's on-disk cache) on a tiny state,
+    with the argument types the runtime passes."""
+    s = new_state(4, 2, 8)
+    i64 = np.int64
+    ids = np.array([1, 2], i64)
+    w = np.frombuffer(np.arange(8, dtype=i64).tobytes(), i64).reshape(2, 4)
+    c = s["c"]
+    order = (s["ov"], s["oo"], s["ob"], s["ox"], s["qe"], s["qb"])
+    arrived(0, 0, 2, 2, s["due"], s["BL"], s["R"], s["S"], s["E"], *order, c)
+    release(np.zeros(0, i64), ids, 2, s["BL"], s["R"], s["hs"], *order, c)
+    evict(2, s["out"], 2, s["due"], s["BL"], s["R"], s["T"], s["mask"], s["fk"], s["S"], s["E"], s["ht"], s["hs"],
+          *order, c)
+    stored(ids, w, 0, 2, 4, s["ks"], s["BL"], s["R"], s["T"], s["mask"], s["fk"], s["S"], s["E"], s["ht"], c)
+    hit(ids, 0, 2, 4, s["ks"], s["BL"], s["R"], s["S"], s["E"], s["ht"], c)
+    touch(np.zeros(0, i64), s["BL"], c)
+    rehash(s["E"], s["ht"])
