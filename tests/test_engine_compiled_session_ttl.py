@@ -307,6 +307,7 @@ def fuzz(seed, steps=400):
     both("release", [], list(range(nb)), 0.0)
     chains = [[_mkhash(rng, mode) for _ in range(rng.randint(1, 8))] for _ in range(rng.randint(1, 6))]
     sessions = [f"s{i}" for i in range(rng.randint(1, 6))] + [None]
+    many = rng.random() < 0.5  # new sessions all the time: the session rows run out and the dead ones are reused
     running = []
     arrivals = 0
     t = 0.0
@@ -318,7 +319,9 @@ def fuzz(seed, steps=400):
             L = rng.randint(1, len(c))
             chain = c[:L]
             partial = rng.random() < 0.5
-            view = RequestView(f"r{arrivals}", rng.choice(sessions), arrivals, t, L * FBS + partial, ())
+            if many and rng.random() < 0.7:
+                sessions.append(f"n{arrivals}")
+            view = RequestView(f"r{arrivals}", rng.choice(sessions[-6:] + [None]), arrivals, t, L * FBS + partial, ())
             arrivals += 1
             both("arrived", view, t)
             hits = []
@@ -404,7 +407,7 @@ def fuzz(seed, steps=400):
         if sa[k] != sb[k]:
             raise AssertionError(f"seed {seed} {cfg}: {k} {sa[k]} vs {sb[k]}")
     check_end_state(hooks, comp)
-    return sa["evictions"], sa["pins_refused"]
+    return sa["evictions"], sa["pins_refused"], comp._snext == len(comp.s["S"]) and len(comp._sids) < arrivals
 
 
 SEEDS = int(os.environ.get("SPFCORE_FUZZ_SEEDS", "400"))
@@ -413,8 +416,8 @@ SEEDS = int(os.environ.get("SPFCORE_FUZZ_SEEDS", "400"))
 @pytest.mark.parametrize("chunk", range(4))
 def test_compiled_session_ttl_equals_the_hooks_on_random_pool_streams(chunk):
     res = [fuzz(s) for s in range(chunk, SEEDS, 4)]
-    assert sum(e for e, _ in res) > 0 and sum(p for _, p in res) > 0  # the streams evict and refuse pins
-
+    assert sum(e for e, _, _ in res) > 0 and sum(p for _, p, _ in res) > 0  # the streams evict and refuse pins
+    assert any(w for _, _, w in res)  # and every session row was named, dead ones reused
 
 @pytest.mark.engine
 def test_engine_session_ttl_compiled_equals_hooks_and_simulator():
