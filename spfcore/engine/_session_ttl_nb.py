@@ -274,8 +274,23 @@ def _touch(s, ks, n, end, maxs, R, S, E, ht, c):
         k = ks[j]
         if R[k, UNTIL] < end:
             R[k, UNTIL] = end
-        if _e_find(s, k, E, ht) < 0:
+        if not _owns(s, k, R, E, ht):
             _e_new(s, k, R, S, E, ht, c)
+
+
+@_jit
+def _owns(s, k, R, E, ht):
+    """Whether session ``s`` owns key ``k``: a walk of the key's first
+    owners (a fresh key has none; most have one or two), the edge hash for a
+    key of more (no probe of the hash, a cold cache line, in the usual case)."""
+    e = R[k, OH]
+    for _ in range(4):
+        if e < 0:
+            return False
+        if E[e, ES] == s:
+            return True
+        e = E[e, EKN]
+    return e >= 0 and _e_find(s, k, E, ht) >= 0
 
 
 # ------------------------------------------------------------ the arrivals calendar
