@@ -363,7 +363,7 @@ def _place(b, pos, order, cap, BL, R, ov, oo, ob, ox, qe, qb, c):
             c[REFUSED] += 1
     was = BL[b, PIN] != 0
     if BL[b, IN]:
-        if not pin and not was:  # same rank: stays where it is
+        if pin == was:  # same rank (pinned or not, its release order): stays where it is, its heap entry live
             BL[b, VER] = v
             return
     else:
