@@ -54,7 +54,8 @@ State (:func:`new_state`; ``nb`` = ``num_blocks``):
   each) and the order heap ``ov, oo, ob, ox`` (pinned, release order, block,
   stamp; lazy deletion), as in the simulator's kernel.
 * **Expiries**: the calendar ``qe, qb`` (``W`` buckets, a power of two above
-  the TTL: every expiry lies within a TTL of the clock), as there.
+  the TTL: every expiry lies within a TTL of the clock), as there, an entry's
+  (version, block, next entry) side by side in a 32-byte row of ``qe``.
 * ``c``: int64 counters (indices below).
 
 Kernels return 0, or a negative code (the caller raises; nothing of the event
@@ -300,17 +301,17 @@ def _q_compact(BL, qe, qb, c):
         e = qb[0, q]
         qb[0, q] = qb[1, q] = -1
         while e >= 0:
-            nx = qe[2, e]
-            b = qe[1, e]
-            if BL[b, IN] and BL[b, VER] == qe[0, e]:
-                qe[2, e] = -1
+            nx = qe[e, 2]
+            b = qe[e, 1]
+            if BL[b, IN] and BL[b, VER] == qe[e, 0]:
+                qe[e, 2] = -1
                 if qb[0, q] < 0:
                     qb[0, q] = e
                 else:
-                    qe[2, qb[1, q]] = e
+                    qe[qb[1, q], 2] = e
                 qb[1, q] = e
             else:
-                qe[2, e] = c[QFREE]
+                qe[e, 2] = c[QFREE]
                 c[QFREE] = e
             e = nx
 
@@ -318,20 +319,20 @@ def _q_compact(BL, qe, qb, c):
 @_jit
 def _q_push(x, v, b, BL, qe, qb, c):
     e = c[QFREE]
-    if e < 0 and c[QTOP] == qe.shape[1]:
+    if e < 0 and c[QTOP] == qe.shape[0]:
         _q_compact(BL, qe, qb, c)
         e = c[QFREE]
     if e >= 0:
-        c[QFREE] = qe[2, e]
+        c[QFREE] = qe[e, 2]
     else:
         e = c[QTOP]
         c[QTOP] = e + 1
-    qe[0, e], qe[1, e], qe[2, e] = v, b, -1
+    qe[e, 0], qe[e, 1], qe[e, 2] = v, b, -1
     q = x & (qb.shape[1] - 1)
     if qb[0, q] < 0:
         qb[0, q] = e
     else:
-        qe[2, qb[1, q]] = e
+        qe[qb[1, q], 2] = e
     qb[1, q] = e
 
 
@@ -414,14 +415,14 @@ def _rescore_due(pos, cap, due, BL, R, ov, oo, ob, ox, qe, qb, c):
             continue
         e = h
         while True:
-            b = qe[1, e]
-            if BL[b, IN] and qe[0, e] == BL[b, VER]:
+            b = qe[e, 1]
+            if BL[b, IN] and qe[e, 0] == BL[b, VER]:
                 due[m] = b
                 m += 1
-            if qe[2, e] < 0:
+            if qe[e, 2] < 0:
                 break
-            e = qe[2, e]
-        qe[2, e] = c[QFREE]
+            e = qe[e, 2]
+        qe[e, 2] = c[QFREE]
         c[QFREE] = h
         qb[0, q] = qb[1, q] = -1
     if pos + 1 > c[QBASE]:
@@ -733,7 +734,7 @@ def new_state(num_blocks: int, ttl: int, edges: int | None = None) -> dict:
     return {"BL": BL, "R": R, "T": np.zeros((ts, 2), i64), "mask": ts - 1, "fk": np.empty(nk, i64),
             "S": S, "E": E, "ht": _edge_hash(ec), "hs": np.zeros(num_blocks, i64),
             "ov": np.zeros(hc, i64), "oo": np.zeros(hc, i64), "ob": np.zeros(hc, i64), "ox": np.zeros(hc, i64),
-            "qe": np.zeros((3, hc), i64), "qb": np.full((2, w), -1, i64),
+            "qe": _rows(hc, 4), "qb": np.full((2, w), -1, i64),
             "out": np.zeros(num_blocks, i64), "due": np.zeros(num_blocks, i64), "ks": np.zeros(num_blocks, i64),
             "c": c}
 

@@ -627,7 +627,9 @@ class SessionTTLKernelRuntime:
                 + np.flatnonzero(s["BL"][: self.num_blocks, self.nb.IN]).tolist())
 
     def is_free(self, block_id: int) -> bool:
-        """Whether physical block ``block_id`` is free."""
+        """Whether physical block ``block_id`` is free (``False`` for an id outside the pool, as the runtime answers)."""
+        if not 0 <= block_id < self.num_blocks:
+            return False
         row = self.s["BL"][block_id]
         return bool(row[self.nb.IN] or row[self.nb.HFREE])
 
