@@ -45,10 +45,12 @@ State (:func:`new_state`; ``nb`` = ``num_blocks``):
   caller (a dead id may be reused: a live one names one session).
 * **Edges** ``E[EC, 8]``: session (-1: free), key, previous / next edge of the
   session (first-touch order), previous / next edge of the key (newest
-  first: order there decides nothing). Free edges are chained through ``ESN``
-  from ``c[EFREE]``; ``ht`` hashes them by (session, key)
+  first: order there decides nothing), in the edge hash or not (``EIN``).
+  Free edges are chained through ``ESN`` from ``c[EFREE]``. A touch finds the edge (session,
+  key) by walking the key's first four owners; a key of more has all its
+  edges in ``ht``, hashed by (session, key)
   (:func:`spfcore.sim._replay_ttl_nb._slot`, linear probing, backward-shift
-  deletion). The caller grows them (:func:`grow_edges`) when a touch may need
+  deletion), and only those edges (and those of keys that had more) are. The caller grows them (:func:`grow_edges`) when a touch may need
   more than are free.
 * **The order**: the release queue (unpinned blocks in release order, O(1)
   each) and the order heap ``ov, oo, ob, ox`` (pinned, release order, block,
@@ -81,7 +83,7 @@ NCOUNTERS = 28
 KEY, IN, PIN, HFREE, ORD, VER, HST, LN, LP, INL, MARK = range(11)  # block row columns
 W0, W1, W2, W3, UNTIL, OH, OWN, NBLK = range(8)  # key row columns
 SH, ST, SN, SP, SX, ALIVE = range(6)  # session row columns
-ES, EK, ESP, ESN, EKP, EKN = range(6)  # edge row columns
+ES, EK, ESP, ESN, EKP, EKN, EIN = range(7)  # edge row columns (EIN: in the edge hash)
 #: Longest TTL (arrivals) the calendar takes; the builder runs the hooks above it.
 QMAX = 1 << 16
 E_TOO_FEW = -1  # evict: fewer than n blocks free
@@ -137,7 +139,7 @@ def rehash(E, ht):
     """Rebuild ``ht`` from the live edges."""
     ht[:] = -1
     for e in range(E.shape[0]):
-        if E[e, ES] >= 0:
+        if E[e, ES] >= 0 and E[e, EIN]:
             _e_put(e, E, ht)
 
 
@@ -177,7 +179,9 @@ def _s_drop(s, S, c):
 
 @_jit
 def _e_free(e, E, ht, c):
-    _e_unput(e, E, ht)
+    if E[e, EIN]:
+        _e_unput(e, E, ht)
+        E[e, EIN] = 0
     E[e, ES] = -1
     E[e, ESN] = c[EFREE]
     c[EFREE] = e
@@ -185,8 +189,9 @@ def _e_free(e, E, ht, c):
 
 
 @_jit
-def _e_new(s, k, R, S, E, ht, c):
-    """Edge (``s``, ``k``): the session's newest key, the key's first owner."""
+def _e_new(s, k, R, S, E, c):
+    """Edge (``s``, ``k``): the session's newest key, the key's first owner
+    (not in the edge hash yet). Returns it."""
     e = c[EFREE]
     c[EFREE] = E[e, ESN]
     c[NEDGE] += 1
@@ -207,7 +212,7 @@ def _e_new(s, k, R, S, E, ht, c):
     if h >= 0:
         E[h, EKP] = e
     R[k, OH] = e
-    _e_put(e, E, ht)
+    return e
 
 
 @_jit
@@ -275,23 +280,39 @@ def _touch(s, ks, n, end, maxs, R, S, E, ht, c):
         k = ks[j]
         if R[k, UNTIL] < end:
             R[k, UNTIL] = end
-        if not _owns(s, k, R, E, ht):
-            _e_new(s, k, R, S, E, ht, c)
+        r = _owns(s, k, R, E, ht)
+        if r >= 0:
+            continue
+        e = _e_new(s, k, R, S, E, c)
+        if r == -6:  # a key of more than four owners: its edges are in the hash
+            _e_put(e, E, ht)
+            E[e, EIN] = 1
+        elif r == -5:  # its fifth owner: every edge of the key into the hash
+            f = R[k, OH]
+            while f >= 0:
+                if not E[f, EIN]:
+                    _e_put(f, E, ht)
+                    E[f, EIN] = 1
+                f = E[f, EKN]
 
 
 @_jit
 def _owns(s, k, R, E, ht):
-    """Whether session ``s`` owns key ``k``: a walk of the key's first
-    owners (a fresh key has none; most have one or two), the edge hash for a
-    key of more (no probe of the hash, a cold cache line, in the usual case)."""
+    """Whether session ``s`` owns key ``k`` (1), else ``-1 - owners`` (owners
+    of the key: 0 .. 4, or 5 for more). A walk of the key's first four owners
+    (a fresh key has none; most have one or two); a key of more has every edge
+    in the edge hash, which answers then: a key of at most four owners costs
+    no probe of the hash (a cold cache line) and its edges are not in it."""
     e = R[k, OH]
-    for _ in range(4):
+    for i in range(4):
         if e < 0:
-            return False
+            return -1 - i
         if E[e, ES] == s:
-            return True
+            return 1
         e = E[e, EKN]
-    return e >= 0 and _e_find(s, k, E, ht) >= 0
+    if e < 0:
+        return -5
+    return 1 if _e_find(s, k, E, ht) >= 0 else -6
 
 
 # ------------------------------------------------------------ the arrivals calendar
@@ -723,6 +744,7 @@ def new_state(num_blocks: int, ttl: int, edges: int | None = None) -> dict:
     S[:, SH] = S[:, ST] = S[:, SP] = S[:, SX] = -1
     ec = edges or 4 * num_blocks + 1024
     E = _rows(ec, 8, -1)
+    E[:, EIN] = 0
     E[:, ESN] = np.arange(1, ec + 1)
     E[ec - 1, ESN] = -1
     c = np.zeros(NCOUNTERS, i64)
@@ -746,6 +768,7 @@ def grow_edges(st: dict) -> None:
     cap = 2 * old
     new = _rows(cap, 8, -1)
     new[:old] = E
+    new[old:, EIN] = 0
     new[old:, ESN] = np.arange(old + 1, cap + 1)
     new[cap - 1, ESN] = c[EFREE]
     c[EFREE] = old
