@@ -53,8 +53,10 @@ State (:func:`new_state`; ``nb`` = ``num_blocks``):
   deletion), and only those edges (and those of keys that had more) are. The caller grows them (:func:`grow_edges`) when a touch may need
   more than are free.
 * **The order**: the release queue (unpinned blocks in release order, O(1)
-  each) and the order heap ``ov, oo, ob, ox`` (pinned, release order, block,
-  stamp; lazy deletion), as in the simulator's kernel.
+  each) and the order heap ``H[cap, 4]``, a 32-byte row an entry: ``(pinned *
+  2**62 + release order, block, stamp, -)``, a binary min-heap on the first
+  with lazy deletion (an entry is live iff its block is free with that
+  stamp), as the simulator kernel's ``(pinned, release order)`` heap.
 * **Expiries**: the calendar ``qe, qb`` (``W`` buckets, a power of two above
   the TTL: every expiry lies within a TTL of the clock), as there, an entry's
   (version, block, next entry) side by side in a 32-byte row of ``qe``.
@@ -70,7 +72,6 @@ import numpy as np
 
 from spfcore.engine._frequency_nb import (EPOCH, EVICT_CALLS, EVICTIONS, HN, HOOK_CALLS, HSN, LRUN, NEXTID,
                                           NFREE, ORDER, _find, _jit, _rows, _unintern)
-from spfcore.sim._replay_nb import _compact, _o_pop, _o_up
 from spfcore.sim._replay_ttl_nb import _slot
 
 #: More counter indices (after :mod:`spfcore.engine._frequency_nb`'s): score
@@ -358,6 +359,61 @@ def _q_push(x, v, b, BL, qe, qb, c):
 
 
 # ------------------------------------------------------------ the evictor's order
+PINK = 2**62  # a pinned block's heap key: PINK + release order (an unpinned one's: its release order)
+
+
+@_jit
+def _h_up(H, j):
+    x0, x1, x2 = H[j, 0], H[j, 1], H[j, 2]
+    while j > 0:
+        p = (j - 1) >> 1
+        if H[p, 0] <= x0:
+            break
+        H[j, 0], H[j, 1], H[j, 2] = H[p, 0], H[p, 1], H[p, 2]
+        j = p
+    H[j, 0], H[j, 1], H[j, 2] = x0, x1, x2
+
+
+@_jit
+def _h_down(H, j, n):
+    x0, x1, x2 = H[j, 0], H[j, 1], H[j, 2]
+    while True:
+        m = 2 * j + 1
+        if m >= n:
+            break
+        if m + 1 < n and H[m + 1, 0] < H[m, 0]:
+            m += 1
+        if H[m, 0] >= x0:
+            break
+        H[j, 0], H[j, 1], H[j, 2] = H[m, 0], H[m, 1], H[m, 2]
+        j = m
+    H[j, 0], H[j, 1], H[j, 2] = x0, x1, x2
+
+
+@_jit
+def _h_pop(H, n):
+    """Drop the top entry; returns the new size."""
+    n -= 1
+    if n > 0:
+        H[0, 0], H[0, 1], H[0, 2] = H[n, 0], H[n, 1], H[n, 2]
+        _h_down(H, 0, n)
+    return n
+
+
+@_jit
+def _h_compact(H, n, BL):
+    """Keep the live entries and re-heapify; returns the new size."""
+    m = 0
+    for j in range(n):
+        b = H[j, 1]
+        if BL[b, IN] and H[j, 2] == BL[b, HST]:
+            H[m, 0], H[m, 1], H[m, 2] = H[j, 0], H[j, 1], H[j, 2]
+            m += 1
+    for j in range(m // 2 - 1, -1, -1):
+        _h_down(H, j, m)
+    return m
+
+
 @_jit
 def _l_unlink(b, BL):
     p, q = BL[b, LP], BL[b, LN]
@@ -367,7 +423,7 @@ def _l_unlink(b, BL):
 
 
 @_jit
-def _place(b, pos, order, cap, BL, R, ov, oo, ob, ox, qe, qb, c):
+def _place(b, pos, order, cap, BL, R, H, qe, qb, c):
     """Score block ``b`` at arrival ``pos`` and (re-)place it, as the
     simulator's ``_place`` (``order``: its release order if it is not free)."""
     k = BL[b, KEY]
@@ -412,18 +468,18 @@ def _place(b, pos, order, cap, BL, R, ov, oo, ob, ox, qe, qb, c):
         return
     if BL[b, INL]:
         _l_unlink(b, BL)
-    if c[HN] == len(ov):
-        c[HN] = _compact(ov, oo, ob, ox, c[HN], BL[:, IN], BL[:, HST])
+    if c[HN] == H.shape[0]:
+        c[HN] = _h_compact(H, c[HN], BL)
     c[HSEQ] += 1
     BL[b, HST] = c[HSEQ]
     n = c[HN]
-    ov[n], oo[n], ob[n], ox[n] = 1 if pin else 0, BL[b, ORD], b, c[HSEQ]
+    H[n, 0], H[n, 1], H[n, 2] = (PINK if pin else 0) + BL[b, ORD], b, c[HSEQ]
     c[HN] = n + 1
-    _o_up(ov, oo, ob, ox, n)
+    _h_up(H, n)
 
 
 @_jit
-def _rescore_due(pos, cap, due, BL, R, ov, oo, ob, ox, qe, qb, c):
+def _rescore_due(pos, cap, due, BL, R, H, qe, qb, c):
     """Re-score the free blocks whose score expired by ``pos`` in (expiry,
     version) order (one score call if any); the due buckets are emptied."""
     m = 0
@@ -451,7 +507,7 @@ def _rescore_due(pos, cap, due, BL, R, ov, oo, ob, ox, qe, qb, c):
     if m:
         c[HOOK_CALLS] += 1
         for j in range(m):
-            _place(due[j], pos, 0, cap, BL, R, ov, oo, ob, ox, qe, qb, c)
+            _place(due[j], pos, 0, cap, BL, R, H, qe, qb, c)
 
 
 @_jit
@@ -476,7 +532,7 @@ def _twice(ids, BL, c):
 
 # ------------------------------------------------------------ the events
 @_jit
-def arrived(pos, s, ttl, cap, due, BL, R, S, E, ov, oo, ob, ox, qe, qb, c):
+def arrived(pos, s, ttl, cap, due, BL, R, S, E, H, qe, qb, c):
     """``PolicyRuntime.arrived`` at arrival index ``pos`` of session ``s``
     (-1: none or unknown): the arrived hook (the session's keys protected to
     ``pos + ttl``, it becomes the most recently active), the expired scores
@@ -494,7 +550,7 @@ def arrived(pos, s, ttl, cap, due, BL, R, S, E, ov, oo, ob, ox, qe, qb, c):
         while e >= 0:
             R[E[e, EK], UNTIL] = end
             e = E[e, ESN]
-    _rescore_due(pos, cap, due, BL, R, ov, oo, ob, ox, qe, qb, c)
+    _rescore_due(pos, cap, due, BL, R, H, qe, qb, c)
     if live:
         m = 0
         e = S[s, SH]
@@ -507,7 +563,7 @@ def arrived(pos, s, ttl, cap, due, BL, R, S, E, ov, oo, ob, ox, qe, qb, c):
         if m:
             c[HOOK_CALLS] += 1
             for j in range(m):
-                _place(due[j], pos, 0, cap, BL, R, ov, oo, ob, ox, qe, qb, c)
+                _place(due[j], pos, 0, cap, BL, R, H, qe, qb, c)
     return 0
 
 
@@ -608,7 +664,7 @@ def touch(ids, BL, c):
 
 
 @_jit
-def release(cached, hashless, cap, BL, R, hs, ov, oo, ob, ox, qe, qb, c):
+def release(cached, hashless, cap, BL, R, hs, H, qe, qb, c):
     """``PolicyRuntime.release``: cached blocks scored at the clock (one score
     call), each with a new release order, in order; then hashless blocks onto
     the stack, ``hashless[0]`` on top. Returns 0, or ``-1 - j`` for
@@ -636,7 +692,7 @@ def release(cached, hashless, cap, BL, R, hs, ov, oo, ob, ox, qe, qb, c):
     pos = c[ARR]
     for j in range(nc):
         c[ORDER] += 1
-        _place(cached[j], pos, c[ORDER], cap, BL, R, ov, oo, ob, ox, qe, qb, c)
+        _place(cached[j], pos, c[ORDER], cap, BL, R, H, qe, qb, c)
     if nc:
         c[HOOK_CALLS] += 1
     for j in range(hashless.shape[0] - 1, -1, -1):
@@ -648,7 +704,7 @@ def release(cached, hashless, cap, BL, R, hs, ov, oo, ob, ox, qe, qb, c):
 
 
 @_jit
-def evict(n, out, cap, due, BL, R, T, mask, fk, S, E, ht, hs, ov, oo, ob, ox, qe, qb, c):
+def evict(n, out, cap, due, BL, R, T, mask, fk, S, E, ht, hs, H, qe, qb, c):
     """``PolicyRuntime.evict(n)``: expired scores re-scored first when cached
     blocks are taken, then ``n`` victims into ``out[:n]``: the top hashless
     block, else the older of the release queue's head and the heap's top
@@ -661,7 +717,7 @@ def evict(n, out, cap, due, BL, R, T, mask, fk, S, E, ht, hs, ov, oo, ob, ox, qe
     c[EVICT_CALLS] += 1
     pos = c[ARR]
     if n > c[HSN] and c[QBASE] <= pos:
-        _rescore_due(pos, cap, due, BL, R, ov, oo, ob, ox, qe, qb, c)
+        _rescore_due(pos, cap, due, BL, R, H, qe, qb, c)
     z = BL.shape[0] - 1
     keyed = False
     for j in range(n):
@@ -670,14 +726,14 @@ def evict(n, out, cap, due, BL, R, T, mask, fk, S, E, ht, hs, ov, oo, ob, ox, qe
             b = hs[c[HSN]]
             BL[b, HFREE] = 0
         else:
-            while c[HN] and not (BL[ob[0], IN] and ox[0] == BL[ob[0], HST]):  # stale tops
-                c[HN] = _o_pop(ov, oo, ob, ox, c[HN])
+            while c[HN] and not (BL[H[0, 1], IN] and H[0, 2] == BL[H[0, 1], HST]):  # stale tops
+                c[HN] = _h_pop(H, c[HN])
             b = BL[z, LN]
-            if b != z and (c[HN] == 0 or ov[0] != 0 or BL[b, ORD] < oo[0]):
+            if b != z and (c[HN] == 0 or BL[b, ORD] < H[0, 0]):  # (a pinned top's key is above every order)
                 _l_unlink(b, BL)
             else:
-                b = ob[0]
-                c[HN] = _o_pop(ov, oo, ob, ox, c[HN])
+                b = H[0, 1]
+                c[HN] = _h_pop(H, c[HN])
             BL[b, IN] = 0
             c[LRUN] -= 1
             if BL[b, PIN]:
@@ -755,7 +811,7 @@ def new_state(num_blocks: int, ttl: int, edges: int | None = None) -> dict:
     hc = 4 * num_blocks + 1024
     return {"BL": BL, "R": R, "T": np.zeros((ts, 2), i64), "mask": ts - 1, "fk": np.empty(nk, i64),
             "S": S, "E": E, "ht": _edge_hash(ec), "hs": np.zeros(num_blocks, i64),
-            "ov": np.zeros(hc, i64), "oo": np.zeros(hc, i64), "ob": np.zeros(hc, i64), "ox": np.zeros(hc, i64),
+            "H": _rows(hc, 4),
             "qe": _rows(hc, 4), "qb": np.full((2, w), -1, i64),
             "out": np.zeros(num_blocks, i64), "due": np.zeros(num_blocks, i64), "ks": np.zeros(num_blocks, i64),
             "c": c}
@@ -785,7 +841,7 @@ def warm() -> None:
     ids = np.array([1, 2], i64)
     w = np.frombuffer(np.arange(8, dtype=i64).tobytes(), i64).reshape(2, 4)
     c = s["c"]
-    order = (s["ov"], s["oo"], s["ob"], s["ox"], s["qe"], s["qb"])
+    order = (s["H"], s["qe"], s["qb"])
     arrived(0, 0, 2, 2, s["due"], s["BL"], s["R"], s["S"], s["E"], *order, c)
     release(np.zeros(0, i64), ids, 2, s["BL"], s["R"], s["hs"], *order, c)
     evict(2, s["out"], 2, s["due"], s["BL"], s["R"], s["T"], s["mask"], s["fk"], s["S"], s["E"], s["ht"], s["hs"],

@@ -405,7 +405,7 @@ class SessionTTLKernelRuntime:
 
     def _bind(self) -> None:
         s, c = self.s, self.c
-        order = (s["ov"], s["oo"], s["ob"], s["ox"], s["qe"], s["qb"])
+        order = (s["H"], s["qe"], s["qb"])
         self._arrived_args = (s["due"], s["BL"], s["R"], s["S"], s["E"], *order, c)
         self._hit_args = (s["ks"], s["BL"], s["R"], s["S"], s["E"], s["ht"], c)
         self._stored_args = (s["ks"], s["BL"], s["R"], s["T"], s["mask"], s["fk"], s["S"], s["E"], s["ht"], c)
