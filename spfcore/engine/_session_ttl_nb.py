@@ -46,12 +46,13 @@ State (:func:`new_state`; ``nb`` = ``num_blocks``):
 * **Edges** ``E[EC, 8]``: session (-1: free), key, previous / next edge of the
   session (first-touch order), previous / next edge of the key (newest
   first: order there decides nothing), in the edge hash or not (``EIN``).
-  Free edges are chained through ``ESN`` from ``c[EFREE]``. A touch finds the edge (session,
-  key) by walking the key's first four owners; a key of more has all its
-  edges in ``ht``, hashed by (session, key)
+  Free edges are chained through ``ESN`` from ``c[EFREE]``. A touch finds
+  the edge (session, key) by walking the key's first four owners; a key of
+  more has all its edges in ``ht``, hashed by (session, key)
   (:func:`spfcore.sim._replay_ttl_nb._slot`, linear probing, backward-shift
-  deletion), and only those edges (and those of keys that had more) are. The caller grows them (:func:`grow_edges`) when a touch may need
-  more than are free.
+  deletion), and only those edges (and those of keys that had more) are.
+  The caller grows the edges (:func:`grow_edges`) when a touch may need more
+  than are free.
 * **The order**: the release queue (unpinned blocks in release order, O(1)
   each) and the order heap ``H[cap, 4]``, a 32-byte row an entry: ``(pinned *
   2**62 + release order, block, stamp, -)``, a binary min-heap on the first
