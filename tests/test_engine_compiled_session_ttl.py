@@ -127,7 +127,8 @@ def test_compiled_session_ttl_takes_the_hooks_victims(monkeypatch, case):
     hooks = PolicyRuntime.for_policy("session_ttl", nb, BS, opts, key_map=False)
     comp = compiled_runtime(PolicyRuntime.for_policy("session_ttl", nb, BS, opts, key_map=False))
     assert isinstance(comp, SessionTTLKernelRuntime)
-    small = SessionTTLKernelRuntime(nb, BS, ttl=comp.ttl, pin_cap=comp.pin_cap, edges=8)  # the edges grow
+    small = SessionTTLKernelRuntime(nb, BS, ttl=comp.ttl, pin_cap=comp.pin_cap, edges=8,  # the edges grow,
+                                    order_cap=nb + 2)  # the heap and the calendar compact often
     va, vb = replay(log, hooks, raw=False), replay(log, comp, raw=True)
     assert len(va) == sum(1 for n, _ in log if n == "evict") > 10
     assert va == vb == replay(log, small, raw=True)
@@ -138,6 +139,9 @@ def test_compiled_session_ttl_takes_the_hooks_victims(monkeypatch, case):
     check_end_state(hooks, comp)
     check_end_state(hooks, small)
     assert small.s["E"].shape[0] > 8
+    from spfcore.engine._session_ttl_nb import HSEQ, QTOP
+    assert small.c[QTOP] == nb + 2 and (small.c[HSEQ] > nb + 2 or comp.pins_refused > 0)  # both compacted (or
+    # the cap binds: few heap entries)
 
 
 def test_the_streams_reach_hits_expiries_and_the_cap(monkeypatch):
@@ -281,7 +285,7 @@ def fuzz(seed, steps=400):
     if maxs is not None:  # (a tiny max_sessions: the least recently active forgotten often)
         next(iter(hooks.pm.get_plugins())).max_sessions = maxs
     comp = SessionTTLKernelRuntime(nb, FBS, ttl=ttl, pin_cap=hooks.pin_cap, max_sessions=maxs,
-                                   edges=rng.choice([None, 1, 3]))
+                                   edges=rng.choice([None, 1, 3]), order_cap=rng.choice([None, nb + 2, 2 * nb + 2]))
     cfg = dict(nb=nb, ttl=ttl, capf=capf, mode=mode, maxs=maxs)
     orig_stored = hooks.stored
     hooks.stored = lambda req, ids, keys, *a: orig_stored(req, ids, [int.from_bytes(k) for k in keys], *a)

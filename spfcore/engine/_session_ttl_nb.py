@@ -773,11 +773,14 @@ def _edge_hash(cap: int) -> np.ndarray:
     return np.full(1 << int(2 * cap - 1).bit_length(), -1, np.int64)
 
 
-def new_state(num_blocks: int, ttl: int, edges: int | None = None) -> dict:
+def new_state(num_blocks: int, ttl: int, edges: int | None = None, order_cap: int | None = None) -> dict:
     """A fresh state for ``num_blocks`` blocks and ``ttl_arrivals`` ``ttl``
     (``1 <= ttl < QMAX``): nothing free (the driver releases the free blocks
     first), no key, no session; room for ``edges`` edges (default ``4 *
-    num_blocks + 1024``; :func:`grow_edges` adds more).
+    num_blocks + 1024``; :func:`grow_edges` adds more), and ``order_cap``
+    entries on the order heap and in the calendar each (default ``4 *
+    num_blocks + 1024``; at least ``num_blocks + 2``: each holds at most one
+    live entry a free block and is compacted when full; tests set it low).
 
     Returns:
         ``{name: array}`` of the kernels' arguments (names as there), ``mask``
@@ -809,7 +812,9 @@ def new_state(num_blocks: int, ttl: int, edges: int | None = None) -> dict:
     c[QFREE] = -1
     c[EFREE] = 0
     w = 1 << int(ttl).bit_length()  # a power of two > ttl
-    hc = 4 * num_blocks + 1024
+    hc = order_cap or 4 * num_blocks + 1024
+    if hc < num_blocks + 2:
+        raise ValueError(f"order_cap {hc}: at least num_blocks + 2 = {num_blocks + 2}")
     return {"BL": BL, "R": R, "T": np.zeros((ts, 2), i64), "mask": ts - 1, "fk": np.empty(nk, i64),
             "S": S, "E": E, "ht": _edge_hash(ec), "hs": np.zeros(num_blocks, i64),
             "H": _rows(hc, 4),

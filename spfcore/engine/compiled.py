@@ -349,6 +349,9 @@ class SessionTTLKernelRuntime:
         policy_name: For error messages and the fault record.
         max_sessions: Most live sessions (default ``max(1, num_blocks)``, as
             the plugin sets it; at most ``num_blocks``).
+        edges, order_cap: Initial edges, and entries of the order heap and
+            the expiry calendar (:func:`~spfcore.engine._session_ttl_nb.new_state`;
+            tests set them low to reach growth and compaction).
 
     Attributes:
         policy_seconds: Wall time of every event, seconds; ``hook_seconds``
@@ -380,7 +383,8 @@ class SessionTTLKernelRuntime:
     hook_seconds = 0.0
 
     def __init__(self, num_blocks: int, block_size: int, *, ttl: int, pin_cap: int,
-                 policy_name: str = "session_ttl", max_sessions: int | None = None, edges: int | None = None) -> None:
+                 policy_name: str = "session_ttl", max_sessions: int | None = None, edges: int | None = None,
+                 order_cap: int | None = None) -> None:
         from spfcore.evictor import prepare_numba
 
         prepare_numba()
@@ -392,7 +396,7 @@ class SessionTTLKernelRuntime:
         self.max_sessions = max(1, num_blocks) if max_sessions is None else int(max_sessions)
         if not 1 <= self.max_sessions <= max(1, num_blocks):
             raise ValueError(f"max_sessions {self.max_sessions}: 1 .. {max(1, num_blocks)}")
-        self.s = nb.new_state(num_blocks, self.ttl, edges)
+        self.s = nb.new_state(num_blocks, self.ttl, edges, order_cap)
         self.c = self.s["c"]
         self.c[nb.HOOK_CALLS] = 1  # spfcore_cache_configured, as the runtime counts it at construction
         self.policy_seconds = self.evict_seconds = 0.0
