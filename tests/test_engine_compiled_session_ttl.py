@@ -448,3 +448,22 @@ def test_engine_session_ttl_compiled_equals_hooks_and_simulator():
     assert [r["output_token_ids"] for r in comp["requests"]] == [r["output_token_ids"] for r in hooks["requests"]]
     assert comp["policy_faults"] == hooks["policy_faults"] == 0
     assert comp["hook_seconds"] == 0.0 < comp["policy_seconds"]
+
+
+def test_served_metrics_count_the_compiled_runtimes_refused_pins():
+    # spfcore serve publishes the runtime's counters each step; this runtime has no evictor but refuses pins
+    pytest.importorskip("prometheus_client")
+    from spfcore.engine.metrics import PolicyMetrics
+
+    rt = compiled_runtime(PolicyRuntime.for_policy("session_ttl", 8, BS, {"pin_cap_fraction": "0.125"},
+                                                   key_map=False))
+    v = RequestView("r", "s", 0, 0.0, 2 * BS, ())
+    rt.arrived(v, 0.0)
+    rt.release([], [1, 2, 3], 0.0)
+    assert rt.evict(2, 0.0) == [1, 2]
+    rt.stored(v, [1, 2], [_hash(1), _hash(2)], 0, None, BS, 0.0)
+    rt.release([2, 1], [], 0.0)  # both pinned wanted, the cap (1) refuses one
+    assert rt.pins_refused == 1 and rt.num_pinned == 1
+    m = PolicyMetrics("session-ttl-compiled-test", "spfcore-session-ttl", "0")
+    m.publish(rt)
+    assert m._last[3] == 1 and m._last[2] == rt.policy_seconds > 0

@@ -108,8 +108,9 @@ class PolicyMetrics:
         if runtime is not self._runtime:
             self._runtime, self._last = runtime, (0, 0.0, 0.0, 0, 0, 0)
             self._fail_open_seen = 0
-        ev = getattr(runtime, "evictor", None)  # (a compiled runtime has none: it pins nothing)
-        now = (runtime.evictions, runtime.hook_seconds, runtime.policy_seconds, ev.pins_refused if ev else 0,
+        ev = getattr(runtime, "evictor", None)  # (a compiled runtime has none: its own count, if it pins)
+        refused = ev.pins_refused if ev is not None else getattr(runtime, "pins_refused", 0)
+        now = (runtime.evictions, runtime.hook_seconds, runtime.policy_seconds, refused,
                runtime.hints_issued, runtime.hints_used)
         last, self._last = self._last, now
         if now[0] > last[0]:
