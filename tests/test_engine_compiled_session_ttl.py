@@ -215,6 +215,8 @@ def test_protocol_breaks_raise_and_apply_nothing():
         rt.stored(view, [3, 8], [_hash(3), _hash(9)], 0, None, BS, 0.0)
     with pytest.raises(PolicyError, match="hit block -1: not a block of the pool"):
         rt.hit(view, [1, -1], 0.0)
+    with pytest.raises(PolicyError, match="hit 9 blocks: more than the pool's 8"):
+        rt.hit(view, [1] * 9, 0.0)
     with pytest.raises(PolicyError, match="need one length of 8, 16, 24 or 32 bytes"):
         rt.stored(view, [3], [b"short"], 0, None, BS, 0.0)
     with pytest.raises(KeyError):

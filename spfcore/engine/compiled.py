@@ -490,10 +490,18 @@ class SessionTTLKernelRuntime:
 
     def hit(self, request: RequestView, ids: Sequence[int], now: float) -> None:
         """The lookup hit blocks ``ids``: a request with a session protects
-        their hashes to ``arrival_index + ttl`` and owns them."""
+        their hashes to ``arrival_index + ttl`` and owns them (a block with
+        no hash: the key ``None``, see the class).
+
+        Raises:
+            PolicyError: a block not of the pool, or more blocks than the
+                pool holds (nothing applied).
+        """
         t0 = _perf()
         try:
             a = _ids(ids) if len(ids) else self._empty
+            if len(a) > self.num_blocks:
+                raise self._bad(f"hit {len(a)} blocks: more than the pool's {self.num_blocks}")
             sid = request.session_id
             s = self._sid(sid) if sid is not None and len(a) else -1
             end = request.arrival_index + self.ttl
