@@ -1,0 +1,590 @@
+"""The shipped ``belady_oracle`` arm's engine events as numba kernels over
+int arrays, for :class:`spfcore.engine.compiled.BeladyKernelRuntime`: the
+same decisions as a :class:`~spfcore.runtime.PolicyRuntime` driving
+``spfcore_belady_oracle.BeladyOraclePolicy`` (its hooks and the scored
+evictor's order and expiries), one kernel call per runtime event.
+
+The policy's model (``spfcore_belady_oracle``; the simulator's sequential
+replay of it is :func:`spfcore.sim._replay_nb.replay_belady`): a block's
+score is ``-(next_use * 2**16 + min(depth, 2**16 - 1))``, ``next_use`` the
+earliest *waiting* request (arrived, lookup not yet made) whose prompt
+holds the block's hash, else the first arrival strictly after the position
+(the latest arrival index), else :data:`NEVER`; it expires at arrival
+``next_use + 1`` (not when ``NEVER``) and, when ``next_use`` is a waiting
+request, at ``now`` seconds as well. The evictor takes hashless blocks
+first (the most recently freed), then the lowest ``(value, release order)``
+(every block is admitted: tier 1; the policy pins nothing); expired scores
+are re-scored at each arrival (after the arrival hook) and before an
+allocation that takes cached blocks. Which blocks a re-score round takes,
+and the values it gives, are what decide; the order in which a round
+re-scores its blocks decides nothing (each block keeps its release order,
+and ``(value, release order)`` is total).
+
+State (arrays, :func:`new_state`):
+
+* **Key rows** ``R[K + 1, 8]`` int64, one 64-byte line per key id: the
+  hash's four words ``W0 .. W3`` (the key, an ``int`` below ``2**256``, as
+  32 big-endian bytes read as four int64 words: a 16-byte xxhash hash is
+  the same int as 16 zero bytes and the hash, so every length up to 32
+  meets the future's ints exactly), ``NEXT`` (its first use strictly after
+  the position: arrival index, :data:`NEVER` none) and ``WMIN`` (the
+  earliest waiting arrival whose prompt holds it, :data:`NEVER` none). Key
+  id 0 is every hash no future request holds (and a block whose hash the
+  runtime never heard stored): ``NEXT = WMIN = NEVER`` always. Ids
+  ``1 .. K`` are the policy's own dense ids of the future's hashes, fixed
+  by ``set_future`` (the table is built once, never changes).
+* **Table** ``T[S, 2]`` (the hash's last word, key id; id 0: empty slot),
+  ``S`` a power of two at least twice ``K + 1``: open addressing, linear
+  probing from a mix of the four words; a probe reads a key row only when
+  the last words match.
+* **The future index**, per arrival index ``j`` its uses ``off[j] ..
+  off[j + 1]``: key ids ``rk`` and each one's next use after ``j``
+  (``after``, :data:`NEVER` none); per key id ``k`` its arrivals ascending,
+  ``kuse[koff[k]:koff[k + 1]]``; ``WAIT[j]``: whether arrival ``j`` waits.
+* **Blocks** ``BL[nb, 8]``, one line each: key id (-1: no hash), free and
+  cached, release order, on the hashless stack ``hs``, depth, score
+  version, value (``-(next_use * 2**16 + depth)``, exact in int64 as in the
+  hooks' float64), the call stamp (a block named twice in one call).
+* **The order**: a binary min-heap ``H[cap, 4]`` of ``(value, release
+  order, block, version)`` with lazy deletion (an entry is live iff its
+  block is free and cached with that version); compacted when full.
+* **Expiries**: a heap of seconds ``TK[cap]`` float64 with rows ``TI[cap,
+  2]`` ``(version, block)``, a heap of arrivals ``AX[cap, 4]`` ``(arrival,
+  version, block, -)``; live by the same rule.
+* ``c``: int64 counters (indices below).
+
+Kernels return 0, or a negative number naming the block that breaks the
+event protocol (the caller raises; nothing of the event is applied).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+#: Counter indices: hashless blocks on the stack, cached free blocks, evicted
+#: cached blocks, allocations, hook calls the hook path makes, order-heap,
+#: seconds-heap and arrivals-heap entries, release orders and score versions
+#: handed out, the call stamp, the policy's position (latest arrival index,
+#: -1 before the first), the index's own position (``_at``), the runtime's
+#: arrival clock (0 before the first arrival), blocks stored so far.
+HSN, LRUN, EVICTIONS, EVICT_CALLS, HOOK_CALLS, HN, TN, AN, ORDER, VERSION, EPOCH, POS, AT, ARRIVAL, STORES = range(15)
+NCOUNTERS = 15
+W0, W1, W2, W3, NEXT, WMIN = range(6)  # key row columns
+KEY, INN, ORD, HFREE, DEPTH, VER, VAL, MARK = range(8)  # block row columns
+#: spfcore_belady_oracle.NEVER and DEPTH_SLOTS.
+NEVER = 2**36
+DEPTH_SLOTS = 2**16
+#: :func:`evict`'s answer when fewer than ``n`` blocks are free.
+E_TOO_FEW = -1
+
+_jit = numba.njit(cache=True, nogil=True)
+
+
+# ------------------------------------------------------------ key table
+@_jit
+def _slot0(x0, x1, x2, x3, mask):
+    x = x0 ^ x1 ^ x2 ^ x3
+    x ^= x >> 29
+    x ^= x >> 17
+    return x & mask
+
+
+@_jit
+def build_table(R, T, mask, nk):
+    """Insert key ids ``1 .. nk`` (their words in ``R``) into the empty ``T``."""
+    for k in range(1, nk + 1):
+        i = _slot0(R[k, W0], R[k, W1], R[k, W2], R[k, W3], mask)
+        while T[i, 1] != 0:
+            i = (i + 1) & mask
+        T[i, 0], T[i, 1] = R[k, W3], k
+
+
+@_jit
+def _find(T, mask, R, w, j):
+    """Key id of row ``j`` of ``w`` (four int64 words), 0 if no future hash."""
+    w3 = w[j, 3]
+    i = _slot0(w[j, 0], w[j, 1], w[j, 2], w3, mask)
+    while True:
+        k = T[i, 1]
+        if k == 0:
+            return 0
+        if T[i, 0] == w3 and R[k, W0] == w[j, 0] and R[k, W1] == w[j, 1] and R[k, W2] == w[j, 2]:
+            return k
+        i = (i + 1) & mask
+
+
+# ------------------------------------------------------------ heaps (int rows keyed by columns 0, 1)
+@_jit
+def _less(H, a, b):
+    return H[a, 0] < H[b, 0] or (H[a, 0] == H[b, 0] and H[a, 1] < H[b, 1])
+
+
+@_jit
+def _swap(H, a, b):
+    for x in range(4):
+        H[a, x], H[b, x] = H[b, x], H[a, x]
+
+
+@_jit
+def _down(H, j, n):
+    while True:
+        m = 2 * j + 1
+        if m >= n:
+            return
+        if m + 1 < n and _less(H, m + 1, m):
+            m += 1
+        if not _less(H, m, j):
+            return
+        _swap(H, m, j)
+        j = m
+
+
+@_jit
+def _up(H, j):
+    while j > 0:
+        p = (j - 1) >> 1
+        if not _less(H, j, p):
+            return
+        _swap(H, j, p)
+        j = p
+
+
+@_jit
+def _pop(H, n):
+    """Drop the top of a heap of ``n``; returns ``n - 1``."""
+    n -= 1
+    _swap(H, 0, n)
+    _down(H, 0, n)
+    return n
+
+
+@_jit
+def _compact(H, n, BL, vc, bc):
+    """Keep the live entries (block free and cached, version in column
+    ``vc``, block in ``bc``) and re-heapify; returns the new size."""
+    m = 0
+    for j in range(n):
+        b = H[j, bc]
+        if BL[b, INN] and BL[b, VER] == H[j, vc]:
+            for x in range(4):
+                H[m, x] = H[j, x]
+            m += 1
+    for j in range(m // 2 - 1, -1, -1):
+        _down(H, j, m)
+    return m
+
+
+@_jit
+def _push(H, n, a, b, cc, d, BL, vc, bc):
+    """Push ``(a, b, cc, d)``; returns the new size (compacted first when full)."""
+    if n == H.shape[0]:
+        n = _compact(H, n, BL, vc, bc)
+    H[n, 0], H[n, 1], H[n, 2], H[n, 3] = a, b, cc, d
+    _up(H, n)
+    return n + 1
+
+
+# seconds heap: float keys TK, rows TI (version, block)
+@_jit
+def _t_swap(TK, TI, a, b):
+    TK[a], TK[b] = TK[b], TK[a]
+    TI[a, 0], TI[b, 0] = TI[b, 0], TI[a, 0]
+    TI[a, 1], TI[b, 1] = TI[b, 1], TI[a, 1]
+
+
+@_jit
+def _t_less(TK, TI, a, b):
+    return TK[a] < TK[b] or (TK[a] == TK[b] and TI[a, 0] < TI[b, 0])
+
+
+@_jit
+def _t_down(TK, TI, j, n):
+    while True:
+        m = 2 * j + 1
+        if m >= n:
+            return
+        if m + 1 < n and _t_less(TK, TI, m + 1, m):
+            m += 1
+        if not _t_less(TK, TI, m, j):
+            return
+        _t_swap(TK, TI, m, j)
+        j = m
+
+
+@_jit
+def _t_push(TK, TI, n, x, v, b, BL):
+    if n == TK.shape[0]:  # full: keep the live entries
+        m = 0
+        for j in range(n):
+            q = TI[j, 1]
+            if BL[q, INN] and BL[q, VER] == TI[j, 0]:
+                TK[m], TI[m, 0], TI[m, 1] = TK[j], TI[j, 0], TI[j, 1]
+                m += 1
+        for j in range(m // 2 - 1, -1, -1):
+            _t_down(TK, TI, j, m)
+        n = m
+    TK[n], TI[n, 0], TI[n, 1] = x, v, b
+    j = n
+    while j > 0:
+        p = (j - 1) >> 1
+        if not _t_less(TK, TI, j, p):
+            break
+        _t_swap(TK, TI, j, p)
+        j = p
+    return n + 1
+
+
+# ------------------------------------------------------------ scores
+@_jit
+def _score(b, now, R, BL, H, TK, TI, AX, c):
+    """(Re-)score free cached block ``b`` (``spfcore_score_blocks``'s value
+    and expiries; the caller counts the hook call): a new version, an order
+    entry, its expiry entries."""
+    k = BL[b, KEY]
+    if k < 0:
+        k = 0  # a block the runtime never heard stored: the hooks' key None, id 0
+    w = R[k, WMIN]
+    if w < NEVER:
+        nu = w
+        ea = w + 1
+    else:
+        nu = R[k, NEXT]
+        ea = nu + 1 if nu < NEVER else -1
+    d = BL[b, DEPTH]
+    if d > DEPTH_SLOTS - 1:
+        d = DEPTH_SLOTS - 1
+    v = -(nu * DEPTH_SLOTS + d)
+    c[VERSION] += 1
+    ver = c[VERSION]
+    BL[b, VER] = ver
+    BL[b, VAL] = v
+    BL[b, INN] = 1
+    c[HN] = _push(H, c[HN], v, BL[b, ORD], b, ver, BL, 3, 2)
+    if w < NEVER:
+        c[TN] = _t_push(TK, TI, c[TN], now, ver, b, BL)
+    if ea >= 0:
+        c[AN] = _push(AX, c[AN], ea, ver, b, 0, BL, 1, 2)
+
+
+@_jit
+def _expire(now, arrival, due, R, BL, H, TK, TI, AX, c):
+    """Re-score every free cached block whose score expired by ``now``
+    (seconds) or ``arrival`` (one ``spfcore_score_blocks`` call if any):
+    the due entries are dropped first, live ones' blocks collected once
+    each, then scored (their new expiries wait for the next round)."""
+    if not ((c[TN] and TK[0] <= now) or (c[AN] and AX[0, 0] <= arrival)):
+        return
+    c[EPOCH] += 1
+    e = c[EPOCH]
+    m = 0
+    n = c[TN]
+    while n and TK[0] <= now:
+        v, b = TI[0, 0], TI[0, 1]
+        n -= 1
+        _t_swap(TK, TI, 0, n)
+        _t_down(TK, TI, 0, n)
+        if BL[b, INN] and BL[b, VER] == v and BL[b, MARK] != e:
+            BL[b, MARK] = e
+            due[m] = b
+            m += 1
+    c[TN] = n
+    n = c[AN]
+    while n and AX[0, 0] <= arrival:
+        v, b = AX[0, 1], AX[0, 2]
+        n = _pop(AX, n)
+        if BL[b, INN] and BL[b, VER] == v and BL[b, MARK] != e:
+            BL[b, MARK] = e
+            due[m] = b
+            m += 1
+    c[AN] = n
+    if m:
+        c[HOOK_CALLS] += 1
+        for j in range(m):
+            _score(due[j], now, R, BL, H, TK, TI, AX, c)
+
+
+# ------------------------------------------------------------ events
+@_jit
+def _pass(j, off, rk, after, R):
+    """Arrival ``j``'s uses pass: each of its keys' next use is the following one."""
+    for u in range(off[j], off[j + 1]):
+        R[rk[u], NEXT] = after[u]
+
+
+@_jit
+def arrived(i, now, off, rk, after, WAIT, due, R, BL, H, TK, TI, AX, c):
+    """``spfcore_request_arrived`` of arrival index ``i`` (``0 <= i < span``,
+    not waiting: the caller checks), then the expired scores re-scored
+    (``PolicyRuntime.arrived``). The position moves to ``i`` as the policy's
+    does (the next arrival's uses pass, skipped ones too, a position that
+    went back is rewound); arrival ``i`` waits: its keys' ``WMIN`` drops to
+    ``i`` where it was later. Returns 0."""
+    c[HOOK_CALLS] += 1
+    at = c[AT]
+    span = off.shape[0] - 1
+    if i == at + 1 and i < span:
+        _pass(i, off, rk, after, R)
+    elif i > at:
+        for j in range(at + 1, min(i + 1, span)):
+            _pass(j, off, rk, after, R)
+    elif i < at:  # rewind: every key's first use strictly after i
+        for k in range(1, R.shape[0]):
+            R[k, NEXT] = NEVER
+        for j in range(span - 1, i, -1):
+            for u in range(off[j], off[j + 1]):
+                R[rk[u], NEXT] = j
+    c[AT] = i
+    c[POS] = i
+    WAIT[i] += 1
+    for u in range(off[i], off[i + 1]):
+        k = rk[u]
+        if i < R[k, WMIN]:
+            R[k, WMIN] = i
+    _expire(now, i, due, R, BL, H, TK, TI, AX, c)
+    c[ARRIVAL] = i
+    return 0
+
+
+@_jit
+def served(a, off, rk, kuse, koff, WAIT, R, c):
+    """``spfcore_blocks_hit`` of the request that waits at arrival ``a``
+    (``a < 0``: none waits under its id, a repeated lookup): it no longer
+    waits; a key whose ``WMIN`` was ``a`` gets the next waiting arrival
+    among its uses. Counts the hook call. Returns 0."""
+    c[HOOK_CALLS] += 1
+    if a < 0:
+        return 0
+    WAIT[a] -= 1
+    if WAIT[a] > 0:
+        return 0
+    for u in range(off[a], off[a + 1]):
+        k = rk[u]
+        if R[k, WMIN] != a:
+            continue
+        lo, hi = koff[k], koff[k + 1]
+        while lo < hi:  # the first use after a (the waiting ones are all later: a was the earliest)
+            m = (lo + hi) >> 1
+            if kuse[m] <= a:
+                lo = m + 1
+            else:
+                hi = m
+        w = NEVER
+        for q in range(lo, koff[k + 1]):
+            if WAIT[kuse[q]] > 0:
+                w = kuse[q]
+                break
+        R[k, WMIN] = w
+    return 0
+
+
+@_jit
+def _twice(ids, BL, c):
+    """Stamp this event's blocks; the index of the first one named twice, or -1."""
+    c[EPOCH] += 1
+    e = c[EPOCH]
+    for j in range(ids.shape[0]):
+        b = ids[j]
+        if BL[b, MARK] == e:
+            return j
+        BL[b, MARK] = e
+    return -1
+
+
+@_jit
+def touch(ids, BL, c):
+    """Hit blocks that were free leave the order (ref count 0 -> 1; their
+    heap entries go stale). Returns 0, or ``-1 - j`` for ``ids[j]`` not a
+    free cached block, or named twice (nothing applied)."""
+    for j in range(ids.shape[0]):
+        if not BL[ids[j], INN]:
+            return -1 - j
+    j = _twice(ids, BL, c)
+    if j >= 0:
+        return -1 - j
+    for j in range(ids.shape[0]):
+        BL[ids[j], INN] = 0
+    c[LRUN] -= ids.shape[0]
+    return 0
+
+
+@_jit
+def stored(ids, w, first_depth, BL, R, T, mask, c):
+    """Blocks ``ids`` cached with keys ``w`` (one row of four words each) at
+    depths ``first_depth, first_depth + 1, ...``: each block's key id (0 for
+    a hash no future request holds) and depth (the hooks' table columns; no
+    hook is called). Returns 0, or ``-1 - j`` for block ``ids[j]`` holding a
+    key already or named twice (nothing applied)."""
+    for j in range(ids.shape[0]):
+        if BL[ids[j], KEY] >= 0:
+            return -1 - j
+    j = _twice(ids, BL, c)
+    if j >= 0:
+        return -1 - j
+    for j in range(ids.shape[0]):
+        b = ids[j]
+        BL[b, KEY] = _find(T, mask, R, w, j)
+        BL[b, DEPTH] = first_depth + j
+    c[STORES] += ids.shape[0]
+    return 0
+
+
+@_jit
+def release(cached, hashless, now, BL, hs, R, H, TK, TI, AX, c):
+    """``PolicyRuntime.release``: cached blocks (release order) scored (one
+    ``spfcore_score_blocks`` call), each with a new release order, into the
+    order; then hashless blocks onto the stack, ``hashless[0]`` on top.
+    Returns 0, or ``-1 - j`` for ``cached[j]`` (``j < len(cached)``) or
+    ``hashless[j - len(cached)]`` that is free already or named twice in the
+    call: nothing applied."""
+    nc = cached.shape[0]
+    for j in range(nc):
+        b = cached[j]
+        if BL[b, INN] or BL[b, HFREE]:
+            return -1 - j
+    for j in range(hashless.shape[0]):
+        b = hashless[j]
+        if BL[b, INN] or BL[b, HFREE]:
+            return -1 - nc - j
+    j = _twice(cached, BL, c)
+    if j >= 0:
+        return -1 - j
+    e = c[EPOCH]  # (the same stamp on the hashless blocks: a block in both lists is caught too)
+    for j in range(hashless.shape[0]):
+        b = hashless[j]
+        if BL[b, MARK] == e:
+            return -1 - nc - j
+        BL[b, MARK] = e
+    for j in range(nc):
+        b = cached[j]
+        c[ORDER] += 1
+        BL[b, ORD] = c[ORDER]
+        _score(b, now, R, BL, H, TK, TI, AX, c)
+    c[LRUN] += nc
+    if nc:
+        c[HOOK_CALLS] += 1
+    for j in range(hashless.shape[0] - 1, -1, -1):
+        b = hashless[j]
+        hs[c[HSN]] = b
+        BL[b, HFREE] = 1
+        c[HSN] += 1
+    return 0
+
+
+@_jit
+def evict(n, now, out, due, BL, hs, R, H, TK, TI, AX, c):
+    """``PolicyRuntime.evict(n)``: when cached blocks are taken, the expired
+    scores re-scored first (clocks ``now`` and the latest arrival); then
+    ``n`` victims into ``out[:n]``, the top hashless block first, then the
+    lowest live order entry. Each cached victim loses its key (an eviction;
+    no hook: the policy has no evicted hook). Returns 0, or ``E_TOO_FEW``
+    (nothing taken)."""
+    if n > c[HSN] + c[LRUN]:
+        return E_TOO_FEW
+    c[EVICT_CALLS] += 1
+    if n > c[HSN]:
+        _expire(now, c[ARRIVAL], due, R, BL, H, TK, TI, AX, c)
+    for j in range(n):
+        if c[HSN] > 0:
+            c[HSN] -= 1
+            b = hs[c[HSN]]
+            BL[b, HFREE] = 0
+        else:
+            while True:
+                b, v = H[0, 2], H[0, 3]
+                c[HN] = _pop(H, c[HN])
+                if BL[b, INN] and BL[b, VER] == v:
+                    break
+            BL[b, INN] = 0
+            c[LRUN] -= 1
+        out[j] = b
+        if BL[b, KEY] >= 0:
+            BL[b, KEY] = -1
+            c[EVICTIONS] += 1
+    return 0
+
+
+# ------------------------------------------------------------ state
+def _rows(n: int, width: int, fill: int = 0) -> np.ndarray:
+    """An ``(n, width)`` int64 array whose rows start on 64-byte boundaries
+    (cache lines) for ``width`` 4 or 8."""
+    buf = np.zeros(n * width + 8, np.int64) if fill == 0 else np.full(n * width + 8, fill, np.int64)
+    skip = (-buf.ctypes.data % 64) // 8
+    return buf[skip:skip + n * width].reshape(n, width)
+
+
+def heap_cap(num_blocks: int) -> int:
+    """Entries of each heap: ``4 * num_blocks + 4096`` (a full heap is
+    compacted to its live entries, at most one per free block)."""
+    return 4 * num_blocks + 4096
+
+
+def new_state(num_blocks: int) -> dict:
+    """A fresh state for ``num_blocks`` blocks: nothing free (the driver
+    releases the free blocks first), an empty future (every hash key id 0,
+    until :func:`set_index`).
+
+    Returns:
+        ``{name: array}`` of the kernels' arguments (names as there),
+        ``mask`` the table's (``S - 1``).
+    """
+    i64 = np.int64
+    cap = heap_cap(num_blocks)
+    c = np.zeros(NCOUNTERS, i64)
+    c[POS] = c[AT] = -1
+    BL = _rows(num_blocks, 8)
+    BL[:, KEY] = -1
+    s = {"BL": BL, "hs": np.zeros(num_blocks, i64), "H": _rows(cap, 4), "TK": np.zeros(cap, np.float64),
+         "TI": np.zeros((cap, 2), i64), "AX": _rows(cap, 4), "out": np.zeros(num_blocks, i64),
+         "due": np.zeros(num_blocks, i64), "c": c}
+    set_index(s, np.zeros((0, 4), i64), np.zeros(1, i64), np.zeros(0, i64), np.zeros(0, i64), np.full(1, NEVER, i64))
+    return s
+
+
+def set_index(s: dict, words: np.ndarray, off: np.ndarray, rk: np.ndarray, after: np.ndarray,
+              first: np.ndarray) -> None:
+    """Install a future index in state ``s`` (no request waiting).
+
+    Args:
+        words: int64 ``(K, 4)``: key id ``k``'s hash words in row ``k - 1``.
+        off: int64 ``(span + 1,)``: arrival ``j``'s uses are ``off[j] .. off[j + 1]``.
+        rk: int64 per use: its key id (``1 .. K``), each id once per arrival.
+        after: int64 per use: the id's next use after that arrival (:data:`NEVER`: none).
+        first: int64 ``(K + 1,)``: each id's first use (index 0: :data:`NEVER`).
+    """
+    i64 = np.int64
+    nk = len(words)
+    R = _rows(nk + 1, 8)
+    R[1:, :4] = words
+    R[:, NEXT] = first
+    R[:, WMIN] = NEVER
+    S = 1
+    while S < 2 * (nk + 1):
+        S *= 2
+    T = np.zeros((S, 2), i64)
+    build_table(R, T, S - 1, nk)
+    span = len(off) - 1
+    arr = np.repeat(np.arange(span, dtype=i64), np.diff(off))
+    o = np.argsort(rk, kind="stable")
+    s.update(R=R, T=T, mask=S - 1, off=off, rk=rk, after=after, kuse=np.ascontiguousarray(arr[o]),
+             koff=np.searchsorted(rk[o], np.arange(nk + 2)).astype(i64), WAIT=np.zeros(max(span, 1), i64))
+
+
+def warm() -> None:
+    """Compile every kernel (or load numba's on-disk cache) on a tiny state,
+    with the argument types the runtime passes (the hashes' words read-only,
+    as ``np.frombuffer`` makes them)."""
+    i64 = np.int64
+    s = new_state(4)
+    words = np.arange(8, dtype=i64).reshape(2, 4) + 1
+    set_index(s, words, np.array([0, 2, 3], i64), np.array([1, 2, 1], i64), np.array([1, NEVER, NEVER], i64),
+              np.array([NEVER, 0, 0], i64))
+    ids = np.array([1, 2], i64)
+    w = np.frombuffer(words.tobytes(), i64).reshape(2, 4)
+    release(np.zeros(0, i64), ids, 0.0, s["BL"], s["hs"], s["R"], s["H"], s["TK"], s["TI"], s["AX"], s["c"])
+    arrived(0, 0.0, s["off"], s["rk"], s["after"], s["WAIT"], s["due"], s["R"], s["BL"], s["H"], s["TK"], s["TI"],
+            s["AX"], s["c"])
+    evict(2, 0.0, s["out"], s["due"], s["BL"], s["hs"], s["R"], s["H"], s["TK"], s["TI"], s["AX"], s["c"])
+    stored(ids, w, 0, s["BL"], s["R"], s["T"], s["mask"], s["c"])
+    served(0, s["off"], s["rk"], s["kuse"], s["koff"], s["WAIT"], s["R"], s["c"])
+    touch(np.zeros(0, i64), s["BL"], s["c"])
