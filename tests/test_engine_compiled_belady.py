@@ -319,7 +319,7 @@ def fuzz(seed, steps=300):
     running = []  # [view, blocks, partial]
     t = 0.0
     for step in range(steps):
-        t += rng.choice([0.0, 0.5, 1.0])
+        t += rng.choice([0.0, 0.5, 1.0, 1.0, -0.75])  # (a clock that goes back now and then: the arrival expiries decide)
         r = rng.random()
         if r < 0.3 and order:  # an arrival: waits for its lookup
             i = order.pop(0)
@@ -450,6 +450,14 @@ def test_engine_belady_compiled_equals_hooks_and_simulator():
         s.use_policy(ARM, compiled=False)
         hooks = s.run(wl, seed=0, keep_outputs=True)
         assert isinstance(s.runtime, PolicyRuntime)
+        # timed mode, every request arriving at 0 s: 4 run at once, the others wait for their lookup
+        th = s.run(wl, seed=0, mode="timed")
+        s.use_policy(ARM)
+        tc = s.run(wl, seed=0, mode="timed")
+        assert isinstance(s.runtime, BeladyKernelRuntime)
+    assert [r["cached_tokens"] for r in tc["requests"]] == [r["cached_tokens"] for r in th["requests"]]
+    assert tc["evictions"] == th["evictions"] > 0 and tc["hook_calls"] == th["hook_calls"]
+    assert tc["policy_faults"] == th["policy_faults"] == 0 and max(r["queue_s"] for r in tc["requests"]) > 0
     assert (comp["served_by"], hooks["served_by"]) == ("compiled", "hooks")
     cached = [r["cached_tokens"] for r in comp["requests"]]
     assert cached == [r["cached_tokens"] for r in hooks["requests"]] == [r["cached_tokens"] for r in sim["requests"]]
