@@ -22,17 +22,20 @@ and ``(value, release order)`` is total).
 
 State (arrays, :func:`new_state`):
 
-* **Key rows** ``R[K + 1, 8]`` int64, one 64-byte line per key id: the
-  hash's four words ``W0 .. W3`` (the key, an ``int`` below ``2**256``, as
-  32 big-endian bytes read as four int64 words: a 16-byte xxhash hash is
-  the same int as 16 zero bytes and the hash, so every length up to 32
-  meets the future's ints exactly), ``NEXT`` (its first use strictly after
-  the position: arrival index, :data:`NEVER` none) and ``WMIN`` (the
-  earliest waiting arrival whose prompt holds it, :data:`NEVER` none). Key
-  id 0 is every hash no future request holds (and a block whose hash the
-  runtime never heard stored): ``NEXT = WMIN = NEVER`` always. Ids
-  ``1 .. K`` are the policy's own dense ids of the future's hashes, fixed
-  by ``set_future`` (the table is built once, never changes).
+* **Key rows** ``R[K + 1, 4]`` int64, 32 bytes per key id: the hash's four
+  words ``W0 .. W3`` (the key, an ``int`` below ``2**256``, as 32
+  big-endian bytes read as four int64 words: a 16-byte xxhash hash is the
+  same int as 16 zero bytes and the hash, so every length up to 32 meets
+  the future's ints exactly). **Next uses** ``NW[K + 1, 2]``, 16 bytes per
+  key id (a prompt's keys have consecutive ids mostly, the policy numbers
+  them in first-use order: an arrival's pass reads its rows in order):
+  ``NEXT``, its first use strictly after the position (arrival index,
+  :data:`NEVER` none), and ``WMIN``, the earliest waiting arrival whose
+  prompt holds it (:data:`NEVER` none). Key id 0 is every hash no future
+  request holds (and a block whose hash the runtime never heard stored):
+  ``NEXT = WMIN = NEVER`` always. Ids ``1 .. K`` are the policy's own dense
+  ids of the future's hashes, fixed by ``set_future`` (the table is built
+  once, never changes).
 * **Table** ``T[S, 2]`` (the hash's last word, key id; id 0: empty slot),
   ``S`` a power of two at least twice ``K + 1``: open addressing, linear
   probing from a mix of the four words; a probe reads a key row only when
@@ -49,8 +52,14 @@ State (arrays, :func:`new_state`):
   order, block, version)`` with lazy deletion (an entry is live iff its
   block is free and cached with that version); compacted when full.
 * **Expiries**: a heap of seconds ``TK[cap]`` float64 with rows ``TI[cap,
-  2]`` ``(version, block)``, a heap of arrivals ``AX[cap, 4]`` ``(arrival,
-  version, block, -)``; live by the same rule.
+  2]`` ``(version, block)``; a calendar of arrivals, one bucket per arrival
+  index ``1 .. span`` (an expiry is a next use plus one), ``QH[span + 1]``
+  its first entry (-1: empty), entries ``QE[cap, 4]`` ``(version, block,
+  next entry, -)`` from a pool (free ones chained from ``c[QFREE]``; a full
+  pool drops its stale entries), so a round reads its due buckets without
+  a heap's sifts (each release leaves a stale entry behind for every block
+  it re-scores, mostly due at the next arrival). Entries are live by the
+  order's rule (block free, same version).
 * ``c``: int64 counters (indices below).
 
 Kernels return 0, or a negative number naming the block that breaks the
@@ -67,10 +76,14 @@ import numpy as np
 #: seconds-heap and arrivals-heap entries, release orders and score versions
 #: handed out, the call stamp, the policy's position (latest arrival index,
 #: -1 before the first), the index's own position (``_at``), the runtime's
-#: arrival clock (0 before the first arrival), blocks stored so far.
-HSN, LRUN, EVICTIONS, EVICT_CALLS, HOOK_CALLS, HN, TN, AN, ORDER, VERSION, EPOCH, POS, AT, ARRIVAL, STORES = range(15)
-NCOUNTERS = 15
-W0, W1, W2, W3, NEXT, WMIN = range(6)  # key row columns
+#: arrival clock (0 before the first arrival), blocks stored so far, the
+#: calendar's lowest bucket that may hold entries, its free entries' chain
+#: (-1: none) and the entries ever used.
+HSN, LRUN, EVICTIONS, EVICT_CALLS, HOOK_CALLS, HN, TN, AN, ORDER, VERSION, EPOCH, POS, AT, ARRIVAL, STORES, QLO, QFREE, \
+    QTOP = range(18)
+NCOUNTERS = 18
+W0, W1, W2, W3 = range(4)  # key row columns
+NEXT, WMIN = range(2)  # next-use row columns
 KEY, INN, ORD, HFREE, DEPTH, VER, VAL, MARK = range(8)  # block row columns
 #: spfcore_belady_oracle.NEVER and DEPTH_SLOTS.
 NEVER = 2**36
@@ -235,21 +248,60 @@ def _t_push(TK, TI, n, x, v, b, BL):
     return n + 1
 
 
+# ------------------------------------------------------------ the arrivals calendar
+@_jit
+def _q_compact(QH, QE, BL, c):
+    """Free every stale entry of the buckets from ``c[QLO]`` on (the pool is full)."""
+    for x in range(c[QLO], QH.shape[0]):
+        q, keep = QH[x], -1
+        while q >= 0:
+            nxt = QE[q, 2]
+            b = QE[q, 1]
+            if BL[b, INN] and BL[b, VER] == QE[q, 0]:
+                QE[q, 2] = keep
+                keep = q
+            else:
+                QE[q, 2] = c[QFREE]
+                c[QFREE] = q
+                c[AN] -= 1
+            q = nxt
+        QH[x] = keep
+
+
+@_jit
+def _q_push(x, v, b, QH, QE, BL, c):
+    """Block ``b``'s score (version ``v``) expires at arrival ``x`` (``1 <= x
+    <= span``: a next use plus one): an entry at the head of bucket ``x``."""
+    if c[QFREE] < 0 and c[QTOP] == QE.shape[0]:
+        _q_compact(QH, QE, BL, c)
+    q = c[QFREE]
+    if q >= 0:
+        c[QFREE] = QE[q, 2]
+    else:
+        q = c[QTOP]
+        c[QTOP] += 1
+    QE[q, 0], QE[q, 1], QE[q, 2] = v, b, QH[x]
+    QH[x] = q
+    if x < c[QLO]:
+        c[QLO] = x
+    c[AN] += 1
+
+
 # ------------------------------------------------------------ scores
 @_jit
-def _score(b, now, R, BL, H, TK, TI, AX, c):
+def _score(b, now, NW, BL, H, TK, TI, QH, QE, c):
     """(Re-)score free cached block ``b`` (``spfcore_score_blocks``'s value
     and expiries; the caller counts the hook call): a new version, an order
     entry, its expiry entries."""
     k = BL[b, KEY]
     if k < 0:
         k = 0  # a block the runtime never heard stored: the hooks' key None, id 0
-    w = R[k, WMIN]
+    w = NW[k, WMIN]
     if w < NEVER:
         nu = w
         ea = w + 1
     else:
-        nu = R[k, NEXT]
+        nu = NW[k, NEXT]
         ea = nu + 1 if nu < NEVER else -1
     d = BL[b, DEPTH]
     if d > DEPTH_SLOTS - 1:
@@ -264,16 +316,16 @@ def _score(b, now, R, BL, H, TK, TI, AX, c):
     if w < NEVER:
         c[TN] = _t_push(TK, TI, c[TN], now, ver, b, BL)
     if ea >= 0:
-        c[AN] = _push(AX, c[AN], ea, ver, b, 0, BL, 1, 2)
+        _q_push(ea, ver, b, QH, QE, BL, c)
 
 
 @_jit
-def _expire(now, arrival, due, R, BL, H, TK, TI, AX, c):
+def _expire(now, arrival, due, NW, BL, H, TK, TI, QH, QE, c):
     """Re-score every free cached block whose score expired by ``now``
     (seconds) or ``arrival`` (one ``spfcore_score_blocks`` call if any):
     the due entries are dropped first, live ones' blocks collected once
     each, then scored (their new expiries wait for the next round)."""
-    if not ((c[TN] and TK[0] <= now) or (c[AN] and AX[0, 0] <= arrival)):
+    if not ((c[TN] and TK[0] <= now) or (c[AN] and c[QLO] <= arrival)):
         return
     c[EPOCH] += 1
     e = c[EPOCH]
@@ -289,31 +341,38 @@ def _expire(now, arrival, due, R, BL, H, TK, TI, AX, c):
             due[m] = b
             m += 1
     c[TN] = n
-    n = c[AN]
-    while n and AX[0, 0] <= arrival:
-        v, b = AX[0, 1], AX[0, 2]
-        n = _pop(AX, n)
-        if BL[b, INN] and BL[b, VER] == v and BL[b, MARK] != e:
-            BL[b, MARK] = e
-            due[m] = b
-            m += 1
-    c[AN] = n
+    hi = min(arrival, QH.shape[0] - 1)
+    for x in range(c[QLO], hi + 1):  # the calendar's buckets due (each dropped whole)
+        q = QH[x]
+        while q >= 0:
+            v, b, nxt = QE[q, 0], QE[q, 1], QE[q, 2]
+            if BL[b, INN] and BL[b, VER] == v and BL[b, MARK] != e:
+                BL[b, MARK] = e
+                due[m] = b
+                m += 1
+            QE[q, 2] = c[QFREE]
+            c[QFREE] = q
+            c[AN] -= 1
+            q = nxt
+        QH[x] = -1
+    if hi >= c[QLO]:
+        c[QLO] = hi + 1
     if m:
         c[HOOK_CALLS] += 1
         for j in range(m):
-            _score(due[j], now, R, BL, H, TK, TI, AX, c)
+            _score(due[j], now, NW, BL, H, TK, TI, QH, QE, c)
 
 
 # ------------------------------------------------------------ events
 @_jit
-def _pass(j, off, rk, after, R):
+def _pass(j, off, rk, after, NW):
     """Arrival ``j``'s uses pass: each of its keys' next use is the following one."""
     for u in range(off[j], off[j + 1]):
-        R[rk[u], NEXT] = after[u]
+        NW[rk[u], NEXT] = after[u]
 
 
 @_jit
-def arrived(i, now, off, rk, after, WAIT, due, R, BL, H, TK, TI, AX, c):
+def arrived(i, now, off, rk, after, WAIT, due, NW, BL, H, TK, TI, QH, QE, c):
     """``spfcore_request_arrived`` of arrival index ``i`` (``0 <= i < span``,
     not waiting: the caller checks), then the expired scores re-scored
     (``PolicyRuntime.arrived``). The position moves to ``i`` as the policy's
@@ -323,31 +382,36 @@ def arrived(i, now, off, rk, after, WAIT, due, R, BL, H, TK, TI, AX, c):
     c[HOOK_CALLS] += 1
     at = c[AT]
     span = off.shape[0] - 1
-    if i == at + 1 and i < span:
-        _pass(i, off, rk, after, R)
-    elif i > at:
-        for j in range(at + 1, min(i + 1, span)):
-            _pass(j, off, rk, after, R)
-    elif i < at:  # rewind: every key's first use strictly after i
-        for k in range(1, R.shape[0]):
-            R[k, NEXT] = NEVER
-        for j in range(span - 1, i, -1):
-            for u in range(off[j], off[j + 1]):
-                R[rk[u], NEXT] = j
+    if i == at + 1 and i < span:  # (the usual case: one pass over its keys' rows)
+        for u in range(off[i], off[i + 1]):
+            k = rk[u]
+            NW[k, NEXT] = after[u]
+            if i < NW[k, WMIN]:
+                NW[k, WMIN] = i
+    else:
+        if i > at:
+            for j in range(at + 1, min(i + 1, span)):
+                _pass(j, off, rk, after, NW)
+        elif i < at:  # rewind: every key's first use strictly after i
+            for k in range(1, NW.shape[0]):
+                NW[k, NEXT] = NEVER
+            for j in range(span - 1, i, -1):
+                for u in range(off[j], off[j + 1]):
+                    NW[rk[u], NEXT] = j
+        for u in range(off[i], off[i + 1]):
+            k = rk[u]
+            if i < NW[k, WMIN]:
+                NW[k, WMIN] = i
     c[AT] = i
     c[POS] = i
     WAIT[i] += 1
-    for u in range(off[i], off[i + 1]):
-        k = rk[u]
-        if i < R[k, WMIN]:
-            R[k, WMIN] = i
-    _expire(now, i, due, R, BL, H, TK, TI, AX, c)
+    _expire(now, i, due, NW, BL, H, TK, TI, QH, QE, c)
     c[ARRIVAL] = i
     return 0
 
 
 @_jit
-def served(a, off, rk, kuse, koff, WAIT, R, c):
+def served(a, off, rk, kuse, koff, WAIT, NW, c):
     """``spfcore_blocks_hit`` of the request that waits at arrival ``a``
     (``a < 0``: none waits under its id, a repeated lookup): it no longer
     waits; a key whose ``WMIN`` was ``a`` gets the next waiting arrival
@@ -360,7 +424,7 @@ def served(a, off, rk, kuse, koff, WAIT, R, c):
         return 0
     for u in range(off[a], off[a + 1]):
         k = rk[u]
-        if R[k, WMIN] != a:
+        if NW[k, WMIN] != a:
             continue
         lo, hi = koff[k], koff[k + 1]
         while lo < hi:  # the first use after a (the waiting ones are all later: a was the earliest)
@@ -374,7 +438,7 @@ def served(a, off, rk, kuse, koff, WAIT, R, c):
             if WAIT[kuse[q]] > 0:
                 w = kuse[q]
                 break
-        R[k, WMIN] = w
+        NW[k, WMIN] = w
     return 0
 
 
@@ -409,28 +473,42 @@ def touch(ids, BL, c):
 
 
 @_jit
-def stored(ids, w, first_depth, BL, R, T, mask, c):
+def stored(ids, w, first_depth, a, off, rk, BL, R, T, mask, c):
     """Blocks ``ids`` cached with keys ``w`` (one row of four words each) at
-    depths ``first_depth, first_depth + 1, ...``: each block's key id (0 for
-    a hash no future request holds) and depth (the hooks' table columns; no
-    hook is called). Returns 0, or ``-1 - j`` for block ``ids[j]`` holding a
-    key already or named twice (nothing applied)."""
+    depths ``first_depth, first_depth + 1, ...`` by the request of arrival
+    index ``a`` (-1: none known): each block's key id (0 for a hash no future
+    request holds) and depth (the hooks' table columns; no hook is called).
+    The id at that depth of arrival ``a``'s future prompt is tried first
+    (its words compared: a prompt's chain, read in order), else the table.
+    Returns 0, or ``-1 - j`` for block ``ids[j]`` holding a key already or
+    named twice (nothing applied)."""
     for j in range(ids.shape[0]):
         if BL[ids[j], KEY] >= 0:
             return -1 - j
     j = _twice(ids, BL, c)
     if j >= 0:
         return -1 - j
+    s0, n0 = 0, 0
+    if 0 <= a < off.shape[0] - 1:
+        s0, n0 = off[a], off[a + 1] - off[a]
     for j in range(ids.shape[0]):
         b = ids[j]
-        BL[b, KEY] = _find(T, mask, R, w, j)
-        BL[b, DEPTH] = first_depth + j
+        d = first_depth + j
+        k = 0
+        if 0 <= d < n0:
+            f = rk[s0 + d]
+            if R[f, W0] == w[j, 0] and R[f, W1] == w[j, 1] and R[f, W2] == w[j, 2] and R[f, W3] == w[j, 3]:
+                k = f
+        if k == 0:
+            k = _find(T, mask, R, w, j)
+        BL[b, KEY] = k
+        BL[b, DEPTH] = d
     c[STORES] += ids.shape[0]
     return 0
 
 
 @_jit
-def release(cached, hashless, now, BL, hs, R, H, TK, TI, AX, c):
+def release(cached, hashless, now, BL, hs, NW, H, TK, TI, QH, QE, c):
     """``PolicyRuntime.release``: cached blocks (release order) scored (one
     ``spfcore_score_blocks`` call), each with a new release order, into the
     order; then hashless blocks onto the stack, ``hashless[0]`` on top.
@@ -459,7 +537,7 @@ def release(cached, hashless, now, BL, hs, R, H, TK, TI, AX, c):
         b = cached[j]
         c[ORDER] += 1
         BL[b, ORD] = c[ORDER]
-        _score(b, now, R, BL, H, TK, TI, AX, c)
+        _score(b, now, NW, BL, H, TK, TI, QH, QE, c)
     c[LRUN] += nc
     if nc:
         c[HOOK_CALLS] += 1
@@ -472,7 +550,7 @@ def release(cached, hashless, now, BL, hs, R, H, TK, TI, AX, c):
 
 
 @_jit
-def evict(n, now, out, due, BL, hs, R, H, TK, TI, AX, c):
+def evict(n, now, out, due, BL, hs, NW, H, TK, TI, QH, QE, c):
     """``PolicyRuntime.evict(n)``: when cached blocks are taken, the expired
     scores re-scored first (clocks ``now`` and the latest arrival); then
     ``n`` victims into ``out[:n]``, the top hashless block first, then the
@@ -483,7 +561,7 @@ def evict(n, now, out, due, BL, hs, R, H, TK, TI, AX, c):
         return E_TOO_FEW
     c[EVICT_CALLS] += 1
     if n > c[HSN]:
-        _expire(now, c[ARRIVAL], due, R, BL, H, TK, TI, AX, c)
+        _expire(now, c[ARRIVAL], due, NW, BL, H, TK, TI, QH, QE, c)
     for j in range(n):
         if c[HSN] > 0:
             c[HSN] -= 1
@@ -531,11 +609,11 @@ def new_state(num_blocks: int) -> dict:
     i64 = np.int64
     cap = heap_cap(num_blocks)
     c = np.zeros(NCOUNTERS, i64)
-    c[POS] = c[AT] = -1
+    c[POS] = c[AT] = c[QFREE] = -1
     BL = _rows(num_blocks, 8)
     BL[:, KEY] = -1
     s = {"BL": BL, "hs": np.zeros(num_blocks, i64), "H": _rows(cap, 4), "TK": np.zeros(cap, np.float64),
-         "TI": np.zeros((cap, 2), i64), "AX": _rows(cap, 4), "out": np.zeros(num_blocks, i64),
+         "TI": np.zeros((cap, 2), i64), "QE": _rows(cap, 4), "out": np.zeros(num_blocks, i64),
          "due": np.zeros(num_blocks, i64), "c": c}
     set_index(s, np.zeros((0, 4), i64), np.zeros(1, i64), np.zeros(0, i64), np.zeros(0, i64), np.full(1, NEVER, i64))
     return s
@@ -554,10 +632,11 @@ def set_index(s: dict, words: np.ndarray, off: np.ndarray, rk: np.ndarray, after
     """
     i64 = np.int64
     nk = len(words)
-    R = _rows(nk + 1, 8)
-    R[1:, :4] = words
-    R[:, NEXT] = first
-    R[:, WMIN] = NEVER
+    R = _rows(nk + 1, 4)
+    R[1:] = words
+    NW = _rows(nk + 1, 2)
+    NW[:, NEXT] = first
+    NW[:, WMIN] = NEVER
     S = 1
     while S < 2 * (nk + 1):
         S *= 2
@@ -566,7 +645,7 @@ def set_index(s: dict, words: np.ndarray, off: np.ndarray, rk: np.ndarray, after
     span = len(off) - 1
     arr = np.repeat(np.arange(span, dtype=i64), np.diff(off))
     o = np.argsort(rk, kind="stable")
-    s.update(R=R, T=T, mask=S - 1, off=off, rk=rk, after=after, kuse=np.ascontiguousarray(arr[o]),
+    s.update(R=R, NW=NW, QH=np.full(span + 1, -1, i64), T=T, mask=S - 1, off=off, rk=rk, after=after, kuse=np.ascontiguousarray(arr[o]),
              koff=np.searchsorted(rk[o], np.arange(nk + 2)).astype(i64), WAIT=np.zeros(max(span, 1), i64))
 
 
@@ -581,10 +660,12 @@ def warm() -> None:
               np.array([NEVER, 0, 0], i64))
     ids = np.array([1, 2], i64)
     w = np.frombuffer(words.tobytes(), i64).reshape(2, 4)
-    release(np.zeros(0, i64), ids, 0.0, s["BL"], s["hs"], s["R"], s["H"], s["TK"], s["TI"], s["AX"], s["c"])
-    arrived(0, 0.0, s["off"], s["rk"], s["after"], s["WAIT"], s["due"], s["R"], s["BL"], s["H"], s["TK"], s["TI"],
-            s["AX"], s["c"])
-    evict(2, 0.0, s["out"], s["due"], s["BL"], s["hs"], s["R"], s["H"], s["TK"], s["TI"], s["AX"], s["c"])
-    stored(ids, w, 0, s["BL"], s["R"], s["T"], s["mask"], s["c"])
-    served(0, s["off"], s["rk"], s["kuse"], s["koff"], s["WAIT"], s["R"], s["c"])
+    order = (s["H"], s["TK"], s["TI"], s["QH"], s["QE"], s["c"])
+    release(np.zeros(0, i64), ids, 0.0, s["BL"], s["hs"], s["NW"], *order)
+    arrived(0, 0.0, s["off"], s["rk"], s["after"], s["WAIT"], s["due"], s["NW"], s["BL"], *order)
+    evict(2, 0.0, s["out"], s["due"], s["BL"], s["hs"], s["NW"], *order)
+    stored(ids, w, 0, 0, s["off"], s["rk"], s["BL"], s["R"], s["T"], s["mask"], s["c"])
+    release(ids, np.zeros(0, i64), 1.0, s["BL"], s["hs"], s["NW"], *order)
+    arrived(1, 1.0, s["off"], s["rk"], s["after"], s["WAIT"], s["due"], s["NW"], s["BL"], *order)
+    served(0, s["off"], s["rk"], s["kuse"], s["koff"], s["WAIT"], s["NW"], s["c"])
     touch(np.zeros(0, i64), s["BL"], s["c"])

@@ -400,12 +400,12 @@ class BeladyKernelRuntime:
     def _bind(self) -> None:
         s, c = self.s, self.c
         self._touch_args = (s["BL"], c)
-        self._stored_args = (s["BL"], s["R"], s["T"], s["mask"], c)
-        self._order = (s["R"], s["BL"], s["H"], s["TK"], s["TI"], s["AX"], c)
-        self._arrived_args = (s["off"], s["rk"], s["after"], s["WAIT"], s["due"]) + self._order
-        self._served_args = (s["off"], s["rk"], s["kuse"], s["koff"], s["WAIT"], s["R"], c)
-        self._release_args = (s["BL"], s["hs"], s["R"], s["H"], s["TK"], s["TI"], s["AX"], c)
-        self._evict_args = (s["out"], s["due"], s["BL"], s["hs"], s["R"], s["H"], s["TK"], s["TI"], s["AX"], c)
+        self._stored_args = (s["off"], s["rk"], s["BL"], s["R"], s["T"], s["mask"], c)
+        order = (s["H"], s["TK"], s["TI"], s["QH"], s["QE"], c)
+        self._arrived_args = (s["off"], s["rk"], s["after"], s["WAIT"], s["due"], s["NW"], s["BL"]) + order
+        self._served_args = (s["off"], s["rk"], s["kuse"], s["koff"], s["WAIT"], s["NW"], c)
+        self._release_args = (s["BL"], s["hs"], s["NW"]) + order
+        self._evict_args = (s["out"], s["due"], s["BL"], s["hs"], s["NW"]) + order
         self._span = len(s["off"]) - 1
 
     # ------------------------------------------------------------ counters
@@ -542,7 +542,7 @@ class BeladyKernelRuntime:
             if hb != HASH_BYTES:  # the same int: zero words in front (big-endian)
                 w = np.pad(w, ((0, 0), ((HASH_BYTES - hb) // 8, 0)))
             a = _ids(ids)
-            r = self.nb.stored(a, w, int(first_depth), *self._stored_args)
+            r = self.nb.stored(a, w, int(first_depth), int(request.arrival_index), *self._stored_args)
             if r:
                 raise self._bad(f"stored block {int(a[-1 - r])}: holds a block hash already, or named twice")
         finally:
@@ -631,8 +631,7 @@ class BeladyKernelRuntime:
         none): as ``BeladyOraclePolicy.next_use``. For tests; O(1)."""
         nb, s = self.nb, self.s
         w = np.frombuffer(int(key).to_bytes(32, "big"), np.int64).reshape(1, 4)
-        k = nb._find(s["T"], s["mask"], s["R"], w, 0)
-        r = s["R"][k]
+        r = s["NW"][nb._find(s["T"], s["mask"], s["R"], w, 0)]
         return int(r[nb.WMIN] if r[nb.WMIN] < nb.NEVER else r[nb.NEXT])
 
 
