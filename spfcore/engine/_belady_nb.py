@@ -78,10 +78,10 @@ import numpy as np
 #: -1 before the first), the index's own position (``_at``), the runtime's
 #: arrival clock (0 before the first arrival), blocks stored so far, the
 #: calendar's lowest bucket that may hold entries, its free entries' chain
-#: (-1: none) and the entries ever used.
+#: (-1: none) and the entries ever used, the requests waiting.
 HSN, LRUN, EVICTIONS, EVICT_CALLS, HOOK_CALLS, HN, TN, AN, ORDER, VERSION, EPOCH, POS, AT, ARRIVAL, STORES, QLO, QFREE, \
-    QTOP = range(18)
-NCOUNTERS = 18
+    QTOP, NWAITING = range(19)
+NCOUNTERS = 19
 W0, W1, W2, W3 = range(4)  # key row columns
 NEXT, WMIN = range(2)  # next-use row columns
 KEY, INN, ORD, HFREE, DEPTH, VER, VAL, MARK = range(8)  # block row columns
@@ -405,6 +405,7 @@ def arrived(i, now, off, rk, after, WAIT, due, NW, BL, H, TK, TI, QH, QE, c):
     c[AT] = i
     c[POS] = i
     WAIT[i] += 1
+    c[NWAITING] += 1
     _expire(now, i, due, NW, BL, H, TK, TI, QH, QE, c)
     c[ARRIVAL] = i
     return 0
@@ -420,11 +421,16 @@ def served(a, off, rk, kuse, koff, WAIT, NW, c):
     if a < 0:
         return 0
     WAIT[a] -= 1
+    c[NWAITING] -= 1
     if WAIT[a] > 0:
         return 0
+    alone = c[NWAITING] == 0
     for u in range(off[a], off[a + 1]):
         k = rk[u]
         if NW[k, WMIN] != a:
+            continue
+        if alone:  # (sequential mode: no other request waits)
+            NW[k, WMIN] = NEVER
             continue
         lo, hi = koff[k], koff[k + 1]
         while lo < hi:  # the first use after a (the waiting ones are all later: a was the earliest)
