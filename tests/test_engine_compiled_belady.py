@@ -129,9 +129,10 @@ def test_compiled_belady_takes_the_hooks_victims(monkeypatch, case):
     (kind, kw), nb, opts = case
     log, rec = record(monkeypatch, make(kind, **kw), nb, **opts)
     hooks, comp = runtimes(nb)
+    small = BeladyKernelRuntime(nb, BS, cap=2 * nb + 1)  # the order's and expiries' compactions, often
     va, vb = replay(log, hooks, raw=False), replay(log, comp, raw=True)
     assert len(va) == sum(1 for n, _ in log if n == "evict") > 10
-    assert va == vb  # every allocation: the same victims, in the same order
+    assert va == vb == replay(log, small, raw=True)  # every allocation: the same victims, in the same order
     assert hooks.evictions == comp.evictions == rec["evictions"] > 0
     keys = {int.from_bytes(h) for v in log[0][1][0] for h in v.block_keys}
     check_same(hooks, comp, keys)
@@ -234,26 +235,35 @@ def test_future_keys_that_are_not_hash_ints_are_refused():
         rt.set_future([_view("a", 0, [1]), _view("b", 0, [2])])
 
 
-def test_blocks_the_runtime_never_heard_stored_score_as_the_hooks_none_key():
-    # After a prefix-cache reset with requests in flight vLLM caches blocks without a stored event: the hooks
-    # score the key None (id 0: never used again) at the block's depth column; so does the compiled runtime.
-    k1 = int.from_bytes(_h(1))
-    fut = [_view("a", 0, [k1]), _view("b", 1, [k1])]
-    ops = [("set_future", (fut,)), ("release", ([], list(range(1, 10)), 0.0)), ("arrived", (_view("a", 0), 0.0)),
-           ("hit", (_view("a", 0), [], 0.0)), ("evict", (4, 0.0)),
-           ("stored", (_view("a", 0), [1], [_h(1)], 0, None, BS, 0.0)),
-           ("release", ([1, 2, 3], [4], 0.0)),  # 2 and 3: cached in vLLM, unknown here
-           ("evict", (9, 0.0))]
+def _both(ops, nb=10):
+    """Run ``ops`` (``(event, args)``) on the hook runtime (stored hashes as
+    ints) and the compiled one (views without keys, as the engine hands it):
+    their answers and stats."""
     out = []
-    for raw, rt in zip((False, True), runtimes(10)):
+    for raw, rt in zip((False, True), runtimes(nb)):
         ans = []
         for name, args in ops:
             a = list(args)
             if name == "stored" and not raw:
                 a[2] = [int.from_bytes(h) for h in a[2]]
+            if name in ("arrived", "hit", "stored", "finished") and raw:
+                a[0] = attrs.evolve(a[0], block_keys=())
             ans.append(getattr(rt, name)(*a))
         out.append((ans, rt.stats()))
-    (a, sa), (b, sb) = out
+    return out
+
+
+def test_blocks_the_runtime_never_heard_stored_score_as_the_hooks_none_key():
+    # After a prefix-cache reset with requests in flight vLLM caches blocks without a stored event: the hooks
+    # score the key None (id 0: never used again) at the block's depth column; so does the compiled runtime.
+    k1 = int.from_bytes(_h(1))
+    fut = [_view("a", 0, [k1]), _view("b", 1, [k1])]
+    ops = [("set_future", (fut,)), ("release", ([], list(range(1, 10)), 0.0)), ("arrived", (fut[0], 0.0)),
+           ("hit", (fut[0], [], 0.0)), ("evict", (4, 0.0)),
+           ("stored", (fut[0], [1], [_h(1)], 0, None, BS, 0.0)),
+           ("release", ([1, 2, 3], [4], 0.0)),  # 2 and 3: cached in vLLM, unknown here
+           ("evict", (9, 0.0))]
+    (a, sa), (b, sb) = _both(ops)
     assert a == b and a[-1][-3:] == [2, 3, 1]  # the unknown two first (never, depth 0; release order), then h(1)
     assert sa["evictions"] == sb["evictions"] == 1 and sa["hook_calls"] == sb["hook_calls"]
 
@@ -267,15 +277,27 @@ def fuzz(seed, steps=300):
     recomputed duplicates, chunked stores, decode blocks, hashless blocks,
     shared blocks, both release splits, allocations of 0 blocks; arrivals
     out of order now and then, requests waiting across many events, some
-    never looked up) into the hooks and the compiled runtime; every answer,
-    the free set and the next uses after every step must agree."""
+    never looked up; a clock that goes back now and then; hashes of 32, 16
+    or 8 bytes, some equal in all but their last 8; the order's and
+    expiries' compactions) into the hooks and the compiled runtime; every
+    answer, the free set after every step, the next uses and counters at
+    the end must agree."""
     rng = random.Random(seed)
     nb = rng.randint(3, 40)
     hooks = PolicyRuntime.for_policy(ARM, nb, FBS, None, key_map=False)
-    comp = BeladyKernelRuntime(nb, FBS)
+    comp = BeladyKernelRuntime(nb, FBS, cap=rng.choice([None, 2 * nb + 1, 2 * nb + 1, 3 * nb + 5]))
     cut = rng.choice([None, None, 16, 8])
-    chains = [[rng.randbytes(32)[:cut] for _ in range(rng.randint(1, 8))] for _ in range(rng.randint(1, 6))]
-    extra = [rng.randbytes(32)[:cut] for _ in range(4)]  # hashes no future request holds
+    mode = rng.choice(["rand", "rand", "collide24", "collide8"])
+
+    def mkhash():  # (collide: hashes whose first 24 bytes, or first 8 from a tiny set, are equal)
+        h = rng.randbytes(32)
+        if mode == "collide24":
+            h = b"\x07" * 24 + h[24:]
+        elif mode == "collide8":
+            h = rng.choice([b"\0" * 8, b"\xff" * 8]) + h[8:]
+        return h[-cut:] if cut else h
+    chains = [[mkhash() for _ in range(rng.randint(1, 8))] for _ in range(rng.randint(1, 6))]
+    extra = [mkhash() for _ in range(4)]  # hashes no future request holds
     nreq = rng.randint(5, 60)
     plan = []
     for i in range(nreq):
@@ -363,6 +385,8 @@ def fuzz(seed, steps=300):
             full = victims[: L - len(hits)]
             ks = chain[len(hits):]
             cut2 = rng.randint(0, len(full)) if full else 0
+            if rng.random() < 0.1:  # (now and then another hash than the prompt's at its depth)
+                ks = [k if rng.random() < 0.7 else mkhash() for k in ks]
             for ids, kk, first in ((full[:cut2], ks[:cut2], len(hits)), (full[cut2:], ks[cut2:], len(hits) + cut2)):
                 if ids:
                     for b, h in zip(ids, kk):
@@ -467,3 +491,21 @@ def test_engine_belady_compiled_equals_hooks_and_simulator():
     assert [r["output_token_ids"] for r in comp["requests"]] == [r["output_token_ids"] for r in hooks["requests"]]
     assert comp["policy_faults"] == hooks["policy_faults"] == 0
     assert comp["hook_seconds"] == 0.0 < comp["policy_seconds"]
+
+
+def test_equal_values_across_runs_follow_the_release_order():
+    # Two blocks re-scored in one round to the same value (never used again, depth 0) make one run of the order;
+    # a third block of that value, released between them, waits in another run. Once the first run's head is
+    # hit, the lowest (value, release order) is the third block, not the first run's next entry.
+    ka, kb, kc = (int.from_bytes(_h(i)) for i in "abc")
+    fut = [_view("r0", 0, [ka]), _view("r1", 1, [kb]), _view("r2", 2, [kc])]
+    v0, v1, v2 = fut
+    ops = [("set_future", (fut,)), ("release", ([], list(range(1, 10)), 0.0)),
+           ("arrived", (v0, 0.0)), ("arrived", (v1, 0.0)), ("evict", (3, 0.0)),
+           ("stored", (v0, [1], [_h("a")], 0, None, BS, 0.0)), ("stored", (v0, [2], [_h("x")], 0, None, BS, 0.0)),
+           ("stored", (v1, [3], [_h("b")], 0, None, BS, 0.0)),
+           ("release", ([1], [], 0.0)), ("release", ([2], [], 0.0)), ("release", ([3], [], 0.0)),
+           ("hit", (v0, [], 0.0)), ("hit", (v1, [], 0.0)), ("arrived", (v2, 1.0)),  # blocks 1 and 3 re-scored
+           ("touch", ([1],)), ("evict", (7, 1.0))]
+    (a, sa), (b, sb) = _both(ops)
+    assert a == b and a[-1] == [4, 5, 6, 7, 8, 9, 2] and sa["hook_calls"] == sb["hook_calls"]

@@ -78,13 +78,14 @@ import numpy as np
 #: -1 before the first), the index's own position (``_at``), the runtime's
 #: arrival clock (0 before the first arrival), blocks stored so far, the
 #: calendar's lowest bucket that may hold entries, its free entries' chain
-#: (-1: none) and the entries ever used, the requests waiting.
+#: (-1: none) and the entries ever used, the requests waiting, the order's
+#: entries and runs used.
 HSN, LRUN, EVICTIONS, EVICT_CALLS, HOOK_CALLS, HN, TN, AN, ORDER, VERSION, EPOCH, POS, AT, ARRIVAL, STORES, QLO, QFREE, \
-    QTOP, NWAITING = range(19)
-NCOUNTERS = 19
+    QTOP, NWAITING, EN, RN = range(21)
+NCOUNTERS = 21
 W0, W1, W2, W3 = range(4)  # key row columns
 NEXT, WMIN = range(2)  # next-use row columns
-KEY, INN, ORD, HFREE, DEPTH, VER, VAL, MARK = range(8)  # block row columns
+KEY, INN, ORD, HFREE, DEPTH, VER, MARK = range(7)  # block row columns (7: unused)
 #: spfcore_belady_oracle.NEVER and DEPTH_SLOTS.
 NEVER = 2**36
 DEPTH_SLOTS = 2**16
@@ -170,32 +171,6 @@ def _pop(H, n):
     _swap(H, 0, n)
     _down(H, 0, n)
     return n
-
-
-@_jit
-def _compact(H, n, BL, vc, bc):
-    """Keep the live entries (block free and cached, version in column
-    ``vc``, block in ``bc``) and re-heapify; returns the new size."""
-    m = 0
-    for j in range(n):
-        b = H[j, bc]
-        if BL[b, INN] and BL[b, VER] == H[j, vc]:
-            for x in range(4):
-                H[m, x] = H[j, x]
-            m += 1
-    for j in range(m // 2 - 1, -1, -1):
-        _down(H, j, m)
-    return m
-
-
-@_jit
-def _push(H, n, a, b, cc, d, BL, vc, bc):
-    """Push ``(a, b, cc, d)``; returns the new size (compacted first when full)."""
-    if n == H.shape[0]:
-        n = _compact(H, n, BL, vc, bc)
-    H[n, 0], H[n, 1], H[n, 2], H[n, 3] = a, b, cc, d
-    _up(H, n)
-    return n + 1
 
 
 # seconds heap: float keys TK, rows TI (version, block)
@@ -287,12 +262,119 @@ def _q_push(x, v, b, QH, QE, BL, c):
     c[AN] += 1
 
 
+# ------------------------------------------------------------ the order: sorted runs
+@_jit
+def _live(E, q, BL):
+    b = E[q, 2]
+    return BL[b, INN] != 0 and BL[b, VER] == E[q, 3]
+
+
+@_jit
+def _rebuild(E, E2, RUN, HR, BL, c):
+    """Keep the live entries of every run (in order, through ``E2``), drop
+    the empty runs, rebuild the runs' heap from their heads."""
+    m = 0
+    nr = 0
+    for h in range(c[HN]):
+        r = HR[h, 2]
+        s0 = m
+        for q in range(RUN[r, 0], RUN[r, 1]):
+            if _live(E, q, BL):
+                for x in range(4):
+                    E2[m, x] = E[q, x]
+                m += 1
+        if m > s0:
+            RUN[nr, 2], RUN[nr, 3] = s0, m  # (columns 2, 3: scratch; the runs are renumbered below)
+            nr += 1
+    for q in range(m):
+        for x in range(4):
+            E[q, x] = E2[q, x]
+    for r in range(nr):
+        RUN[r, 0], RUN[r, 1] = RUN[r, 2], RUN[r, 3]
+        q = RUN[r, 0]
+        HR[r, 0], HR[r, 1], HR[r, 2] = E[q, 0], E[q, 1], r
+    for j in range(nr // 2 - 1, -1, -1):
+        _down(HR, j, nr)
+    c[EN], c[RN], c[HN] = m, nr, nr
+
+
+@_jit
+def _push_run(r, E, RUN, HR, c):
+    q = RUN[r, 0]
+    n = c[HN]
+    HR[n, 0], HR[n, 1], HR[n, 2] = E[q, 0], E[q, 1], r
+    c[HN] = n + 1
+    _up(HR, n)
+
+
+@_jit
+def _place(ids, n, now, NW, BL, E, E2, RUN, HR, TK, TI, QH, QE, c):
+    """Score blocks ``ids[:n]`` (:func:`_value`, each keeping its release
+    order) and append their order entries ``(value, release order, block,
+    version)``: consecutive entries ascending in ``(value, release order)``
+    make one run (a chain released tail first is one: its blocks' next uses
+    do not fall towards its tail, and its depths do), each run one entry of
+    the runs' heap, keyed by a lower bound of its first live entry."""
+    if c[EN] + n > E.shape[0] or c[RN] + n > RUN.shape[0]:
+        _rebuild(E, E2, RUN, HR, BL, c)
+    cur = -1
+    lv = lo = 0
+    for j in range(n):
+        b = ids[j]
+        v = _value(b, now, NW, BL, TK, TI, QH, QE, c)
+        o = BL[b, ORD]
+        q = c[EN]
+        E[q, 0], E[q, 1], E[q, 2], E[q, 3] = v, o, b, BL[b, VER]
+        c[EN] = q + 1
+        if cur >= 0 and (v > lv or (v == lv and o > lo)):
+            RUN[cur, 1] = q + 1
+        else:
+            if cur >= 0:
+                _push_run(cur, E, RUN, HR, c)
+            cur = c[RN]
+            c[RN] = cur + 1
+            RUN[cur, 0], RUN[cur, 1] = q, q + 1
+        lv, lo = v, o
+    if cur >= 0:
+        _push_run(cur, E, RUN, HR, c)
+
+
+@_jit
+def _take(E, RUN, HR, BL, c):
+    """The lowest live entry's block, taken from its run (the caller knows
+    one is free). A run's heap key is the key of an entry at or before its
+    first live one (entries ascend within a run), so the top run whose key is
+    its first live entry's holds the lowest; stale heads are skipped and the
+    key raised."""
+    while True:
+        r = HR[0, 2]
+        q, end = RUN[r, 0], RUN[r, 1]
+        while q < end and not _live(E, q, BL):
+            q += 1
+        if q == end:
+            c[HN] = _pop(HR, c[HN])
+            continue
+        RUN[r, 0] = q
+        if E[q, 0] != HR[0, 0] or E[q, 1] != HR[0, 1]:
+            HR[0, 0], HR[0, 1] = E[q, 0], E[q, 1]
+            _down(HR, 0, c[HN])
+            continue
+        b = E[q, 2]
+        RUN[r, 0] = q + 1
+        if q + 1 < end:
+            HR[0, 0], HR[0, 1] = E[q + 1, 0], E[q + 1, 1]
+            _down(HR, 0, c[HN])
+        else:
+            c[HN] = _pop(HR, c[HN])
+        return b
+
+
 # ------------------------------------------------------------ scores
 @_jit
-def _score(b, now, NW, BL, H, TK, TI, QH, QE, c):
+def _value(b, now, NW, BL, TK, TI, QH, QE, c):
     """(Re-)score free cached block ``b`` (``spfcore_score_blocks``'s value
-    and expiries; the caller counts the hook call): a new version, an order
-    entry, its expiry entries."""
+    and expiries; the caller counts the hook call and makes its order
+    entry): a new version, its expiry entries; returns the value."""
     k = BL[b, KEY]
     if k < 0:
         k = 0  # a block the runtime never heard stored: the hooks' key None, id 0
@@ -310,17 +392,16 @@ def _score(b, now, NW, BL, H, TK, TI, QH, QE, c):
     c[VERSION] += 1
     ver = c[VERSION]
     BL[b, VER] = ver
-    BL[b, VAL] = v
     BL[b, INN] = 1
-    c[HN] = _push(H, c[HN], v, BL[b, ORD], b, ver, BL, 3, 2)
     if w < NEVER:
         c[TN] = _t_push(TK, TI, c[TN], now, ver, b, BL)
     if ea >= 0:
         _q_push(ea, ver, b, QH, QE, BL, c)
+    return v
 
 
 @_jit
-def _expire(now, arrival, due, NW, BL, H, TK, TI, QH, QE, c):
+def _expire(now, arrival, due, NW, BL, E, E2, RUN, HR, TK, TI, QH, QE, c):
     """Re-score every free cached block whose score expired by ``now``
     (seconds) or ``arrival`` (one ``spfcore_score_blocks`` call if any):
     the due entries are dropped first, live ones' blocks collected once
@@ -359,8 +440,7 @@ def _expire(now, arrival, due, NW, BL, H, TK, TI, QH, QE, c):
         c[QLO] = hi + 1
     if m:
         c[HOOK_CALLS] += 1
-        for j in range(m):
-            _score(due[j], now, NW, BL, H, TK, TI, QH, QE, c)
+        _place(due, m, now, NW, BL, E, E2, RUN, HR, TK, TI, QH, QE, c)
 
 
 # ------------------------------------------------------------ events
@@ -372,7 +452,7 @@ def _pass(j, off, rk, after, NW):
 
 
 @_jit
-def arrived(i, now, off, rk, after, WAIT, due, NW, BL, H, TK, TI, QH, QE, c):
+def arrived(i, now, off, rk, after, WAIT, due, NW, BL, E, E2, RUN, HR, TK, TI, QH, QE, c):
     """``spfcore_request_arrived`` of arrival index ``i`` (``0 <= i < span``,
     not waiting: the caller checks), then the expired scores re-scored
     (``PolicyRuntime.arrived``). The position moves to ``i`` as the policy's
@@ -406,7 +486,7 @@ def arrived(i, now, off, rk, after, WAIT, due, NW, BL, H, TK, TI, QH, QE, c):
     c[POS] = i
     WAIT[i] += 1
     c[NWAITING] += 1
-    _expire(now, i, due, NW, BL, H, TK, TI, QH, QE, c)
+    _expire(now, i, due, NW, BL, E, E2, RUN, HR, TK, TI, QH, QE, c)
     c[ARRIVAL] = i
     return 0
 
@@ -514,7 +594,7 @@ def stored(ids, w, first_depth, a, off, rk, BL, R, T, mask, c):
 
 
 @_jit
-def release(cached, hashless, now, BL, hs, NW, H, TK, TI, QH, QE, c):
+def release(cached, hashless, now, BL, hs, NW, E, E2, RUN, HR, TK, TI, QH, QE, c):
     """``PolicyRuntime.release``: cached blocks (release order) scored (one
     ``spfcore_score_blocks`` call), each with a new release order, into the
     order; then hashless blocks onto the stack, ``hashless[0]`` on top.
@@ -540,10 +620,10 @@ def release(cached, hashless, now, BL, hs, NW, H, TK, TI, QH, QE, c):
             return -1 - nc - j
         BL[b, MARK] = e
     for j in range(nc):
-        b = cached[j]
         c[ORDER] += 1
-        BL[b, ORD] = c[ORDER]
-        _score(b, now, NW, BL, H, TK, TI, QH, QE, c)
+        BL[cached[j], ORD] = c[ORDER]
+    if nc:
+        _place(cached, nc, now, NW, BL, E, E2, RUN, HR, TK, TI, QH, QE, c)
     c[LRUN] += nc
     if nc:
         c[HOOK_CALLS] += 1
@@ -556,7 +636,7 @@ def release(cached, hashless, now, BL, hs, NW, H, TK, TI, QH, QE, c):
 
 
 @_jit
-def evict(n, now, out, due, BL, hs, NW, H, TK, TI, QH, QE, c):
+def evict(n, now, out, due, BL, hs, NW, E, E2, RUN, HR, TK, TI, QH, QE, c):
     """``PolicyRuntime.evict(n)``: when cached blocks are taken, the expired
     scores re-scored first (clocks ``now`` and the latest arrival); then
     ``n`` victims into ``out[:n]``, the top hashless block first, then the
@@ -567,18 +647,14 @@ def evict(n, now, out, due, BL, hs, NW, H, TK, TI, QH, QE, c):
         return E_TOO_FEW
     c[EVICT_CALLS] += 1
     if n > c[HSN]:
-        _expire(now, c[ARRIVAL], due, NW, BL, H, TK, TI, QH, QE, c)
+        _expire(now, c[ARRIVAL], due, NW, BL, E, E2, RUN, HR, TK, TI, QH, QE, c)
     for j in range(n):
         if c[HSN] > 0:
             c[HSN] -= 1
             b = hs[c[HSN]]
             BL[b, HFREE] = 0
         else:
-            while True:
-                b, v = H[0, 2], H[0, 3]
-                c[HN] = _pop(H, c[HN])
-                if BL[b, INN] and BL[b, VER] == v:
-                    break
+            b = _take(E, RUN, HR, BL, c)
             BL[b, INN] = 0
             c[LRUN] -= 1
         out[j] = b
@@ -598,27 +674,32 @@ def _rows(n: int, width: int, fill: int = 0) -> np.ndarray:
 
 
 def heap_cap(num_blocks: int) -> int:
-    """Entries of each heap: ``4 * num_blocks + 4096`` (a full heap is
-    compacted to its live entries, at most one per free block)."""
+    """Entries of the order, its runs, the seconds heap and the calendar's
+    pool, each: ``4 * num_blocks + 4096`` (a full one keeps its live
+    entries, at most one per free block)."""
     return 4 * num_blocks + 4096
 
 
-def new_state(num_blocks: int) -> dict:
+def new_state(num_blocks: int, cap: int | None = None) -> dict:
     """A fresh state for ``num_blocks`` blocks: nothing free (the driver
     releases the free blocks first), an empty future (every hash key id 0,
-    until :func:`set_index`).
+    until :func:`set_index`). ``cap``: :func:`heap_cap` by default, at least
+    ``2 * num_blocks + 1`` (a test sets it low to reach the compactions).
 
     Returns:
         ``{name: array}`` of the kernels' arguments (names as there),
         ``mask`` the table's (``S - 1``).
     """
     i64 = np.int64
-    cap = heap_cap(num_blocks)
+    cap = heap_cap(num_blocks) if cap is None else cap
+    if cap < 2 * num_blocks + 1:
+        raise ValueError(f"cap {cap}: need at least 2 * num_blocks + 1 = {2 * num_blocks + 1}")
     c = np.zeros(NCOUNTERS, i64)
     c[POS] = c[AT] = c[QFREE] = -1
     BL = _rows(num_blocks, 8)
     BL[:, KEY] = -1
-    s = {"BL": BL, "hs": np.zeros(num_blocks, i64), "H": _rows(cap, 4), "TK": np.zeros(cap, np.float64),
+    s = {"BL": BL, "hs": np.zeros(num_blocks, i64), "E": _rows(cap, 4), "E2": _rows(cap, 4), "RUN": _rows(cap, 4),
+         "HR": _rows(cap, 4), "TK": np.zeros(cap, np.float64),
          "TI": np.zeros((cap, 2), i64), "QE": _rows(cap, 4), "out": np.zeros(num_blocks, i64),
          "due": np.zeros(num_blocks, i64), "c": c}
     set_index(s, np.zeros((0, 4), i64), np.zeros(1, i64), np.zeros(0, i64), np.zeros(0, i64), np.full(1, NEVER, i64))
@@ -666,7 +747,7 @@ def warm() -> None:
               np.array([NEVER, 0, 0], i64))
     ids = np.array([1, 2], i64)
     w = np.frombuffer(words.tobytes(), i64).reshape(2, 4)
-    order = (s["H"], s["TK"], s["TI"], s["QH"], s["QE"], s["c"])
+    order = (s["E"], s["E2"], s["RUN"], s["HR"], s["TK"], s["TI"], s["QH"], s["QE"], s["c"])
     release(np.zeros(0, i64), ids, 0.0, s["BL"], s["hs"], s["NW"], *order)
     arrived(0, 0.0, s["off"], s["rk"], s["after"], s["WAIT"], s["due"], s["NW"], s["BL"], *order)
     evict(2, 0.0, s["out"], s["due"], s["BL"], s["hs"], s["NW"], *order)

@@ -353,6 +353,9 @@ class BeladyKernelRuntime:
         num_blocks: Pool size, blocks (physical ids ``0 .. num_blocks-1``).
         block_size: Tokens per block.
         policy_name: For error messages and the fault record.
+        cap: Entries of the order and of each expiry structure (default
+            :func:`~spfcore.engine._belady_nb.heap_cap`; tests set it low,
+            ``>= 2 * num_blocks + 1``, to reach their compactions).
 
     Attributes:
         policy_seconds: Wall time of every event, seconds; ``hook_seconds``
@@ -385,7 +388,8 @@ class BeladyKernelRuntime:
     hints_issued = hints_used = 0
     hook_seconds = 0.0
 
-    def __init__(self, num_blocks: int, block_size: int, *, policy_name: str = "belady_oracle") -> None:
+    def __init__(self, num_blocks: int, block_size: int, *, policy_name: str = "belady_oracle",
+                 cap: int | None = None) -> None:
         from spfcore.evictor import prepare_numba
 
         prepare_numba()
@@ -393,7 +397,7 @@ class BeladyKernelRuntime:
 
         nb.warm()
         self.nb, self.num_blocks, self.block_size, self.policy_name = nb, num_blocks, block_size, policy_name
-        self.s = nb.new_state(num_blocks)
+        self.s = nb.new_state(num_blocks, cap)
         self.c = self.s["c"]
         self.c[nb.HOOK_CALLS] = 1  # spfcore_cache_configured, as the runtime counts it at construction
         self.policy_seconds = self.evict_seconds = 0.0
@@ -407,7 +411,7 @@ class BeladyKernelRuntime:
         s, c = self.s, self.c
         self._touch_args = (s["BL"], c)
         self._stored_args = (s["off"], s["rk"], s["BL"], s["R"], s["T"], s["mask"], c)
-        order = (s["H"], s["TK"], s["TI"], s["QH"], s["QE"], c)
+        order = (s["E"], s["E2"], s["RUN"], s["HR"], s["TK"], s["TI"], s["QH"], s["QE"], c)
         self._arrived_args = (s["off"], s["rk"], s["after"], s["WAIT"], s["due"], s["NW"], s["BL"]) + order
         self._served_args = (s["off"], s["rk"], s["kuse"], s["koff"], s["WAIT"], s["NW"], c)
         self._release_args = (s["BL"], s["hs"], s["NW"]) + order
