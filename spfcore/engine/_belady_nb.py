@@ -46,11 +46,24 @@ State (arrays, :func:`new_state`):
   ``kuse[koff[k]:koff[k + 1]]``; ``WAIT[j]``: whether arrival ``j`` waits.
 * **Blocks** ``BL[nb, 8]``, one line each: key id (-1: no hash), free and
   cached, release order, on the hashless stack ``hs``, depth, score
-  version, value (``-(next_use * 2**16 + depth)``, exact in int64 as in the
-  hooks' float64), the call stamp (a block named twice in one call).
-* **The order**: a binary min-heap ``H[cap, 4]`` of ``(value, release
-  order, block, version)`` with lazy deletion (an entry is live iff its
-  block is free and cached with that version); compacted when full.
+  version, the call stamp (a block named twice in one call).
+* **The order**, lowest ``(value, release order)`` first (the value
+  ``-(next_use * 2**16 + depth)``, exact in int64 as in the hooks'
+  float64): entries ``E[cap, 4]`` ``(value, release order, block,
+  version)``, appended by each scoring batch (a release, a re-score round)
+  and cut into *runs* of consecutive entries ascending in that key
+  (``RUN[r]``: first entry not taken yet, end). A finished request's chain
+  released tail first is one run: an ancestor's next use is never later
+  than its descendants' (a prompt holding a block holds its prefix), and
+  its depth is lower. A binary min-heap ``HR`` over the runs, keyed by the
+  key of an entry at or before each run's first live one (a lower bound:
+  entries ascend in a run), gives the victim: the top run whose key is its
+  first live entry's holds the lowest; stale heads are skipped and the key
+  raised. An entry is live iff its block is free and cached with that
+  version (lazy deletion: a hit or re-scored block leaves it stale); a full
+  ``E`` keeps its live entries, run by run (through ``E2``). A victim is
+  read in order from its run, where a heap over every block read a dozen
+  scattered entries.
 * **Expiries**: a heap of seconds ``TK[cap]`` float64 with rows ``TI[cap,
   2]`` ``(version, block)``; a calendar of arrivals, one bucket per arrival
   index ``1 .. span`` (an expiry is a next use plus one), ``QH[span + 1]``
@@ -72,8 +85,8 @@ import numba
 import numpy as np
 
 #: Counter indices: hashless blocks on the stack, cached free blocks, evicted
-#: cached blocks, allocations, hook calls the hook path makes, order-heap,
-#: seconds-heap and arrivals-heap entries, release orders and score versions
+#: cached blocks, allocations, hook calls the hook path makes, runs in the
+#: runs' heap, seconds-heap and calendar entries, release orders and score versions
 #: handed out, the call stamp, the policy's position (latest arrival index,
 #: -1 before the first), the index's own position (``_at``), the runtime's
 #: arrival clock (0 before the first arrival), blocks stored so far, the
