@@ -341,7 +341,7 @@ def fuzz(seed, steps=300):
     running = []  # [view, blocks, partial]
     t = 0.0
     for step in range(steps):
-        t += rng.choice([0.0, 0.5, 1.0, 1.0, -0.75])  # (a clock that goes back now and then: the arrival expiries decide)
+        t += rng.choice([0.0, 0.5, 1.0, 1.0, -0.75])  # (a clock going back now and then: arrival expiries decide)
         r = rng.random()
         if r < 0.3 and order:  # an arrival: waits for its lookup
             i = order.pop(0)

@@ -93,8 +93,8 @@ import numpy as np
 #: calendar's lowest bucket that may hold entries, its free entries' chain
 #: (-1: none) and the entries ever used, the requests waiting, the order's
 #: entries and runs used.
-HSN, LRUN, EVICTIONS, EVICT_CALLS, HOOK_CALLS, HN, TN, AN, ORDER, VERSION, EPOCH, POS, AT, ARRIVAL, STORES, QLO, QFREE, \
-    QTOP, NWAITING, EN, RN = range(21)
+(HSN, LRUN, EVICTIONS, EVICT_CALLS, HOOK_CALLS, HN, TN, AN, ORDER, VERSION, EPOCH, POS, AT, ARRIVAL, STORES, QLO,
+ QFREE, QTOP, NWAITING, EN, RN) = range(21)
 NCOUNTERS = 21
 W0, W1, W2, W3 = range(4)  # key row columns
 NEXT, WMIN = range(2)  # next-use row columns
@@ -745,7 +745,8 @@ def set_index(s: dict, words: np.ndarray, off: np.ndarray, rk: np.ndarray, after
     span = len(off) - 1
     arr = np.repeat(np.arange(span, dtype=i64), np.diff(off))
     o = np.argsort(rk, kind="stable")
-    s.update(R=R, NW=NW, QH=np.full(span + 1, -1, i64), T=T, mask=S - 1, off=off, rk=rk, after=after, kuse=np.ascontiguousarray(arr[o]),
+    s.update(R=R, NW=NW, QH=np.full(span + 1, -1, i64), T=T, mask=S - 1, off=off, rk=rk, after=after,
+             kuse=np.ascontiguousarray(arr[o]),
              koff=np.searchsorted(rk[o], np.arange(nk + 2)).astype(i64), WAIT=np.zeros(max(span, 1), i64))
 
 

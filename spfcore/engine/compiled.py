@@ -457,37 +457,34 @@ class BeladyKernelRuntime:
                 not such ints, arrival indices repeated, or whatever the
                 policy's index refuses (counted as its hook call, as there).
         """
-        t0 = _perf()
-        nb = self.nb
+        nb = self.nb  # (not timed into policy_seconds: PolicyRuntime.set_future is not either)
+        self.c[nb.HOOK_CALLS] += 1  # spfcore_future_requests (counted even when it fails, as _call does)
+        if self._future_set or self.c[nb.STORES]:
+            raise self._bad("set_future once per runtime, before any block is stored", "spfcore_future_requests")
         try:
-            self.c[nb.HOOK_CALLS] += 1  # spfcore_future_requests (counted even when it fails, as _call does)
-            if self._future_set or self.c[nb.STORES]:
-                raise self._bad("set_future once per runtime, before any block is stored", "spfcore_future_requests")
-            reqs = list(requests)
-            try:
-                from spfcore_belady_oracle import BeladyOraclePolicy
+            from spfcore_belady_oracle import BeladyOraclePolicy
 
-                if len({r.arrival_index for r in reqs}) != len(reqs):
-                    raise ValueError("an arrival index given to two requests")
-                pol = BeladyOraclePolicy()
-                pol.spfcore_future_requests(reqs)
-                raw = b"".join(k.to_bytes(32, "big") for k in pol._dist)  # (negative, >= 2**256: OverflowError)
-                if any(type(k) is not int for k in pol._dist):
-                    raise TypeError("block keys must be ints (vllm_keys)")
-            except (TypeError, ValueError, OverflowError, AttributeError) as exc:
-                raise self._bad(f"the future request stream: {exc!r}", "spfcore_future_requests") from exc
-            i64 = np.int64
-            words = np.frombuffer(raw, i64).reshape(len(pol._dist), 4)
-            never = pol._never
-            after = pol._after.astype(i64)
-            after[pol._after == never] = nb.NEVER
-            first = pol._next.astype(i64)
-            first[pol._next == never] = nb.NEVER
-            nb.set_index(self.s, words, np.array(pol._roff, i64), pol._rk.astype(i64), after, first)
-            self._bind()
-            self._future_set = True
-        finally:
-            self.policy_seconds += _perf() - t0
+            reqs = list(requests)
+
+            if len({r.arrival_index for r in reqs}) != len(reqs):
+                raise ValueError("an arrival index given to two requests")
+            pol = BeladyOraclePolicy()
+            pol.spfcore_future_requests(reqs)
+            raw = b"".join(k.to_bytes(32, "big") for k in pol._dist)  # (negative, >= 2**256: OverflowError)
+            if any(type(k) is not int for k in pol._dist):
+                raise TypeError("block keys must be ints (vllm_keys)")
+        except (TypeError, ValueError, OverflowError, AttributeError) as exc:
+            raise self._bad(f"the future request stream: {exc!r}", "spfcore_future_requests") from exc
+        i64 = np.int64
+        words = np.frombuffer(raw, i64).reshape(len(pol._dist), 4)
+        never = pol._never
+        after = pol._after.astype(i64)
+        after[pol._after == never] = nb.NEVER
+        first = pol._next.astype(i64)
+        first[pol._next == never] = nb.NEVER
+        nb.set_index(self.s, words, np.array(pol._roff, i64), pol._rk.astype(i64), after, first)
+        self._bind()
+        self._future_set = True
 
     def arrived(self, request: RequestView, now: float) -> tuple:
         """A request arrived: the policy's position moves to its arrival
