@@ -68,11 +68,12 @@ State (arrays, :func:`new_state`):
   2]`` ``(version, block)``; a calendar of arrivals, one bucket per arrival
   index ``1 .. span`` (an expiry is a next use plus one), ``QH[span + 1]``
   its first entry (-1: empty), entries ``QE[cap, 4]`` ``(version, block,
-  next entry, -)`` from a pool (free ones chained from ``c[QFREE]``; a full
-  pool drops its stale entries), so a round reads its due buckets without
-  a heap's sifts (each release leaves a stale entry behind for every block
-  it re-scores, mostly due at the next arrival). Entries are live by the
-  order's rule (block free, same version).
+  next entry, -)`` handed out in order from a pool (a release's entries side
+  by side; a drained bucket's slots are reused after the pool's next
+  compaction, which keeps the live entries in address order), so a round
+  reads its due buckets without a heap's sifts (each release leaves a stale
+  entry behind for every block it re-scores, mostly due at the next
+  arrival). Entries are live by the order's rule (block free, same version).
 * ``c``: int64 counters (indices below).
 
 Kernels return 0, or a negative number naming the block that breaks the
@@ -90,11 +91,11 @@ import numpy as np
 #: handed out, the call stamp, the policy's position (latest arrival index,
 #: -1 before the first), the index's own position (``_at``), the runtime's
 #: arrival clock (0 before the first arrival), blocks stored so far, the
-#: calendar's lowest bucket that may hold entries, its free entries' chain
-#: (-1: none) and the entries ever used, the requests waiting, the order's
+#: calendar's lowest bucket that may hold entries, (unused), the calendar
+#: pool's entries handed out, the requests waiting, the order's
 #: entries and runs used.
 (HSN, LRUN, EVICTIONS, EVICT_CALLS, HOOK_CALLS, HN, TN, AN, ORDER, VERSION, EPOCH, POS, AT, ARRIVAL, STORES, QLO,
- QFREE, QTOP, NWAITING, EN, RN) = range(21)
+ QSPARE, QTOP, NWAITING, EN, RN) = range(21)
 NCOUNTERS = 21
 W0, W1, W2, W3 = range(4)  # key row columns
 NEXT, WMIN = range(2)  # next-use row columns
@@ -239,35 +240,56 @@ def _t_push(TK, TI, n, x, v, b, BL):
 # ------------------------------------------------------------ the arrivals calendar
 @_jit
 def _q_compact(QH, QE, BL, c):
-    """Free every stale entry of the buckets from ``c[QLO]`` on (the pool is full)."""
-    for x in range(c[QLO], QH.shape[0]):
-        q, keep = QH[x], -1
+    """The pool is full: keep the live entries of the buckets from
+    ``c[QLO]`` on, moved down in address order (a bucket's entries stay
+    near each other), every other one dropped (stale, or drained)."""
+    top = c[QTOP]
+    for q in range(top):
+        QE[q, 3] = -1
+    for x in range(c[QLO], QH.shape[0]):  # mark the live ones
+        q = QH[x]
         while q >= 0:
-            nxt = QE[q, 2]
             b = QE[q, 1]
             if BL[b, INN] and BL[b, VER] == QE[q, 0]:
-                QE[q, 2] = keep
-                keep = q
-            else:
-                QE[q, 2] = c[QFREE]
-                c[QFREE] = q
-                c[AN] -= 1
+                QE[q, 3] = 1
+            q = QE[q, 2]
+    m = 0
+    for q in range(top):  # their new places
+        if QE[q, 3] == 1:
+            QE[q, 3] = m
+            m += 1
+    for x in range(c[QLO], QH.shape[0]):  # the chains of the live ones, in new places
+        q, last = QH[x], -1
+        QH[x] = -1
+        while q >= 0:
+            nxt = QE[q, 2]
+            if QE[q, 3] >= 0:
+                if last < 0:
+                    QH[x] = QE[q, 3]
+                else:
+                    QE[last, 2] = QE[q, 3]
+                QE[q, 2] = -1
+                last = q
             q = nxt
-        QH[x] = keep
+    for q in range(top):  # moved down (a new place is never after the old one)
+        t = QE[q, 3]
+        if t >= 0:
+            nxt = QE[q, 2]
+            QE[t, 0], QE[t, 1] = QE[q, 0], QE[q, 1]
+            QE[t, 2] = nxt
+    c[QTOP] = m
+    c[AN] = m
 
 
 @_jit
 def _q_push(x, v, b, QH, QE, BL, c):
     """Block ``b``'s score (version ``v``) expires at arrival ``x`` (``1 <= x
-    <= span``: a next use plus one): an entry at the head of bucket ``x``."""
-    if c[QFREE] < 0 and c[QTOP] == QE.shape[0]:
+    <= span``: a next use plus one): an entry at the head of bucket ``x``,
+    the pool's next one (a release's entries side by side)."""
+    if c[QTOP] == QE.shape[0]:
         _q_compact(QH, QE, BL, c)
-    q = c[QFREE]
-    if q >= 0:
-        c[QFREE] = QE[q, 2]
-    else:
-        q = c[QTOP]
-        c[QTOP] += 1
+    q = c[QTOP]
+    c[QTOP] = q + 1
     QE[q, 0], QE[q, 1], QE[q, 2] = v, b, QH[x]
     QH[x] = q
     if x < c[QLO]:
@@ -444,9 +466,7 @@ def _expire(now, arrival, due, NW, BL, E, E2, RUN, HR, TK, TI, QH, QE, c):
                 BL[b, MARK] = e
                 due[m] = b
                 m += 1
-            QE[q, 2] = c[QFREE]
-            c[QFREE] = q
-            c[AN] -= 1
+            c[AN] -= 1  # (the entry's slot is reused after the pool's next compaction)
             q = nxt
         QH[x] = -1
     if hi >= c[QLO]:
@@ -708,7 +728,7 @@ def new_state(num_blocks: int, cap: int | None = None) -> dict:
     if cap < 2 * num_blocks + 1:
         raise ValueError(f"cap {cap}: need at least 2 * num_blocks + 1 = {2 * num_blocks + 1}")
     c = np.zeros(NCOUNTERS, i64)
-    c[POS] = c[AT] = c[QFREE] = -1
+    c[POS] = c[AT] = -1
     BL = _rows(num_blocks, 8)
     BL[:, KEY] = -1
     s = {"BL": BL, "hs": np.zeros(num_blocks, i64), "E": _rows(cap, 4), "E2": _rows(cap, 4), "RUN": _rows(cap, 4),
