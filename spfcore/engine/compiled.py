@@ -431,6 +431,7 @@ class BeladyKernelRuntime:
 
     @property
     def hook_calls(self) -> int:
+        """The hook calls the hook path would have made so far (see the class)."""
         return int(self.c[self.nb.HOOK_CALLS])
 
     def stats(self) -> dict:
