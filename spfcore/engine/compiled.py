@@ -652,3 +652,332 @@ STANDINS = {
     ("spfcore_frequency", "FrequencyPolicy"): _frequency,
     ("spfcore_session_ttl", "SessionTTLPolicy"): _session_ttl,
 }
+
+
+# ------------------------------------------------------------ belady_oracle
+def _belady(rt: PolicyRuntime, inst) -> BeladyKernelRuntime | None:
+    """``spfcore_belady_oracle.BeladyOraclePolicy``: it has no parameters
+    (and pins nothing, so ``pin_cap_fraction`` decides nothing); always
+    compiled. What :class:`BeladyKernelRuntime` refuses at run time (a
+    future it cannot index, an arrival outside it) fails open there."""
+    return BeladyKernelRuntime(rt.num_blocks, rt.block_size, policy_name=rt.policy_name)
+
+
+def _arr(ids) -> np.ndarray:
+    """Block ids as an int64 array (a list through ``np.fromiter``: about
+    half ``np.array``'s time on a few hundred ints)."""
+    return ids if isinstance(ids, np.ndarray) else np.fromiter(ids, np.int64, len(ids))
+
+
+class BeladyKernelRuntime:
+    """The shipped ``belady_oracle`` arm as numba kernels
+    (:mod:`spfcore.engine._belady_nb`), with
+    :class:`~spfcore.runtime.PolicyRuntime`'s driver interface
+    (``needs_future``: :meth:`set_future` before the first arrival).
+
+    Keys meet as on the hook path: the future's block keys are ``int``\\ s
+    (:func:`~spfcore.engine.vllm_adapter.vllm_keys`, big-endian, below
+    ``2**256``), read as 32 big-endian bytes; a stored vLLM hash of 8, 16,
+    24 or 32 bytes is read as the same int (left zero-padded), so a key
+    matches exactly when ``int.from_bytes(hash) == key``.
+
+    A waiting request's block hashes are the future's at its arrival index
+    (the engine's views carry none for a compiled runtime; the hooks read the
+    view's, which the runner makes from the same prompt tokens,
+    ``spf_prompt_keys``): a view's ``block_keys`` are not read.
+
+    Args:
+        num_blocks: Pool size, blocks (physical ids ``0 .. num_blocks-1``).
+        block_size: Tokens per block.
+        policy_name: For error messages and the fault record.
+        cap: Entries of the order and of each expiry structure (default
+            :func:`~spfcore.engine._belady_nb.heap_cap`; tests set it low,
+            ``>= 2 * num_blocks + 1``, to reach their compactions).
+
+    Attributes:
+        policy_seconds: Wall time of every event, seconds; ``hook_seconds``
+            stays 0 (no hook runs).
+        hook_calls: The hook calls the hook path would have made
+            (``spfcore_cache_configured``, ``spfcore_future_requests``,
+            ``spfcore_request_arrived`` per arrival, ``spfcore_blocks_hit``
+            per hit event, ``spfcore_score_blocks`` per release of cached
+            blocks and per re-score round that found a live expired score).
+        evictions, evict_calls, evict_seconds: As the runtime's.
+
+    Errors: an event raises :class:`~spfcore.runtime.PolicyError` with
+    nothing applied (the adapter fails open) for: an arrival before
+    :meth:`set_future` (as the hook path), an arrival index outside the
+    future (``0 .. span-1``) or already waiting, a request id already waiting,
+    a block released while free or named twice, a store into a block holding
+    a hash, hashes of another length than the first store's (8, 16, 24 or 32
+    bytes) and :meth:`set_future` twice or after a store. ``touch`` raises
+    ``KeyError`` for a block that is not free and cached, ``evict``
+    ``ValueError`` when ``n < 0`` or fewer than ``n`` blocks are free. A hit
+    on, or cached release of, a block the runtime never heard stored (after
+    a prefix-cache reset with requests in flight) is scored as the hooks
+    score the key ``None``: never used again, at the depth last stored in
+    that block (0 if none).
+    """
+
+    wants_block_hashes = True
+    needs_future = True
+    vllm_order = False
+    hints_issued = hints_used = 0
+    hook_seconds = 0.0
+
+    def __init__(self, num_blocks: int, block_size: int, *, policy_name: str = "belady_oracle",
+                 cap: int | None = None) -> None:
+        from spfcore.evictor import prepare_numba
+
+        prepare_numba()
+        from spfcore.engine import _belady_nb as nb
+
+        nb.warm()
+        self.nb, self.num_blocks, self.block_size, self.policy_name = nb, num_blocks, block_size, policy_name
+        self.s = nb.new_state(num_blocks, cap)
+        self.c = self.s["c"]
+        self.c[nb.HOOK_CALLS] = 1  # spfcore_cache_configured, as the runtime counts it at construction
+        self.policy_seconds = self.evict_seconds = 0.0
+        self._future_set = False
+        self._waiting: dict = {}  # request id -> its arrival index, while it waits for its lookup
+        self._bind()
+        self._empty = np.zeros(0, np.int64)
+        self._hash_bytes = 0  # the hashes' length, set by the first store
+
+    def _bind(self) -> None:
+        s, c = self.s, self.c
+        self._touch_args = (s["BL"], c)
+        self._stored_args = (s["off"], s["rk"], s["BL"], s["R"], s["T"], s["mask"], c)
+        order = (s["E"], s["E2"], s["RUN"], s["HR"], s["TK"], s["TI"], s["QH"], s["QE"], c)
+        self._arrived_args = (s["off"], s["rk"], s["after"], s["WAIT"], s["due"], s["NW"], s["BL"]) + order
+        self._served_args = (s["off"], s["rk"], s["kuse"], s["koff"], s["WAIT"], s["NW"], c)
+        self._release_args = (s["BL"], s["hs"], s["NW"]) + order
+        self._evict_args = (s["out"], s["due"], s["BL"], s["hs"], s["NW"]) + order
+        self._span = len(s["off"]) - 1
+
+    # ------------------------------------------------------------ counters
+    @property
+    def evictions(self) -> int:
+        """Cached victims so far."""
+        return int(self.c[self.nb.EVICTIONS])
+
+    @property
+    def evict_calls(self) -> int:
+        """Allocations (``evict`` calls) so far."""
+        return int(self.c[self.nb.EVICT_CALLS])
+
+    @property
+    def hook_calls(self) -> int:
+        """The hook calls the hook path would have made so far (see the class)."""
+        return int(self.c[self.nb.HOOK_CALLS])
+
+    def stats(self) -> dict:
+        """:meth:`PolicyRuntime.stats <spfcore.runtime.PolicyRuntime.stats>`'s counters."""
+        return {"hook_seconds": 0.0, "hook_calls": self.hook_calls, "policy_seconds": self.policy_seconds,
+                "evictions": self.evictions, "evict_seconds": self.evict_seconds, "evict_calls": self.evict_calls,
+                "hints_issued": 0, "hints_used": 0, "pins_refused": 0}
+
+    def _bad(self, what: str, hook: str | None = None) -> PolicyError:
+        return PolicyError(f"policy {self.policy_name!r} (compiled runtime): {what}", policy=self.policy_name,
+                           hook=hook)
+
+    # ------------------------------------------------------------ events
+    def set_future(self, requests) -> None:
+        """The future request stream (RequestViews; ``block_keys``: ints in
+        ``[0, 2**256)``, as :func:`~spfcore.engine.vllm_adapter.vllm_keys`
+        gives them; ``arrival_index`` each request's distinct position):
+        indexed by the policy's own ``spfcore_future_requests`` (the same
+        dense ids, next uses and checks), then its hashes' words and table
+        built. O(uses), once per run, outside the hot path.
+
+        Raises:
+            PolicyError: a second call or one after a store, keys that are
+                not such ints, arrival indices repeated, or whatever the
+                policy's index refuses (counted as its hook call, as there).
+        """
+        nb = self.nb  # (not timed into policy_seconds: PolicyRuntime.set_future is not either)
+        self.c[nb.HOOK_CALLS] += 1  # spfcore_future_requests (counted even when it fails, as _call does)
+        if self._future_set or self.c[nb.STORES]:
+            raise self._bad("set_future once per runtime, before any block is stored", "spfcore_future_requests")
+        try:
+            from spfcore_belady_oracle import BeladyOraclePolicy
+
+            reqs = list(requests)
+
+            if len({r.arrival_index for r in reqs}) != len(reqs):
+                raise ValueError("an arrival index given to two requests")
+            pol = BeladyOraclePolicy()
+            pol.spfcore_future_requests(reqs)
+            raw = b"".join(k.to_bytes(32, "big") for k in pol._dist)  # (negative, >= 2**256: OverflowError)
+            if any(type(k) is not int for k in pol._dist):
+                raise TypeError("block keys must be ints (vllm_keys)")
+        except (TypeError, ValueError, OverflowError, AttributeError) as exc:
+            raise self._bad(f"the future request stream: {exc!r}", "spfcore_future_requests") from exc
+        i64 = np.int64
+        words = np.frombuffer(raw, i64).reshape(len(pol._dist), 4)
+        never = pol._never
+        after = pol._after.astype(i64)
+        after[pol._after == never] = nb.NEVER
+        first = pol._next.astype(i64)
+        first[pol._next == never] = nb.NEVER
+        nb.set_index(self.s, words, np.array(pol._roff, i64), pol._rk.astype(i64), after, first)
+        self._bind()
+        self._future_set = True
+
+    def arrived(self, request: RequestView, now: float) -> tuple:
+        """A request arrived: the policy's position moves to its arrival
+        index, it waits for its lookup, expired scores are re-scored.
+        Returns no prefetch hint.
+
+        Raises:
+            PolicyError: before :meth:`set_future`, an arrival index outside
+                the future or already waiting, a request id already waiting
+                (nothing applied).
+        """
+        t0 = _perf()
+        try:
+            if not self._future_set:
+                raise PolicyError(f"policy {self.policy_name!r} needs the future request stream "
+                                  "(capability needs-future) but the runner supplied none",
+                                  policy=self.policy_name, hook="spfcore_future_requests")
+            i = request.arrival_index
+            rid = request.request_id
+            if not (0 <= i < self._span) or self.s["WAIT"][i] or rid in self._waiting:
+                raise self._bad(f"arrival index {i!r} of request {rid!r}: outside the future (0..{self._span - 1}) "
+                                "or already waiting", "spfcore_request_arrived")
+            self._waiting[rid] = i
+            self.nb.arrived(int(i), float(now), *self._arrived_args)
+            return ()
+        finally:
+            self.policy_seconds += _perf() - t0
+
+    def hit(self, request: RequestView, ids: Sequence[int], now: float) -> None:
+        """The request's lookup (hit or not): it no longer waits (a repeated
+        lookup, a preempted request's, changes nothing)."""
+        t0 = _perf()
+        try:
+            self.nb.served(self._waiting.pop(request.request_id, -1), *self._served_args)
+        finally:
+            self.policy_seconds += _perf() - t0
+
+    def stored(self, request: RequestView, ids: Sequence[int], keys: Sequence[bytes], first_depth: int,
+               parent, num_tokens: int, now: float) -> None:
+        """Blocks ``ids`` were cached with vLLM block hashes ``keys`` (all of
+        one length of 8, 16, 24 or 32 bytes, the first store's for the
+        runtime's life; read as big-endian ints), at depths ``first_depth,
+        first_depth + 1, ...``; ``parent`` and ``num_tokens`` are not read.
+        Checked: the total length, and the first hash's.
+
+        Raises:
+            PolicyError: a hash of another length, a block holding a hash
+                already or named twice (nothing applied).
+        """
+        t0 = _perf()
+        try:
+            n = len(ids)
+            if not n:
+                return
+            raw = b"".join(keys)
+            hb = self._hash_bytes or len(keys[0])
+            if hb not in (8, 16, 24, 32) or len(keys[0]) != hb or len(raw) != hb * n or len(keys) != n:
+                raise self._bad(f"stored {n} blocks with {len(keys)} hashes of {len(raw)} bytes in all: need one "
+                                f"length of 8, 16, 24 or 32 bytes a hash ({self._hash_bytes or 'any'} here)")
+            self._hash_bytes = hb
+            w = np.frombuffer(raw, np.int64).reshape(n, hb // 8)
+            if hb != HASH_BYTES:  # the same int: zero words in front (big-endian)
+                w = np.pad(w, ((0, 0), ((HASH_BYTES - hb) // 8, 0)))
+            a = _arr(ids)
+            r = self.nb.stored(a, w, int(first_depth), int(request.arrival_index), *self._stored_args)
+            if r:
+                raise self._bad(f"stored block {int(a[-1 - r])}: holds a block hash already, or named twice")
+        finally:
+            self.policy_seconds += _perf() - t0
+
+    def finished(self, request: RequestView, now: float) -> None:
+        """The request finished: nothing to do (no finished hook)."""
+
+    def release(self, cached_ids: Sequence[int], hashless_ids: Sequence[int], now: float) -> None:
+        """Blocks whose ref count reached 0: cached ones scored into the
+        order (new release orders, in the order given); hashless ones on top."""
+        t0 = _perf()
+        try:
+            ca = _arr(cached_ids) if len(cached_ids) else self._empty
+            ha = _arr(hashless_ids) if len(hashless_ids) else self._empty
+            r = self.nb.release(ca, ha, float(now), *self._release_args)
+            if r:
+                j = -1 - r
+                b = int(ca[j]) if j < len(ca) else int(ha[j - len(ca)])
+                raise self._bad(f"released block {b}: free already, or named twice")
+        finally:
+            self.policy_seconds += _perf() - t0
+
+    def evict(self, n: int, now: float) -> list[int]:
+        """Take ``n`` free blocks for an allocation (expired scores re-scored
+        first when cached blocks are taken; hashless first, then the lowest
+        ``(value, release order)``).
+
+        Raises:
+            ValueError: if ``n < 0`` or fewer than ``n`` blocks are free.
+        """
+        t0 = _perf()
+        try:
+            if n < 0:
+                raise ValueError(f"evict({n}): a negative number of blocks")
+            if self.nb.evict(n, float(now), *self._evict_args):
+                raise ValueError(f"No free blocks available: asked for {n}, {self.num_free} free")
+            return self.s["out"][:n].tolist()
+        finally:
+            self.policy_seconds += (dt := _perf() - t0)
+            self.evict_seconds += dt
+
+    def touch(self, ids: Sequence[int]) -> None:
+        """Hit blocks that were free leave the order.
+
+        Raises:
+            KeyError: a block is not a free cached block, or named twice (nothing applied).
+        """
+        t0 = _perf()
+        try:
+            a = _arr(ids if isinstance(ids, (list, tuple)) else list(ids))
+            r = self.nb.touch(a, *self._touch_args)
+            if r:
+                raise KeyError(int(a[-1 - r]))
+        finally:
+            self.policy_seconds += _perf() - t0
+
+    def forget(self, ids: Sequence[int]) -> None:
+        """Not supported: a prefix-cache reset starts a fresh runtime.
+
+        Raises:
+            NotImplementedError: always."""
+        raise NotImplementedError("BeladyKernelRuntime.forget: start a fresh runtime instead")
+
+    # ------------------------------------------------------------ queries
+    @property
+    def num_free(self) -> int:
+        """Free blocks now (hashless and cached), blocks."""
+        c = self.c
+        return int(c[self.nb.HSN] + c[self.nb.LRUN])
+
+    def free_ids(self) -> list[int]:
+        """Every free block id: hashless first (the next one handed out
+        first), then cached in no fixed order."""
+        s = self.s
+        return s["hs"][: self.c[self.nb.HSN]][::-1].tolist() + np.flatnonzero(s["BL"][:, self.nb.INN]).tolist()
+
+    def is_free(self, block_id: int) -> bool:
+        """Whether physical block ``block_id`` is free."""
+        row = self.s["BL"][block_id]
+        return bool(row[self.nb.INN] or row[self.nb.HFREE])
+
+    def next_use(self, key: int) -> int:
+        """The policy's next use of block key ``key`` (an int, as the
+        future's) now, arrival index (:data:`~spfcore.engine._belady_nb.NEVER`:
+        none): as ``BeladyOraclePolicy.next_use``. For tests; O(1)."""
+        nb, s = self.nb, self.s
+        w = np.frombuffer(int(key).to_bytes(32, "big"), np.int64).reshape(1, 4)
+        r = s["NW"][nb._find(s["T"], s["mask"], s["R"], w, 0)]
+        return int(r[nb.WMIN] if r[nb.WMIN] < nb.NEVER else r[nb.NEXT])
+
+
+STANDINS[("spfcore_belady_oracle", "BeladyOraclePolicy")] = _belady
