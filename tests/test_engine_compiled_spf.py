@@ -495,3 +495,32 @@ def test_a_sweep_keeps_the_parent_of_a_cached_block():
     rt.arrived(RequestView("x", None, 9, 0.0, 0, ()), 0.0)
     rt._room_keys(0)
     assert key_id(rt, a) == k  # kept
+
+
+@pytest.mark.engine
+def test_engine_spf_compiled_equals_hooks_and_simulator():
+    pytest.importorskip("vllm")
+    from spfcore.engine import vllm_adapter
+    from spfcore.engine.runner import EngineSpec, open_engine
+
+    if not getattr(vllm_adapter, "HANDS_PROMPT_HASHES", False):
+        pytest.skip("the adapter does not hand arrivals their prompt hashes yet (results/issue11-s25-spf/README.md)")
+    wl = make("personas", seed=0, personas=3, prefix_tokens=512, sessions=6, turns=3, query_tokens=32, output_tokens=8)
+    nb = 40  # 39 usable blocks of 32 tokens: three 16-block prefixes do not fit
+    sim = simulate(prepare(wl, 32), ARM, num_blocks=nb, block_size=32)
+    spec = EngineSpec(model="tiny", block_size=32, num_blocks=nb, max_num_seqs=4, dtype="float32")
+    with open_engine(spec, ARM) as s:
+        comp = s.run(wl, seed=0, keep_outputs=True)
+        assert isinstance(s.runtime, SpfKernelRuntime)
+        s.use_policy(ARM, compiled=False)
+        hooks = s.run(wl, seed=0, keep_outputs=True)
+        assert isinstance(s.runtime, PolicyRuntime)
+    assert (comp["served_by"], hooks["served_by"]) == ("compiled", "hooks")
+    cached = [r["cached_tokens"] for r in comp["requests"]]
+    assert cached == [r["cached_tokens"] for r in hooks["requests"]] == [r["cached_tokens"] for r in sim["requests"]]
+    assert sum(cached) > 0 and cached.count(0) >= 3  # hits, and the first request of each prefix misses
+    assert comp["evictions"] == hooks["evictions"] == sim["evictions"] > 0
+    assert comp["evict_calls"] == hooks["evict_calls"] and comp["hook_calls"] == hooks["hook_calls"]
+    assert [r["output_token_ids"] for r in comp["requests"]] == [r["output_token_ids"] for r in hooks["requests"]]
+    assert comp["policy_faults"] == hooks["policy_faults"] == 0
+    assert comp["hook_seconds"] == 0.0 < comp["policy_seconds"]
