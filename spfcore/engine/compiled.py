@@ -456,7 +456,7 @@ class SpfKernelRuntime:
         self._empty = np.zeros(0, i64)
         self._pw_top = 0
         self._bind()
-        nb_warm(self)
+        _warm_spf(self)
 
     @staticmethod
     def _table_rows(nk: int) -> int:
@@ -716,7 +716,7 @@ class SpfKernelRuntime:
 _SPF_WARM = []
 
 
-def nb_warm(rt: SpfKernelRuntime) -> None:
+def _warm_spf(rt: SpfKernelRuntime) -> None:
     """Compile :mod:`spfcore.engine._spf_nb`'s kernels (or load numba's
     on-disk cache) once per process, on a tiny runtime of its own with the
     argument types ``rt``'s events pass (``rt`` is not changed)."""
