@@ -645,13 +645,6 @@ class SessionTTLKernelRuntime:
         row = self.s["BL"][block_id]
         return bool(row[self.nb.IN] or row[self.nb.HFREE])
 
-#: (module, qualname) of a shipped policy class -> the builder of its compiled
-#: runtime, ``build(rt, policy_instance) -> runtime | None`` (``None``: the
-#: hooks serve, e.g. for parameters the kernels do not take).
-STANDINS = {
-    ("spfcore_frequency", "FrequencyPolicy"): _frequency,
-    ("spfcore_session_ttl", "SessionTTLPolicy"): _session_ttl,
-}
 
 
 # ------------------------------------------------------------ belady_oracle
@@ -979,5 +972,439 @@ class BeladyKernelRuntime:
         r = s["NW"][nb._find(s["T"], s["mask"], s["R"], w, 0)]
         return int(r[nb.WMIN] if r[nb.WMIN] < nb.NEVER else r[nb.NEXT])
 
+# ------------------------------------------------------------ spf_expected_utility
+def _adapter_hands_prompt_hashes() -> bool:
+    """Whether the vLLM adapter hands a compiled runtime's arrivals their
+    prompt's block hashes (``RequestView.block_keys``, for a runtime with
+    ``wants_prompt_hashes``), which :class:`SpfKernelRuntime` needs: the
+    adapter module's ``HANDS_PROMPT_HASHES`` (not imported here: no vLLM
+    import from this module)."""
+    import sys
 
-STANDINS[("spfcore_belady_oracle", "BeladyOraclePolicy")] = _belady
+    return bool(getattr(sys.modules.get("spfcore.engine.vllm_adapter"), "HANDS_PROMPT_HASHES", False))
+
+
+def _spf(rt: PolicyRuntime, inst) -> SpfKernelRuntime | None:
+    """``spfcore_spf_expected_utility.ExpectedUtilityPolicy`` with
+    ``variant="utility"`` (its ``UtilityPolicy`` itself, not a subclass) and
+    the parameters the simulator's compiled replay takes
+    (:func:`spfcore.sim._replay_spf_nb.params_of`: every ``utility``
+    parameter but ``count_weight > 0``, integer parameters below ``2**40``);
+    ``None`` for ``variant="seed"`` (hints and pins), for those parameters,
+    and while the adapter does not hand arrivals their prompt hashes
+    (:func:`_adapter_hands_prompt_hashes`)."""
+    from spfcore.sim._replay_spf_nb import params_of
+
+    if not _adapter_hands_prompt_hashes():
+        return None
+    p = params_of(rt)
+    if p is None:
+        return None
+    return SpfKernelRuntime(rt.num_blocks, rt.block_size, policy=p[0], pin_cap=p[1], policy_name=rt.policy_name)
+
+
+def _hash_words(rt, keys: Sequence[bytes], what: str) -> np.ndarray:
+    """``(n, 4)`` int64 words (writable) of ``n`` vLLM block hashes of one
+    length of 8, 16, 24 or 32 bytes (zero-padded to 32), the length of the
+    runtime's first hashes (``rt._hash_bytes``, set here).
+
+    Raises:
+        PolicyError: hashes of another length (nothing applied).
+    """
+    n = len(keys)
+    raw = b"".join(keys)
+    hb = rt._hash_bytes or len(keys[0])
+    if hb not in (8, 16, 24, 32) or len(keys[0]) != hb or len(raw) != hb * n:
+        raise rt._bad(f"{what} {n} hashes of {len(raw)} bytes in all: need one length of 8, 16, 24 or 32 bytes "
+                      f"a hash ({rt._hash_bytes or 'any'} here)")
+    rt._hash_bytes = hb
+    w = np.frombuffer(bytearray(raw), np.int64).reshape(n, hb // 8)
+    return w if hb == HASH_BYTES else np.pad(w, ((0, 0), (0, (HASH_BYTES - hb) // 8)))
+
+
+class SpfKernelRuntime:
+    """The shipped ``spf_expected_utility`` arm, variant ``"utility"``
+    (learned hit density), as numba kernels
+    (:mod:`spfcore.engine._spf_nb`, on the simulator's compiled replay's
+    state and sub-kernels, :mod:`spfcore.sim._replay_spf_nb`), with
+    :class:`~spfcore.runtime.PolicyRuntime`'s driver interface.
+
+    Args:
+        num_blocks: Pool size, blocks (physical ids ``0 .. num_blocks-1``).
+        block_size: Tokens per block.
+        policy: The configured, fresh ``UtilityPolicy`` whose parameters and
+            tables the kernels read (:func:`spfcore.sim._replay_spf_nb.params_of`).
+        pin_cap: The runtime's pin cap, blocks (this variant never pins).
+        policy_name: For error messages and the fault record.
+        key_ids: Key ids reserved at first (default ``2 * num_blocks +
+            ghost_cap + 1024``; tests set it low to reach sweeps and growth).
+
+    Keys: the adapter hands ``stored`` (keys and parent) and ``arrived``
+    (``request.block_keys``: the prompt's full blocks, ``wants_prompt_hashes``)
+    vLLM's block hashes themselves, one length of 8, 16, 24 or 32 bytes
+    (zero-padded to 32); the arrival hook needs the prompt's hashes (its seen
+    prefix decides the request's kind; its hash set, the kind of each stored
+    block). Key ids are reused once the state names a hash no more (a sweep
+    when none is free; the arrays double when a sweep frees less than a
+    quarter), so memory follows what the policy keeps: cached hashes, their
+    parents, records and ghosts (``ghost_factor * num_blocks``), the
+    latest prompt.
+
+    Attributes:
+        policy_seconds: Wall time of every event, seconds
+            (``time.perf_counter``); ``hook_seconds`` stays 0 (no hook runs).
+        hook_calls: The hook calls the hook path would have made (the
+            configured call; per arrival the arrival hook, plus a score call
+            when an expired score is due; per hit and per store one call,
+            an empty one too; per release of cached blocks one score call;
+            per allocation a score call when it re-scores expired scores and
+            an evicted call when it takes cached blocks), as the simulator's
+            compiled replay counts them.
+        evictions, evict_calls, evict_seconds: As the runtime's.
+        hints_issued, hints_used: 0 (the variant issues no hint).
+
+    Errors: an event raises :class:`~spfcore.runtime.PolicyError` (naming
+    the policy and the block) when the driver breaks the event protocol (a
+    block released while free, a block named twice in one call, a store into
+    a block holding a hash, a hashless release of a block holding one,
+    hashes of another length, an arrival of a prompt of full blocks with no
+    hashes in its view) and, unlike the hooks, for a hit on, or a cached
+    release of, a block the runtime never heard stored (vLLM caches those
+    after a prefix-cache reset with requests in flight): nothing of that
+    event is applied, so the adapter fails open. ``touch`` raises
+    ``KeyError`` for a block that is not free and cached, ``evict``
+    ``ValueError`` when ``n < 0`` or fewer than ``n`` blocks are free, as the
+    runtime does.
+    """
+
+    wants_block_hashes = True
+    wants_prompt_hashes = True
+    needs_future = False
+    vllm_order = False
+    hints_issued = hints_used = 0
+    hook_seconds = 0.0
+
+    def __init__(self, num_blocks: int, block_size: int, *, policy, pin_cap: int = 0,
+                 policy_name: str = "spf_expected_utility", key_ids: int | None = None) -> None:
+        from spfcore.evictor import prepare_numba
+
+        prepare_numba()
+        from spfcore.engine import _spf_nb as nb
+        from spfcore.sim import _replay_spf_nb as rs
+
+        self.nb, self.rs = nb, rs
+        self.num_blocks, self.block_size, self.policy_name = num_blocks, block_size, policy_name
+        nk = key_ids or 2 * num_blocks + int(policy.ghost_cap) + 1024
+        self.st = st = rs.new_state(num_blocks, (policy, pin_cap), nk)
+        st["c"][nb.HSN] = 0  # nothing free: the driver releases the free blocks first
+        st["c"][nb.HOOK_CALLS] = 1  # spfcore_cache_configured, as the runtime counts it at construction
+        nblk = st["ib"].shape[1]
+        i64 = np.int64
+        self.KW, self.fk, self.live = np.zeros((nk, 4), i64), np.zeros(nk, i64), np.zeros(nk, i64)
+        self.T = np.zeros((self._table_rows(nk), 2), i64)
+        self.ic = np.zeros(nb.NIC, i64)
+        self.hf, self.mk = np.zeros(nblk, i64), np.zeros(nblk, i64)
+        self.out = np.zeros(max(num_blocks, 1), i64)
+        self.policy_seconds = self.evict_seconds = 0.0
+        self._hash_bytes = 0
+        self._empty = np.zeros(0, i64)
+        self._pw_top = 0
+        self._bind()
+        _warm_spf(self)
+
+    @staticmethod
+    def _table_rows(nk: int) -> int:
+        s = 1
+        while s < 2 * nk:
+            s *= 2
+        return s
+
+    def _bind(self) -> None:
+        """The kernels' argument tuples, anew after an array grew."""
+        st = self.st
+        self.c, self.pc, self.ec = st["c"], st["pc"], st["ec"]
+        self._S = tuple(st[a] for a in self.rs._ARGS)
+        self._iargs = (self.KW, self.T, self.fk, self.ic, self.live, st["kr"], st["kh"], st["kt"])
+
+    def _room_keys(self, m: int) -> None:
+        """Free key ids for ``m`` more hashes: a sweep of the ids the state
+        names no more; the arrays double (the table rebuilt) when fewer than
+        a quarter of them and ``m`` are free after it."""
+        nb, st, ic = self.nb, self.st, self.ic
+        nb.sweep(self.KW, self.T, self.fk, ic, self.live, st["kr"], st["kh"], st["key_of"], st["par_of"],
+                 int(self.pc[self.rs.T]))
+        k = len(self.KW)
+        if ic[nb.NFREE] + k - ic[nb.NEXTID] >= m + k // 4:
+            return
+        new = max(2 * k, k + 2 * m)
+        self.rs.grow(st, new)
+        new = len(st["kh"])
+        i64 = np.int64
+        kw = np.zeros((new, 4), i64)
+        kw[:k] = self.KW
+        live = np.zeros(new, i64)
+        live[:k] = self.live
+        self.KW, self.live = kw, live
+        fk = np.zeros(new, i64)
+        fk[:k] = self.fk
+        self.fk = fk
+        self.T = np.zeros((self._table_rows(new), 2), i64)
+        nb.rehash(self.KW, self.T, self.live, int(ic[nb.NEXTID]))
+        self._bind()
+
+    def _intern(self, w: np.ndarray) -> np.ndarray:
+        kid = np.empty(len(w), np.int64)
+        while not self.nb.intern(w, kid, *self._iargs):
+            self._room_keys(len(w))
+        return kid
+
+    def _room_slots(self, m: int) -> None:
+        self.rs._grow_slots(self.st, m)
+        self._bind()
+
+    def _bad(self, what: str) -> PolicyError:
+        return PolicyError(f"policy {self.policy_name!r} (compiled runtime): {what}", policy=self.policy_name)
+
+    # ------------------------------------------------------------ counters
+    @property
+    def evictions(self) -> int:
+        """Cached victims so far."""
+        return int(self.c[self.nb.EVICTIONS])
+
+    @property
+    def evict_calls(self) -> int:
+        """``evict`` calls so far."""
+        return int(self.c[self.rs.EVICT_CALLS])
+
+    @property
+    def hook_calls(self) -> int:
+        return int(self.c[self.nb.HOOK_CALLS])
+
+    def stats(self) -> dict:
+        """:meth:`PolicyRuntime.stats <spfcore.runtime.PolicyRuntime.stats>`'s counters."""
+        return {"hook_seconds": 0.0, "hook_calls": self.hook_calls, "policy_seconds": self.policy_seconds,
+                "evictions": self.evictions, "evict_seconds": self.evict_seconds, "evict_calls": self.evict_calls,
+                "hints_issued": 0, "hints_used": 0, "pins_refused": 0}
+
+    # ------------------------------------------------------------ events
+    def arrived(self, request: RequestView, now: float) -> tuple:
+        """A request arrived (arrival ``request.arrival_index``, prompt hashes
+        ``request.block_keys``): the arrival hook (a table rebuild every
+        ``period`` arrivals, the request's kind), then expired scores
+        re-scored. Returns no prefetch hint.
+
+        Raises:
+            PolicyError: a prompt of full blocks without hashes in the view
+                (an adapter that does not hand them), hashes of another
+                length (nothing applied).
+        """
+        t0 = _perf()
+        try:
+            keys = request.block_keys
+            if keys:
+                w = _hash_words(self, keys, "arrival with")
+            elif request.num_prompt_tokens >= self.block_size:
+                raise self._bad(f"request {request.request_id!r} arrived with {request.num_prompt_tokens} prompt tokens "
+                                "and no block hashes in its view: this runtime needs them (wants_prompt_hashes)")
+            else:
+                w = np.zeros((0, 4), np.int64)
+            epoch = int(self.pc[self.rs.EPOCH])
+            if epoch + 2 >= self._pw_top:  # decay ** k for the epochs ahead (Python's pow, as the plugin's)
+                self._pw_top = epoch + 64
+                self.rs._pw(self.st, self._pw_top)
+                self._bind()
+            pk = self._intern(w)
+            if self.nb.arrived(pk, request.arrival_index, float(now), self._S):
+                raise self._bad("the evictor lacked room (a bug)")
+            return ()
+        finally:
+            self.policy_seconds += _perf() - t0
+
+    def hit(self, request: RequestView, ids: Sequence[int], now: float) -> None:
+        """The lookup hit blocks ``ids`` (depth order): their hashes'
+        records re-accessed (or made).
+
+        Raises:
+            PolicyError: a block named twice, or one the runtime never heard
+                stored (nothing applied).
+        """
+        t0 = _perf()
+        try:
+            a = _ids(ids) if len(ids) else self._empty
+            while True:
+                r = self.nb.hit(a, self._S, self.mk, self.ic)
+                if r != self.nb.NEED_SLOTS:
+                    break
+                self._room_slots(2 * len(a) + 2)
+            if r == self.nb.NO_KEY:
+                raise self._bad("hit a block it never heard stored (after a prefix-cache reset?)")
+            if r:
+                raise self._bad(f"hit block {int(a[-1 - r])} twice")
+        finally:
+            self.policy_seconds += _perf() - t0
+
+    def stored(self, request: RequestView, ids: Sequence[int], keys: Sequence[bytes], first_depth: int,
+               parent, num_tokens: int, now: float) -> None:
+        """Blocks ``ids`` were cached with vLLM block hashes ``keys`` at depths
+        ``first_depth ..``, the first one's parent hash ``parent`` (``None``:
+        none); ``num_tokens`` is not read.
+
+        Raises:
+            PolicyError: a hash of another length, a block holding a hash
+                already or named twice (nothing applied).
+        """
+        t0 = _perf()
+        try:
+            n = len(ids)
+            if n != len(keys):
+                raise self._bad(f"stored {n} blocks with {len(keys)} hashes")
+            if not n:
+                self.c[self.nb.HOOK_CALLS] += 1  # (the hook path calls spfcore_blocks_stored on an empty store too)
+                return
+            w = _hash_words(self, keys if parent is None else [parent, *keys], "stored with")
+            kid = self._intern(w)
+            pid = -1
+            if parent is not None:
+                pid, kid = int(kid[0]), kid[1:]
+            a = _ids(ids)
+            while True:
+                r = self.nb.stored(a, kid, pid, int(first_depth), self._S, self.mk, self.ic)
+                if r != self.nb.NEED_SLOTS:
+                    break
+                self._room_slots(2 * n + 2)
+            if r:
+                raise self._bad(f"stored block {int(a[-1 - r])}: holds a block hash already, or named twice")
+        finally:
+            self.policy_seconds += _perf() - t0
+
+    def finished(self, request: RequestView, now: float) -> None:
+        """The request finished: nothing to do (no finished hook)."""
+
+    def release(self, cached_ids: Sequence[int], hashless_ids: Sequence[int], now: float) -> None:
+        """Blocks whose ref count reached 0: cached ones scored (one call) into
+        the order with new release orders, hashless ones on top of the stack.
+
+        Raises:
+            PolicyError: a block free already or named twice, a hashless one
+                holding a hash, a cached one the runtime never heard stored
+                (nothing applied).
+        """
+        t0 = _perf()
+        try:
+            ca = _ids(cached_ids) if len(cached_ids) else self._empty
+            ha = _ids(hashless_ids) if len(hashless_ids) else self._empty
+            r = self.nb.release(ca, ha, self._S, self.hf, self.mk, self.ic)
+            if r == self.nb.NO_KEY:
+                raise self._bad("released a cached block it never heard stored (after a prefix-cache reset?)")
+            if r == self.nb.ORDERS:
+                raise self._bad(f"release orders exhausted ({self.rs.MAX_ORDER})")
+            if r == self.nb.BUG:
+                raise self._bad("the evictor lacked room (a bug)")
+            if r:
+                j = -1 - r
+                b = int(ca[j]) if j < len(ca) else int(ha[j - len(ca)])
+                raise self._bad(f"released block {b}: free already, named twice, or hashless with a hash")
+        finally:
+            self.policy_seconds += _perf() - t0
+
+    def evict(self, n: int, now: float) -> list[int]:
+        """Take ``n`` free blocks for an allocation (hashless first, then the
+        lowest ``(index value, release order)``).
+
+        Raises:
+            ValueError: if ``n < 0`` or fewer than ``n`` blocks are free.
+        """
+        t0 = _perf()
+        try:
+            if n < 0:
+                raise ValueError(f"evict({n}): a negative number of blocks")
+            r = self.nb.evict(n, self.out, float(now), self._S, self.hf)
+            if r == self.nb.TOO_FEW:
+                raise ValueError(f"No free blocks available: asked for {n}, {self.num_free} free")
+            if r:
+                raise self._bad("the evictor or the ghost list lacked room (a bug)")
+            return self.out[:n].tolist()
+        finally:
+            self.policy_seconds += (dt := _perf() - t0)
+            self.evict_seconds += dt
+
+    def touch(self, ids: Sequence[int]) -> None:
+        """Hit blocks that were free leave the order.
+
+        Raises:
+            KeyError: a block is not a free cached block, or named twice (nothing applied).
+        """
+        t0 = _perf()
+        try:
+            a = _ids(list(ids))
+            r = self.nb.touch(a, self._S, self.mk, self.ic)
+            if r:
+                raise KeyError(int(a[-1 - r]))
+        finally:
+            self.policy_seconds += _perf() - t0
+
+    def forget(self, ids: Sequence[int]) -> None:
+        """Not supported: a prefix-cache reset starts a fresh runtime.
+
+        Raises:
+            NotImplementedError: always."""
+        raise NotImplementedError("SpfKernelRuntime.forget: start a fresh runtime instead")
+
+    # ------------------------------------------------------------ queries
+    @property
+    def num_free(self) -> int:
+        """Free blocks now (hashless and cached), blocks."""
+        return int(self.c[self.nb.HSN] + self.ec[self.nb.ev.LIVE])
+
+    def free_ids(self) -> list[int]:
+        """Every free block id: hashless first (the next one handed out
+        first), then cached in no fixed order."""
+        st = self.st
+        return st["hs"][: self.c[self.nb.HSN]][::-1].tolist() + np.flatnonzero(st["ib"][self.nb.ev.IN]).tolist()
+
+    def is_free(self, block_id: int) -> bool:
+        """Whether physical block ``block_id`` is free."""
+        return bool(self.st["ib"][self.nb.ev.IN, block_id] or self.hf[block_id])
+
+
+_SPF_WARM = []
+
+
+def _warm_spf(rt: SpfKernelRuntime) -> None:
+    """Compile :mod:`spfcore.engine._spf_nb`'s kernels (or load numba's
+    on-disk cache) once per process, on a tiny runtime of its own with the
+    argument types ``rt``'s events pass (``rt`` is not changed)."""
+    if _SPF_WARM:
+        return
+    _SPF_WARM.append(True)
+    from spfcore_spf_expected_utility.utility import UtilityPolicy
+
+    pol = UtilityPolicy()
+    pol.spfcore_cache_configured(num_blocks=8, block_size=rt.block_size)
+    w = SpfKernelRuntime(8, rt.block_size, policy=pol, pin_cap=4)
+    bs = w.block_size
+    w.release([], [1, 2, 3, 4], 0.0)
+    h = [bytes([i + 1]) * HASH_BYTES for i in range(2)]
+    view = RequestView("warm", None, 0, 0.0, 2 * bs, tuple(h))
+    w.arrived(view, 0.0)
+    got = w.evict(2, 0.0)
+    w.hit(view, [], 0.0)
+    w.stored(view, got[:1], h[:1], 0, None, bs, 0.0)
+    w.stored(view, got[1:2], h[1:2], 1, h[0], bs, 0.0)
+    w.release(got[::-1], [], 0.0)
+    w.touch(got[:1])
+    w.hit(view, got[:1], 0.0)
+    w.arrived(RequestView("warm2", None, 1, 0.0, 0, ()), 0.0)
+    w.evict(3, 0.0)
+    w._room_keys(1)
+
+
+#: (module, qualname) of a shipped policy class -> the builder of its compiled
+#: runtime, ``build(rt, policy_instance) -> runtime | None`` (``None``: the
+#: hooks serve, e.g. for parameters the kernels do not take).
+STANDINS = {
+    ("spfcore_frequency", "FrequencyPolicy"): _frequency,
+    ("spfcore_session_ttl", "SessionTTLPolicy"): _session_ttl,
+    ("spfcore_belady_oracle", "BeladyOraclePolicy"): _belady,
+    ("spfcore_spf_expected_utility", "ExpectedUtilityPolicy"): _spf,
+}
