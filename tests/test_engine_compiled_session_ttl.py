@@ -265,6 +265,94 @@ def test_blocks_the_runtime_never_heard_stored_are_the_hooks_none_key():
     assert kernel_policy(comp)[0] == {None: 4}  # never evicted
 
 
+
+def _run(rt, ops, hooks: bool) -> list:
+    out = []
+    for name, a in ops:
+        a = list(a)
+        if name == "stored" and hooks:
+            a[2] = [int.from_bytes(h) for h in a[2]]
+        out.append(getattr(rt, name)(*a))
+    return out
+
+
+def _state(rt) -> dict:
+    from spfcore.engine._session_ttl_nb import EPOCH, MARK
+    out = {k: v.copy() for k, v in rt.s.items() if isinstance(v, np.ndarray)}
+    out["BL"][:, MARK] = 0
+    out["c"][EPOCH] = 0
+    return out
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_an_arrival_index_below_the_latest_is_refused_with_nothing_applied():
+    # The kernels' expiry calendar holds only expiries within a TTL ahead of the latest arrival (the engine's
+    # arrival indices only grow). With the clock back, the hooks evict [2, 3, 1] below (block 1's pin to 6
+    # lapsed at arrival 11), the kernels took [2, 3, 0] (block 1's expiry sat in a bucket not drained yet): so
+    # the compiled runtime refuses such an arrival (PolicyError, nothing applied: the adapter fails open).
+    ttl2 = {"ttl_arrivals": "2", "pin_cap_fraction": "1.0"}
+    hooks, comp = _hooks_and_comp(4, ttl2)
+    a10 = RequestView("r10", "a", 10, 0.0, BS, ())
+    ops = [("release", ([], [0, 1, 2, 3], 0.0)), ("arrived", (a10, 0.0)), ("evict", (1, 0.0)),
+           ("stored", (a10, [0], [_hash(0)], 0, None, BS, 0.0)), ("release", ([0], [], 0.0))]  # 0 pinned to 12
+    assert _run(hooks, ops, True) == _run(comp, ops, False)
+    before = _state(comp)
+    for idx in (9, 4, 0, -1):
+        with pytest.raises(PolicyError, match=f"arrival index {idx}: below the latest arrival's 10"):
+            comp.arrived(RequestView("r", "a", idx, 0.0, BS, ()), 0.0)
+    assert _same(before, _state(comp))
+    same = RequestView("r10b", "a", 10, 0.0, BS, ())  # an equal index is taken (the clock stands still)
+    rest = [("arrived", (same, 0.0)), ("arrived", (RequestView("r11", None, 11, 0.0, BS, ()), 0.0)),
+            ("evict", (2, 0.0)), ("arrived", (RequestView("r12", None, 12, 0.0, BS, ()), 0.0)), ("evict", (1, 0.0))]
+    assert _run(hooks, rest, True) == _run(comp, rest, False) == [(), (), [2, 3], (), [0]]
+    for k in ("evictions", "evict_calls", "hook_calls", "pins_refused"):
+        assert hooks.stats()[k] == comp.stats()[k], k
+    check_end_state(hooks, comp)
+
+
+def test_a_touch_by_a_request_that_has_not_arrived_is_refused_with_nothing_applied():
+    # A hit or store of a request whose arrival index lies ahead of the latest arrival protects to beyond the
+    # calendar's reach: its expiry's bucket was drained early (an extra score call, a refused pin counted again:
+    # hook_calls 16 vs 15, pins_refused 2 vs 1 below). The engine's requests arrive before their lookup, so the
+    # compiled runtime refuses it (PolicyError, nothing applied).
+    hooks, comp = _hooks_and_comp(4, {"ttl_arrivals": "2", "pin_cap_fraction": "0.25"})
+    v0 = RequestView("r0", "c", 0, 0.0, BS, ())
+    ops = [("release", ([], [0, 1, 2, 3], 0.0)), ("arrived", (v0, 0.0)), ("evict", (3, 0.0)),
+           ("stored", (v0, [0], [_hash(0)], 0, None, BS, 0.0))]
+    assert _run(hooks, ops, True) == _run(comp, ops, False)
+    before = _state(comp)
+    ahead = RequestView("r9", "c", 9, 0.0, BS, ())
+    with pytest.raises(PolicyError, match="stored by request 'r9' of arrival index 9: ahead of the latest arrival's 0"):
+        comp.stored(ahead, [1, 2], [_hash(1), _hash(2)], 0, None, BS, 0.0)
+    with pytest.raises(PolicyError, match="hit by request 'r9' of arrival index 9: ahead of the latest arrival's 0"):
+        comp.hit(ahead, [0], 0.0)
+    assert _same(before, _state(comp)) and comp._sids.keys() == {"c"}
+    rest = [("stored", (v0, [1, 2], [_hash(1), _hash(2)], 1, None, BS, 0.0)), ("release", ([2, 1, 0], [], 0.0))]
+    rest += [("arrived", (RequestView(f"q{i}", None, i, 0.0, BS, ()), 0.0)) for i in range(1, 6)]
+    rest += [("evict", (4, 0.0))]
+    assert _run(hooks, rest, True) == _run(comp, rest, False)
+    for k in ("evictions", "evict_calls", "hook_calls", "pins_refused"):
+        assert hooks.stats()[k] == comp.stats()[k], k
+    assert comp.pins_refused == 2
+    check_end_state(hooks, comp)
+
+
+def test_a_refused_store_fixes_no_hash_length():
+    # (nothing applied: a store refused for its block leaves the hash length open)
+    rt = compiled_runtime(PolicyRuntime.for_policy("session_ttl", 8, BS, None, key_map=False))
+    view = RequestView("r", "s0", 0, 0.0, BS, ())
+    rt.arrived(view, 0.0)
+    with pytest.raises(PolicyError, match="stored block 9: not a block of the pool"):
+        rt.stored(view, [9], [bytes(16)], 0, None, BS, 0.0)
+    rt.release([], [1, 2], 0.0)
+    assert rt.evict(1, 0.0) == [1]
+    rt.stored(view, [1], [_hash(1)], 0, None, BS, 0.0)  # 32 bytes: taken
+    assert kernel_policy(rt)[0] == {int.from_bytes(_hash(1)): 8}
+
+
 # ------------------------------------------------------------ differential fuzz
 FBS = 4
 
