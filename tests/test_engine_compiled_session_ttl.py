@@ -306,8 +306,8 @@ def test_an_arrival_index_below_the_latest_is_refused_with_nothing_applied():
     assert _same(before, _state(comp))
     same = RequestView("r10b", "a", 10, 0.0, BS, ())  # an equal index is taken (the clock stands still)
     rest = [("arrived", (same, 0.0)), ("arrived", (RequestView("r11", None, 11, 0.0, BS, ()), 0.0)),
-            ("evict", (2, 0.0)), ("arrived", (RequestView("r12", None, 12, 0.0, BS, ()), 0.0)), ("evict", (1, 0.0))]
-    assert _run(hooks, rest, True) == _run(comp, rest, False) == [(), (), [2, 3], (), [0]]
+            ("evict", (2, 0.0)), ("arrived", (RequestView("r12", None, 12, 0.0, BS, ()), 0.0)), ("evict", (2, 0.0))]
+    assert _run(hooks, rest, True) == _run(comp, rest, False) == [(), (), [1, 2], (), [3, 0]]
     for k in ("evictions", "evict_calls", "hook_calls", "pins_refused"):
         assert hooks.stats()[k] == comp.stats()[k], k
     check_end_state(hooks, comp)

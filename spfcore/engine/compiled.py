@@ -470,6 +470,15 @@ class SessionTTLKernelRuntime:
         self._sids[session_id] = i
         return i
 
+    def _arrived_check(self, request: RequestView, what: str) -> None:
+        """A session's touch protects to ``arrival_index + ttl``, which must
+        lie within the expiry calendar's reach (a TTL ahead of the latest
+        arrival): refuse a request ahead of the latest arrival (one that has
+        not arrived; the engine's requests arrive before their lookup)."""
+        if request.arrival_index > self.c[self.nb.ARR]:
+            raise self._bad(f"{what} by request {request.request_id!r} of arrival index {request.arrival_index}: "
+                            f"ahead of the latest arrival's {int(self.c[self.nb.ARR])} (it has not arrived)")
+
     def _grow(self) -> None:
         self.nb.grow_edges(self.s)
         self._bind()
@@ -478,12 +487,22 @@ class SessionTTLKernelRuntime:
     def arrived(self, request: RequestView, now: float) -> tuple:
         """A request arrived (arrival index ``request.arrival_index``, the
         clock): its session's hashes protected anew, expired pins and its
-        session's free blocks re-scored. Returns no prefetch hint."""
+        session's free blocks re-scored. Returns no prefetch hint.
+
+        Raises:
+            PolicyError: an arrival index below the latest arrival's (or
+                below 0 before the first; nothing applied). The engine's
+                indices only grow; the hooks would take it.
+        """
         t0 = _perf()
         try:
+            pos = request.arrival_index
+            if pos < self.c[self.nb.ARR]:
+                raise self._bad(f"arrival index {pos}: below the latest arrival's {int(self.c[self.nb.ARR])} (the "
+                                "expiry calendar takes a clock that only grows)")
             sid = request.session_id
             s = -1 if sid is None else self._sids.get(sid, -1)
-            self.nb.arrived(request.arrival_index, s, self.ttl, self.pin_cap, *self._arrived_args)
+            self.nb.arrived(pos, s, self.ttl, self.pin_cap, *self._arrived_args)
             return ()
         finally:
             self.policy_seconds += _perf() - t0
@@ -494,8 +513,9 @@ class SessionTTLKernelRuntime:
         no hash: the key ``None``, see the class).
 
         Raises:
-            PolicyError: a block not of the pool, or more blocks than the
-                pool holds (nothing applied).
+            PolicyError: a block not of the pool, more blocks than the pool
+                holds, or a request with a session and an arrival index
+                ahead of the latest arrival's (nothing applied).
         """
         t0 = _perf()
         try:
@@ -503,6 +523,8 @@ class SessionTTLKernelRuntime:
             if len(a) > self.num_blocks:
                 raise self._bad(f"hit {len(a)} blocks: more than the pool's {self.num_blocks}")
             sid = request.session_id
+            if sid is not None and len(a):  # (a touch that protects)
+                self._arrived_check(request, "hit")
             s = self._sid(sid) if sid is not None and len(a) else -1
             end = request.arrival_index + self.ttl
             while True:
@@ -523,7 +545,9 @@ class SessionTTLKernelRuntime:
 
         Raises:
             PolicyError: a hash of another length, a block holding a hash
-                already, named twice or not of the pool (nothing applied).
+                already, named twice or not of the pool, or a request with a
+                session and an arrival index ahead of the latest arrival's
+                (nothing applied).
         """
         t0 = _perf()
         try:
@@ -536,12 +560,13 @@ class SessionTTLKernelRuntime:
             if hb not in (8, 16, 24, 32) or len(keys[0]) != hb or len(raw) != hb * n or len(keys) != n:
                 raise self._bad(f"stored {n} blocks with {len(keys)} hashes of {len(raw)} bytes in all: need one "
                                 f"length of 8, 16, 24 or 32 bytes a hash ({self._hash_bytes or 'any'} here)")
-            self._hash_bytes = hb
+            sid = request.session_id
+            if sid is not None:  # (a touch that protects)
+                self._arrived_check(request, "stored")
             w = np.frombuffer(raw, np.int64).reshape(n, hb // 8)
             if hb != HASH_BYTES:
                 w = np.pad(w, ((0, 0), (0, (HASH_BYTES - hb) // 8)))
             a = _ids(ids)
-            sid = request.session_id
             s = self._sid(sid) if sid is not None else -1
             end = request.arrival_index + self.ttl
             while True:
@@ -549,6 +574,8 @@ class SessionTTLKernelRuntime:
                 if r != self.nb.E_EDGES:
                     break
                 self._grow()
+            if not r:
+                self._hash_bytes = hb  # (fixed by the first store taken)
             if r == self.nb.E_FULL:
                 raise self._bad(f"every key id is live ({len(self.s['fk'])}): the bound does not hold")
             if r <= self.nb.E_RANGE:
