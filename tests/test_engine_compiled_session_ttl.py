@@ -357,28 +357,45 @@ def test_a_refused_store_fixes_no_hash_length():
 FBS = 4
 
 
-def _mkhash(rng, mode):
+def _mkhash(rng, mode, hb=32, base=None):
     if mode == "collide8":
-        return rng.choice([b"\0" * 8, b"\xff" * 8]) + rng.randbytes(24)
-    return rng.randbytes(32)
+        return rng.choice([b"\0" * 8, b"\xff" * 8]) + rng.randbytes(hb - 8)
+    if mode == "oneword":  # equal to ``base`` but in one word
+        w = rng.randrange(hb // 8)
+        return base[:8 * w] + rng.choice([b"\0" * 8, b"\xff" * 8, rng.randbytes(8)]) + base[8 * w + 8:]
+    return rng.randbytes(hb)
 
 
-def fuzz(seed, steps=400):
+def fuzz(seed, steps=400, odd=False):
+    """``odd``: also hashes of 8 to 32 bytes (or equal in all but one word), arrival indices that skip
+    (beyond the calendar's window too), blocks vLLM cached that the runtime never heard stored, a hash twice
+    in one store, session ids 0, "" and a tuple, pools from one block (drawn from a second generator:
+    without ``odd`` the streams are as they were)."""
     rng = random.Random(seed)
+    orng = random.Random(-1 - seed)
     nb = rng.randint(3, 40)
+    if odd:
+        nb = orng.randint(1, 40)
     ttl = rng.choice([1, 2, 3, 5, 8, 30])
     capf = rng.choice([0.0, 0.1, 0.3, 0.5, 1.0])
     mode = rng.choice(["rand", "collide8"])
+    hb, base = 32, None
+    if odd:
+        hb = orng.choice([8, 16, 24, 32])
+        mode = orng.choice(["rand", "collide8", "oneword"])
+        base = orng.randbytes(hb)
     opts = {"ttl_arrivals": str(ttl), "pin_cap_fraction": str(capf)}
     hooks = PolicyRuntime.for_policy("session_ttl", nb, FBS, opts, key_map=False)
     maxs = rng.choice([None, None, 1, 2, 3])
     if maxs is not None:  # (a tiny max_sessions: the least recently active forgotten often)
+        maxs = min(maxs, nb)
         next(iter(hooks.pm.get_plugins())).max_sessions = maxs
     comp = SessionTTLKernelRuntime(nb, FBS, ttl=ttl, pin_cap=hooks.pin_cap, max_sessions=maxs,
                                    edges=rng.choice([None, 1, 3]), order_cap=rng.choice([None, nb + 2, 2 * nb + 2]))
-    cfg = dict(nb=nb, ttl=ttl, capf=capf, mode=mode, maxs=maxs)
-    orig_stored = hooks.stored
-    hooks.stored = lambda req, ids, keys, *a: orig_stored(req, ids, [int.from_bytes(k) for k in keys], *a)
+    cfg = dict(nb=nb, ttl=ttl, capf=capf, mode=mode, maxs=maxs, hb=hb)
+    orig_stored = hooks.stored  # (the hash zero-padded to 32 bytes, as the kernels hold it: kernel_policy's keys)
+    hooks.stored = lambda req, ids, keys, *a: orig_stored(req, ids, [int.from_bytes(k + bytes(32 - len(k)))
+                                                                     for k in keys], *a)
 
     def both(name, *args):
         ra = rb = ea = eb = None
@@ -399,8 +416,10 @@ def fuzz(seed, steps=400):
     bhash = [None] * nb
     hmap = {}
     both("release", [], list(range(nb)), 0.0)
-    chains = [[_mkhash(rng, mode) for _ in range(rng.randint(1, 8))] for _ in range(rng.randint(1, 6))]
+    chains = [[_mkhash(rng, mode, hb, base) for _ in range(rng.randint(1, 8))] for _ in range(rng.randint(1, 6))]
     sessions = [f"s{i}" for i in range(rng.randint(1, 6))] + [None]
+    if odd:
+        sessions += [0, "", (1, 2)]
     many = rng.random() < 0.5  # new sessions all the time: the session rows run out and the dead ones are reused
     running = []
     arrivals = 0
@@ -416,12 +435,12 @@ def fuzz(seed, steps=400):
             if many and rng.random() < 0.7:
                 sessions.append(f"n{arrivals}")
             view = RequestView(f"r{arrivals}", rng.choice(sessions[-6:] + [None]), arrivals, t, L * FBS + partial, ())
-            arrivals += 1
+            arrivals += orng.choice([1, 1, 1, 2, ttl, ttl + 1, 5000, 70000]) if odd else 1
             both("arrived", view, t)
             hits = []
             for h in chain:
                 bl = hmap.get(h)
-                if not bl:
+                if not bl or bl[0] in hits:  # (a hash twice in a chain: odd hashes)
                     break
                 hits.append(bl[0])
             n_new = L - len(hits) + partial
@@ -447,12 +466,16 @@ def fuzz(seed, steps=400):
                 ref[b] = 1
             full = victims[: L - len(hits)]
             ks = chain[len(hits):]
+            if odd and len(ks) >= 2 and orng.random() < 0.1:
+                ks = [ks[0], *ks[:-1]]  # a hash twice in one store
             cut = rng.randint(0, len(full)) if full else 0
             for part_ids, part_ks, first in ((full[:cut], ks[:cut], len(hits)), (full[cut:], ks[cut:], len(hits) + cut)):
                 if part_ids:
                     for b, h in zip(part_ids, part_ks):
                         bhash[b] = h
                         hmap.setdefault(h, []).append(b)
+                    if odd and orng.random() < 0.05:  # cached by vLLM, never heard stored (a prefix-cache reset)
+                        continue
                     both("stored", view, list(part_ids), list(part_ks), first, None, FBS, t)
             running.append([view, hits + victims, partial])
         elif r < 0.65 and running:
@@ -460,7 +483,7 @@ def fuzz(seed, steps=400):
             view, blocks, partial = ent
             if partial and bhash[blocks[-1]] is None:
                 b = blocks[-1]
-                h = _mkhash(rng, mode) if rng.random() < 0.8 else rng.choice(rng.choice(chains))
+                h = _mkhash(rng, mode, hb, base) if rng.random() < 0.8 else rng.choice(rng.choice(chains))
                 bhash[b] = h
                 hmap.setdefault(h, []).append(b)
                 both("stored", view, [b], [h], len(blocks) - 1, None, FBS, t)
@@ -512,6 +535,12 @@ def test_compiled_session_ttl_equals_the_hooks_on_random_pool_streams(chunk):
     res = [fuzz(s) for s in range(chunk, SEEDS, 4)]
     assert sum(e for e, _, _ in res) > 0 and sum(p for _, p, _ in res) > 0  # the streams evict and refuse pins
     assert any(w for _, _, w in res)  # and every session row was named, dead ones reused
+
+
+@pytest.mark.parametrize("chunk", range(2))
+def test_compiled_session_ttl_equals_the_hooks_on_odd_streams(chunk):
+    res = [fuzz(s, odd=True) for s in range(chunk, SEEDS // 2, 2)]
+    assert sum(e for e, _, _ in res) > 0 and sum(p for _, p, _ in res) > 0
 
 @pytest.mark.engine
 def test_engine_session_ttl_compiled_equals_hooks_and_simulator():
