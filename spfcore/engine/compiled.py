@@ -370,10 +370,14 @@ class SessionTTLKernelRuntime:
 
     Errors: as :class:`FrequencyKernelRuntime`'s (protocol breaks raise
     :class:`~spfcore.runtime.PolicyError` with nothing applied; ``touch``
-    ``KeyError``, ``evict`` ``ValueError``). A hit on, or a cached release of,
-    a block the runtime never heard stored (after a prefix-cache reset with
-    requests in flight) is touched and scored under one "no key" key, as the
-    hooks touch and score the key ``None`` (which they never evict).
+    ``KeyError``, ``evict`` ``ValueError``). An arrival index below the
+    latest arrival's, and a session's hit or store by a request ahead of it,
+    raise ``PolicyError`` too, nothing applied: the expiry calendar reaches a
+    TTL ahead of a clock that only grows, as the engine's does (the hooks
+    would take both). A hit on, or a cached release of, a block the runtime
+    never heard stored (after a prefix-cache reset with requests in flight)
+    is touched and scored under one "no key" key, as the hooks touch and
+    score the key ``None`` (which they never evict).
     """
 
     wants_block_hashes = True
