@@ -83,10 +83,11 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue
+from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
 from vllm.v1.core.sched.scheduler import Scheduler
 
 import attrs
+import numpy as np
 
 from spfcore.runtime import PolicyRuntime
 from spfcore.views import RequestView, gather
@@ -98,6 +99,13 @@ except ImportError:  # pragma: no cover - version dependent
 
 RuntimeFactory = Callable[[], PolicyRuntime]
 _perf = time.perf_counter
+#: Whether vLLM's ``KVCacheBlock.block_hash`` is a property over the field
+#: ``_block_hash`` (vLLM 0.24 and 0.32): the queue then reads the field of
+#: the blocks it is handed (a property call per block cost about half of a
+#: release's list of ids).
+_RAW_HASH = ("_block_hash" in getattr(KVCacheBlock, "__dataclass_fields__", {})
+             and isinstance(inspect.getattr_static(KVCacheBlock, "block_hash", None), property))
+_NO_IDS = np.zeros(0, np.int64)
 
 
 def vllm_keys(block_hashes: Sequence[bytes]) -> list[int]:
@@ -137,10 +145,19 @@ class PolicyFreeQueue:
 
     Holds no linked list: the free blocks live in the runtime's evictor as
     physical block ids, and this class maps ids to vLLM's ``KVCacheBlock``
-    objects (``blocks[i].block_id == i``). It also keeps, per free block, its
-    place in the order vLLM's own queue would hold them (a release stamp in a
-    list: one item write per block, a third of what an ``OrderedDict`` mirror
-    cost), so that a policy fault can fail open (module docstring).
+    objects (``blocks[i].block_id == i``). It also keeps, per block, whether
+    it is free (a ``bytearray`` flag, also seen as a numpy array) and while
+    free its place in the order vLLM's own queue would hold them (a release
+    stamp, int64 numpy array), so that a policy fault can fail open into
+    exactly vLLM's order (module docstring) and every victim is checked free
+    and distinct. Both are written a whole call at a time (numpy, on the id
+    list the runtime is handed anyway; a Python loop of item writes cost 3x
+    as much, results/issue11-s25-adapter), except :meth:`remove`'s one flag.
+
+    Runtimes with ``id_arrays = True`` (compiled ones that convert ids with
+    ``np.asarray`` anyway) get the block ids of :meth:`append_n` and
+    :meth:`prepend_n` as the int64 arrays the queue built for its mirror,
+    instead of lists.
 
     Args:
         blocks: All of the pool's ``KVCacheBlock`` objects, indexed by block id
@@ -174,7 +191,7 @@ class PolicyFreeQueue:
             views, block keys, the id and key lists of a hit or a store);
             neither vLLM's own work nor the runtime's events (the runtime's
             ``policy_seconds``) are in it. Not timed: the per-block
-            :meth:`remove` of a hit (a dict delete and a list append, a few
+            :meth:`remove` of a hit (a flag check and write and a list append, a few
             tenths of a microsecond a block; timing it would cost as much).
             The runner adds it to the cell's ``policy_seconds``.
     """
@@ -184,7 +201,19 @@ class PolicyFreeQueue:
         self.blocks = blocks
         self.runtime = runtime
         self.clock = clock
-        self._stamp: list = []  # block id -> its place in vLLM's order while free, None while not
+        from spfcore.evictor import prepare_numba
+
+        prepare_numba()
+        from spfcore.engine import _queue_nb
+
+        _queue_nb.warm()
+        self._k = _queue_nb
+        nb = len(blocks)
+        self._free = bytearray(nb)  # block id -> 1 while free (the policy in charge), else 0
+        self._fv = np.frombuffer(self._free, np.uint8)  # the same flags, as a numpy array (shared memory)
+        self._ord = np.zeros(nb, np.int64)  # block id -> its place in vLLM's order while free
+        self._raw = _RAW_HASH and all(isinstance(b, KVCacheBlock) for b in blocks)
+        self._arrays = bool(getattr(runtime, "id_arrays", False))
         self._set_order(runtime.free_ids())
         self.before_evict: Callable[[], None] | None = None  # set by PolicyScheduler
         self.on_fault: Callable[[dict], None] | None = None  # set by PolicyScheduler
@@ -226,19 +255,22 @@ class PolicyFreeQueue:
             b.prev_free_block = b.next_free_block = None
         self.fallback = FreeKVCacheBlockQueue(list(free_blocks))
         self.num_free_blocks = self.fallback.num_free_blocks
-        self._stamp = [None] * len(blocks)
+        self._fv[:] = 0
 
     def _set_order(self, ids) -> None:
-        st = self._stamp = [None] * len(self.blocks)
-        for k, i in enumerate(ids):
-            st[i] = k
-        self.num_free_blocks = n = len(ids)
+        n = len(ids)
+        a = np.fromiter(ids, np.int64, n)
+        fv = self._fv
+        fv[:] = 0
+        fv[a] = 1
+        self._ord[a] = np.arange(n)
+        self.num_free_blocks = n
         self._hi, self._lo = n, -1  # the next append's stamp, and the next prepend's (counting down)
 
     def _free_ids(self) -> list[int]:
         """The free block ids in vLLM's order (ascending release stamp)."""
-        st = self._stamp
-        return sorted((i for i, x in enumerate(st) if x is not None), key=st.__getitem__)
+        free = np.flatnonzero(self._fv)
+        return free[np.argsort(self._ord[free], kind="stable")].tolist()
 
     # ------------------------------------------------------------ faults
     def fail_open(self, where: str, exc: BaseException) -> None:
@@ -313,20 +345,19 @@ class PolicyFreeQueue:
             return []
         if n > self.num_free_blocks:
             raise ValueError(f"No free blocks available: asked for {n}, {self.num_free_blocks} free")
-        st = self._stamp
+        fv = self._fv
         try:
             ids = self.runtime.evict(n, self.clock())
             t1 = _perf()
-            if (len(ids) != n or min(ids) < 0 or None in gather(st, ids)  # IndexError past the pool
-                    or len(set(ids)) != n):
+            # the victims' blocks (TypeError: not ints; IndexError: past the pool), then their flags in one
+            # kernel call: each must be of the pool, free and named once
+            out = gather(self.blocks, ids) if len(ids) == n else None
+            if out is None or self._k.take(fv, np.fromiter(ids, np.int64, n)):  # (nothing applied on failure)
                 raise RuntimeError(f"runtime.evict({n}) returned {list(ids)!r}: not {n} distinct free blocks")
         except Exception as exc:  # noqa: BLE001 - fail open, recorded
             self.fail_open("evict", exc)
             return self._fallback_popleft_n(n)
-        for i in ids:
-            st[i] = None
         self.num_free_blocks -= n
-        out = gather(self.blocks, ids)
         self.adapter_seconds += _perf() - t1
         return out
 
@@ -341,10 +372,10 @@ class PolicyFreeQueue:
             self.num_free_blocks = self.fallback.num_free_blocks
             return
         i = block.block_id
-        st = self._stamp
-        if not 0 <= i < len(st) or st[i] is None:  # vLLM's sentinel blocks have id -1
+        fl = self._free
+        if not 0 <= i < len(fl) or not fl[i]:  # vLLM's sentinel blocks have id -1
             raise RuntimeError(f"remove() called on a block that is not free: block {i}")
-        st[i] = None
+        fl[i] = 0
         self.num_free_blocks -= 1
         if self._touched is not None:  # inside touch_many: the runtime hears of it once, at the end
             self._touched.append(i)
@@ -393,15 +424,23 @@ class PolicyFreeQueue:
             self.num_free_blocks = self.fallback.num_free_blocks
             return
         t = _perf()
-        st, k = self._stamp, self._hi
-        for b in blocks:
-            st[b.block_id] = k
-            k += 1
-        self._hi = k
-        self.num_free_blocks += len(blocks)
+        n = len(blocks)
+        # one pass over the blocks: the id of a cached block, ~id of a hashless one
+        if self._raw:
+            ids = [b.block_id if b._block_hash is not None else ~b.block_id for b in blocks]
+        else:
+            ids = [b.block_id if b.block_hash is not None else ~b.block_id for b in blocks]
+        a = np.fromiter(ids, np.int64, n)
+        k = self._hi
+        if not self._k.put(self._fv, self._ord, a, k):  # all cached (vLLM's free_blocks appends only those)
+            cached, hashless = (a if self._arrays else ids), ()
+        else:
+            cached, hashless = [i for i in ids if i >= 0], [~i for i in ids if i < 0]
+            if self._arrays:
+                cached, hashless = np.array(cached, np.int64), np.array(hashless, np.int64)
+        self._hi = k + n
+        self.num_free_blocks += n
         try:
-            cached = [b.block_id for b in blocks if b.block_hash is not None]
-            hashless = () if len(cached) == len(blocks) else [b.block_id for b in blocks if b.block_hash is None]
             self.adapter_seconds += _perf() - t
             self.runtime.release(cached, hashless, self.clock())
         except Exception as exc:  # noqa: BLE001 - fail open, recorded
@@ -416,16 +455,16 @@ class PolicyFreeQueue:
             self.num_free_blocks = self.fallback.num_free_blocks
             return
         t = _perf()
+        n = len(blocks)
         ids = [b.block_id for b in blocks]
-        st, k = self._stamp, self._lo
-        for i in reversed(ids):  # blocks[0] ends first: the lowest stamp
-            st[i] = k
-            k -= 1
-        self._lo = k
-        self.num_free_blocks += len(blocks)
+        a = np.fromiter(ids, np.int64, n)
+        k = self._lo
+        self._k.put(self._fv, self._ord, a, k - n + 1)  # blocks[0] ends first: the lowest stamp
+        self._lo = k - n
+        self.num_free_blocks += n
         try:
             self.adapter_seconds += _perf() - t
-            self.runtime.release((), ids, self.clock())
+            self.runtime.release(_NO_IDS if self._arrays else (), a if self._arrays else ids, self.clock())
         except Exception as exc:  # noqa: BLE001 - fail open, recorded
             self.fail_open("release", exc)
 

@@ -1,0 +1,75 @@
+"""The adapter's time per request in the real engine: main's PolicyFreeQueue
+(d6d012c, loaded from git) vs this tree's, interleaved on one engine (prints
+figures; asserts nothing but equal decisions).
+
+One CPU engine (the tiny model; bench_compiled.py's workload: the seed's shape
+at 1/16 the prefix). Each run installs the arm afresh (``use_policy``) with
+``vllm_adapter.PolicyFreeQueue`` swapped to one of the two classes (the
+scheduler builds its queue from that name; the wrappers around vLLM are this
+tree's in both), the order reversed every round. Per run: the cell's
+``adapter_seconds`` and runtime time per request; at the end whether every
+run's per-request cached tokens and evictions are the same.
+
+    /work/main/.venv/bin/python results/issue11-s25-adapter/engine_ab.py --rounds 3 [--arm frequency] [--hooks]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import os
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from queue_cost import baseline_module  # noqa: E402
+
+from spfcore.engine import vllm_adapter  # noqa: E402
+from spfcore.engine.runner import EngineSpec, default_block_size, open_engine  # noqa: E402
+from spfcore.workloads.generators import make  # noqa: E402
+from spfcore.workloads.pressure import num_blocks_for_pressure  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--arm", default="frequency")
+    ap.add_argument("--hooks", action="store_true", help="the arm's hooks, not its compiled runtime")
+    ap.add_argument("--prefix-tokens", type=int, default=512)
+    args = ap.parse_args()
+    wl = make("personas", seed=42, personas=16, prefix_tokens=args.prefix_tokens, sessions=16, turns=4,
+              query_tokens=32, output_tokens=4, order="round_robin")
+    bs = default_block_size()
+    nb = num_blocks_for_pressure(wl, 2.3, bs)
+    n = len(wl.requests)
+    classes = {"base": baseline_module().PolicyFreeQueue, "new": vllm_adapter.PolicyFreeQueue}
+    rows = {k: [] for k in classes}
+    seen = set()
+    print(f"{n} requests, {nb} blocks of {bs} tokens, arm {args.arm} ({'hooks' if args.hooks else 'compiled'})")
+    with open_engine(EngineSpec(model="tiny", block_size=bs, num_blocks=nb), args.arm) as s:
+        for r in range(args.rounds + 1):
+            for k in (list(classes) if r % 2 == 0 else list(classes)[::-1]):
+                vllm_adapter.PolicyFreeQueue = classes[k]
+                try:
+                    s.use_policy(args.arm, compiled=not args.hooks)
+                    c = s.run(wl, seed=42)
+                finally:
+                    vllm_adapter.PolicyFreeQueue = classes["new"]
+                if r == 0:
+                    continue  # warm-up round, not kept
+                a = c["adapter_seconds"] / n * 1e3
+                rt = (c["policy_seconds"] - c["adapter_seconds"]) / n * 1e3
+                rows[k].append((a, rt))
+                seen.add((tuple(x["cached_tokens"] for x in c["requests"]), c["evictions"], c["served_by"]))
+                print(f"round {r} {k}: adapter {a:.4f} ms/req, runtime {rt:.4f} ms/req, {c['evictions']} evictions, "
+                      f"served by {c['served_by']}")
+    for k, rs in rows.items():
+        xs = [x[0] for x in rs]
+        ys = [x[1] for x in rs]
+        print(f"{k}: adapter {statistics.median(xs):.4f} [{min(xs):.4f}, {max(xs):.4f}] ms/req, "
+              f"runtime {statistics.median(ys):.4f} [{min(ys):.4f}, {max(ys):.4f}]")
+    print("per round new/base adapter:", ", ".join(f"{b[0] / a[0]:.2f}" for a, b in zip(rows["base"], rows["new"])))
+    print(f"every run's cached tokens, evictions and runtime kind identical: {len(seen) == 1}")
+
+
+if __name__ == "__main__":
+    main()
