@@ -6,7 +6,8 @@ The queue keeps, besides the runtime, which blocks are free and the order
 vLLM's own ``FreeKVCacheBlockQueue`` would hold them in (flags and release
 stamps written a call at a time). Random streams drive it side by side with
 a vLLM queue that takes out the same victims: the free list, its order and
-the free count must agree after every operation, the runtime must hold
+the free count must agree after every operation (with the mirror written
+by the numba kernels, by Python loops, or both by call size), the runtime must hold
 exactly the free blocks, and after a fault vLLM's order serves. Victims
 that are not ``n`` distinct free blocks of the pool fail open with nothing
 applied.
@@ -24,11 +25,20 @@ pytest.importorskip("vllm")
 from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
 
 from spfcore.engine.compiled import compiled_runtime
+from spfcore.engine import vllm_adapter
 from spfcore.engine.vllm_adapter import PolicyFreeQueue
 from spfcore.runtime import PolicyRuntime
 from spfcore.views import RequestView
 
 BS = 4
+
+
+@pytest.fixture(params=[1, 3, 10**9], ids=["kernel", "mixed", "loops"], autouse=True)
+def bulk(request, monkeypatch):
+    """Every test runs with the mirror written by the kernels for calls of
+    any size, of 3 blocks or more, and never (Python loops)."""
+    monkeypatch.setattr(vllm_adapter, "BULK_BLOCKS", request.param)
+    return request.param
 
 
 def _runtime(kind: str, n: int):
@@ -76,8 +86,8 @@ class _Pair:
             for bl in (self.mine, self.theirs):
                 bl[i].reset_hash()
                 bl[i].ref_cnt = 1
-        # cache all but (sometimes) the last block, as a request with a partial last block
-        full = ids if self.rng.random() < 0.5 else ids[:-1]
+        # cache all, all but the last (a partial last block), or none (aborted before its first step)
+        full = (ids, ids[:-1], [])[int(self.rng.integers(0, 3))]
         keys = [self.key + j for j in range(len(full))]
         self.key += len(full)
         if full and self.q.fallback is None:
@@ -222,9 +232,10 @@ def test_remove_checks_the_flag_and_loses_nothing():
     changes nothing; of a free cached one (a hit), clears exactly its flag
     and the runtime lets it go."""
     p = _Pair("compiled", 12, 0)
-    p.allocate(4)
-    p.allocate(3)
-    p.free(0, mixed=False)
+    while not any(p.mine[i].block_hash is not None for i in _order(p.q)):
+        p.allocate(3)
+        p.allocate(2)
+        p.free(0, mixed=False)
     held = p.held[0]
     order = _order(p.q)
     for bad in (KVCacheBlock(-1), KVCacheBlock(12), p.mine[held[0]], p.mine[0]):

@@ -42,6 +42,24 @@ def main():
     nb = num_blocks_for_pressure(wl, 2.3, bs)
     n = len(wl.requests)
     classes = {"base": baseline_module().PolicyFreeQueue, "new": vllm_adapter.PolicyFreeQueue}
+    split = {}  # (class, queue method) -> adapter seconds inside it, kept rounds only
+    keep = [False]
+
+    def attribute(cls, name):
+        orig = getattr(cls, name)
+
+        def timed(self, *a, **kw):
+            before = self.adapter_seconds
+            try:
+                return orig(self, *a, **kw)
+            finally:
+                if keep[0]:
+                    key = (cls, name)
+                    split[key] = split.get(key, 0.0) + self.adapter_seconds - before
+        setattr(cls, name, timed)
+    for cls in classes.values():
+        for name in ("popleft_n", "append_n", "prepend_n"):
+            attribute(cls, name)
     rows = {k: [] for k in classes}
     seen = set()
     print(f"{n} requests, {nb} blocks of {bs} tokens, arm {args.arm} ({'hooks' if args.hooks else 'compiled'})")
@@ -49,6 +67,7 @@ def main():
         for r in range(args.rounds + 1):
             for k in (list(classes) if r % 2 == 0 else list(classes)[::-1]):
                 vllm_adapter.PolicyFreeQueue = classes[k]
+                keep[0] = r > 0
                 try:
                     s.use_policy(args.arm, compiled=not args.hooks)
                     c = s.run(wl, seed=42)
@@ -67,6 +86,11 @@ def main():
         ys = [x[1] for x in rs]
         print(f"{k}: adapter {statistics.median(xs):.4f} [{min(xs):.4f}, {max(xs):.4f}] ms/req, "
               f"runtime {statistics.median(ys):.4f} [{min(ys):.4f}, {max(ys):.4f}]")
+        parts = {name: split.get((classes[k], name), 0.0) / (n * len(rs)) * 1e3
+                 for name in ("popleft_n", "append_n", "prepend_n")}
+        rest = statistics.mean(xs) - sum(parts.values())
+        print(f"{k}: mean adapter ms/req by part: " + ", ".join(f"{a} {b:.4f}" for a, b in parts.items())
+              + f", the scheduler's wrappers {rest:.4f}")
     print("per round new/base adapter:", ", ".join(f"{b[0] / a[0]:.2f}" for a, b in zip(rows["base"], rows["new"])))
     print(f"every run's cached tokens, evictions and runtime kind identical: {len(seen) == 1}")
 

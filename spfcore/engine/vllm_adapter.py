@@ -76,6 +76,7 @@ after every scheduler step.
 
 from __future__ import annotations
 
+import array
 import inspect
 import json
 import logging
@@ -106,6 +107,12 @@ _perf = time.perf_counter
 _RAW_HASH = ("_block_hash" in getattr(KVCacheBlock, "__dataclass_fields__", {})
              and isinstance(inspect.getattr_static(KVCacheBlock, "block_hash", None), property))
 _NO_IDS = np.zeros(0, np.int64)
+#: Calls of at least this many blocks write the queue's mirror with one numba
+#: kernel call; smaller ones with a Python loop. A kernel call has a fixed
+#: cost (about 13 us with cold caches, the numpy conversion and numba's
+#: dispatch) where a loop costs about 0.1 us a block: they meet near 100
+#: blocks (results/issue11-s25-adapter).
+BULK_BLOCKS = 96
 
 
 def vllm_keys(block_hashes: Sequence[bytes]) -> list[int]:
@@ -146,18 +153,22 @@ class PolicyFreeQueue:
     Holds no linked list: the free blocks live in the runtime's evictor as
     physical block ids, and this class maps ids to vLLM's ``KVCacheBlock``
     objects (``blocks[i].block_id == i``). It also keeps, per block, whether
-    it is free (a ``bytearray`` flag, also seen as a numpy array) and while
-    free its place in the order vLLM's own queue would hold them (a release
-    stamp, int64 numpy array), so that a policy fault can fail open into
-    exactly vLLM's order (module docstring) and every victim is checked free
-    and distinct. Both are written a whole call at a time (numpy, on the id
-    list the runtime is handed anyway; a Python loop of item writes cost 3x
-    as much, results/issue11-s25-adapter), except :meth:`remove`'s one flag.
+    it is free (a ``bytearray`` of flags) and while free its place in the
+    order vLLM's own queue would hold them (a release stamp, an int64
+    ``array.array``), so that a policy fault can fail open into exactly
+    vLLM's order (module docstring) and every victim is checked free and
+    distinct. A call of :data:`BULK_BLOCKS` blocks or more writes both in one
+    numba kernel call (:mod:`spfcore.engine._queue_nb`, over numpy views of
+    the same memory), on the ids the runtime is handed anyway; a smaller one
+    item by item (a kernel call's fixed cost is higher). At the seed's scale
+    this cut the queue's own time per request by about half
+    (results/issue11-s25-adapter), the list of item writes of main's mirror
+    (a release stamp or ``None`` per block in a Python list) being most of it.
 
-    Runtimes with ``id_arrays = True`` (compiled ones that convert ids with
-    ``np.asarray`` anyway) get the block ids of :meth:`append_n` and
-    :meth:`prepend_n` as the int64 arrays the queue built for its mirror,
-    instead of lists.
+    Runtimes with ``id_arrays = True`` (compiled ones, which convert ids to
+    int64 arrays anyway) may be handed the block ids of :meth:`append_n` and
+    :meth:`prepend_n` (``runtime.release``) as the int64 arrays the queue
+    built for its mirror, instead of lists.
 
     Args:
         blocks: All of the pool's ``KVCacheBlock`` objects, indexed by block id
@@ -211,7 +222,8 @@ class PolicyFreeQueue:
         nb = len(blocks)
         self._free = bytearray(nb)  # block id -> 1 while free (the policy in charge), else 0
         self._fv = np.frombuffer(self._free, np.uint8)  # the same flags, as a numpy array (shared memory)
-        self._ord = np.zeros(nb, np.int64)  # block id -> its place in vLLM's order while free
+        self._stamp = array.array("q", bytes(8 * nb))  # block id -> its place in vLLM's order while free
+        self._ord = np.frombuffer(self._stamp, np.int64)  # the same stamps, as a numpy array (shared memory)
         self._raw = _RAW_HASH and all(isinstance(b, KVCacheBlock) for b in blocks)
         self._arrays = bool(getattr(runtime, "id_arrays", False))
         self._set_order(runtime.free_ids())
@@ -352,7 +364,21 @@ class PolicyFreeQueue:
             # the victims' blocks (TypeError: not ints; IndexError: past the pool), then their flags in one
             # kernel call: each must be of the pool, free and named once
             out = gather(self.blocks, ids) if len(ids) == n else None
-            if out is None or self._k.take(fv, np.fromiter(ids, np.int64, n)):  # (nothing applied on failure)
+            if out is None:
+                bad = True
+            elif n >= BULK_BLOCKS:
+                bad = self._k.take(fv, np.fromiter(ids, np.int64, n))  # (nothing applied on failure)
+            else:
+                fl, j = self._free, 0
+                for i in ids:
+                    if i < 0 or not fl[i]:
+                        break
+                    fl[i] = 0
+                    j += 1
+                if bad := j != n:
+                    for i in ids[:j]:  # (each was free)
+                        fl[i] = 1
+            if bad:
                 raise RuntimeError(f"runtime.evict({n}) returned {list(ids)!r}: not {n} distinct free blocks")
         except Exception as exc:  # noqa: BLE001 - fail open, recorded
             self.fail_open("evict", exc)
@@ -430,9 +456,21 @@ class PolicyFreeQueue:
             ids = [b.block_id if b._block_hash is not None else ~b.block_id for b in blocks]
         else:
             ids = [b.block_id if b.block_hash is not None else ~b.block_id for b in blocks]
-        a = np.fromiter(ids, np.int64, n)
         k = self._hi
-        if not self._k.put(self._fv, self._ord, a, k):  # all cached (vLLM's free_blocks appends only those)
+        if n >= BULK_BLOCKS:
+            a = np.fromiter(ids, np.int64, n)
+            hl = self._k.put(self._fv, self._ord, a, k)
+        else:
+            a, hl, fl, st = ids, 0, self._free, self._stamp
+            for i in ids:
+                if i < 0:
+                    i = ~i
+                    hl += 1
+                fl[i] = 1
+                st[i] = k
+                k += 1
+            k = self._hi
+        if not hl:  # all cached (vLLM's free_blocks appends only those)
             cached, hashless = (a if self._arrays else ids), ()
         else:
             cached, hashless = [i for i in ids if i >= 0], [~i for i in ids if i < 0]
@@ -457,9 +495,17 @@ class PolicyFreeQueue:
         t = _perf()
         n = len(blocks)
         ids = [b.block_id for b in blocks]
-        a = np.fromiter(ids, np.int64, n)
         k = self._lo
-        self._k.put(self._fv, self._ord, a, k - n + 1)  # blocks[0] ends first: the lowest stamp
+        if n >= BULK_BLOCKS:
+            a = np.fromiter(ids, np.int64, n)
+            self._k.put(self._fv, self._ord, a, k - n + 1)  # blocks[0] ends first: the lowest stamp
+        else:
+            a, fl, st = ids, self._free, self._stamp
+            for i in reversed(ids):
+                fl[i] = 1
+                st[i] = k
+                k -= 1
+            k = self._lo
         self._lo = k - n
         self.num_free_blocks += n
         try:
