@@ -11,6 +11,11 @@ tree's in both), the order reversed every round. Per run: the cell's
 run's per-request cached tokens and evictions are the same.
 
     /work/main/.venv/bin/python results/issue11-s25-adapter/engine_ab.py --rounds 3 [--arm frequency] [--hooks]
+
+On the H200 (the seed's full scale, as results/issue11-s24-compiled-frequency)::
+
+    python3 results/issue11-s25-adapter/engine_ab.py --model llama-3.2-3b --block-size 16 --num-blocks 3561 \
+        --prefix-tokens 8192 --query-tokens 128 --output-tokens 32 --sessions 16 --rounds 2
 """
 
 from __future__ import annotations
@@ -34,12 +39,18 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--arm", default="frequency")
     ap.add_argument("--hooks", action="store_true", help="the arm's hooks, not its compiled runtime")
+    ap.add_argument("--model", default="tiny", help="preset name or checkpoint folder")
+    ap.add_argument("--block-size", type=int, default=None, help="tokens per block (default 32 CPU / 16 GPU)")
+    ap.add_argument("--num-blocks", type=int, default=None, help="cache blocks (default: pressure 2.3)")
     ap.add_argument("--prefix-tokens", type=int, default=512)
+    ap.add_argument("--query-tokens", type=int, default=32)
+    ap.add_argument("--output-tokens", type=int, default=4)
+    ap.add_argument("--sessions", type=int, default=16)
     args = ap.parse_args()
-    wl = make("personas", seed=42, personas=16, prefix_tokens=args.prefix_tokens, sessions=16, turns=4,
-              query_tokens=32, output_tokens=4, order="round_robin")
-    bs = default_block_size()
-    nb = num_blocks_for_pressure(wl, 2.3, bs)
+    wl = make("personas", seed=42, personas=16, prefix_tokens=args.prefix_tokens, sessions=args.sessions, turns=4,
+              query_tokens=args.query_tokens, output_tokens=args.output_tokens, order="round_robin")
+    bs = args.block_size or default_block_size()
+    nb = args.num_blocks or num_blocks_for_pressure(wl, 2.3, bs)
     n = len(wl.requests)
     classes = {"base": baseline_module().PolicyFreeQueue, "new": vllm_adapter.PolicyFreeQueue}
     split = {}  # (class, queue method) -> adapter seconds inside it, kept rounds only
@@ -63,7 +74,7 @@ def main():
     rows = {k: [] for k in classes}
     seen = set()
     print(f"{n} requests, {nb} blocks of {bs} tokens, arm {args.arm} ({'hooks' if args.hooks else 'compiled'})")
-    with open_engine(EngineSpec(model="tiny", block_size=bs, num_blocks=nb), args.arm) as s:
+    with open_engine(EngineSpec(model=args.model, block_size=bs, num_blocks=nb), args.arm) as s:
         for r in range(args.rounds + 1):
             for k in (list(classes) if r % 2 == 0 else list(classes)[::-1]):
                 vllm_adapter.PolicyFreeQueue = classes[k]

@@ -3,18 +3,16 @@
 operation over two arrays indexed by block id, instead of a Python item
 write per block.
 
-* ``fv`` uint8 ``[num_blocks]``: 1 while the block is free (the policy in
-  charge), else 0 (a numpy view of the queue's ``bytearray``, which
-  :meth:`~spfcore.engine.vllm_adapter.PolicyFreeQueue.remove` writes one
-  item at a time).
 * ``order`` int64 ``[num_blocks]``: a free block's place in the order vLLM's
   own ``FreeKVCacheBlockQueue`` would hold it (release stamps; prepended
-  blocks count down from -1, appended ones up).
+  blocks count down from -1, appended ones up), :data:`NOT_FREE` for a block
+  that is not free (a numpy view of the queue's ``array.array``, which
+  :meth:`~spfcore.engine.vllm_adapter.PolicyFreeQueue.remove` and calls of
+  fewer than ``BULK_BLOCKS`` blocks write one item at a time).
 
 Between engine steps the model's work leaves the CPU caches cold, so the
-cost that matters is the call count and the lines touched: each kernel is
-one call over the ids, ``fv`` is 1 byte a block (3.5 KB for the seed's
-pool).
+cost that matters is the call count and the memory touched: each kernel is
+one call over the ids, into the one array.
 """
 
 from __future__ import annotations
@@ -23,29 +21,34 @@ import numba
 import numpy as np
 
 _jit = numba.njit(cache=True, nogil=True)
+#: The stamp of a block that is not free (int64's least value; stamps never reach it).
+NOT_FREE = -(2**63)
 
 
 @_jit
-def take(fv, ids):
-    """An allocation's victims ``ids`` (int64 ``[n]``) leave the free set.
+def take(order, ids, old):
+    """An allocation's victims ``ids`` (int64 ``[n]``) leave the free set
+    (their stamps become :data:`NOT_FREE`; ``old``, int64 ``[>= n]``, is
+    scratch).
 
-    Returns 0, or ``-1 - j`` when ``ids[j]`` is out of ``[0, len(fv))``,
+    Returns 0, or ``-1 - j`` when ``ids[j]`` is out of ``[0, len(order))``,
     not free, or named earlier in ``ids``; then nothing is applied (the
-    flags cleared before ``j`` are set again: each was free).
+    stamps cleared before ``j`` are put back).
     """
-    nb = fv.shape[0]
+    nb = order.shape[0]
     for j in range(ids.shape[0]):
         i = ids[j]
-        if i < 0 or i >= nb or fv[i] == 0:
+        if i < 0 or i >= nb or order[i] == NOT_FREE:
             for k in range(j):
-                fv[ids[k]] = 1
+                order[ids[k]] = old[k]
             return -1 - j
-        fv[i] = 0
+        old[j] = order[i]
+        order[i] = NOT_FREE
     return 0
 
 
 @_jit
-def put(fv, order, ids, first):
+def put(order, ids, first):
     """Blocks ``ids`` (int64 ``[n]``; ``~id`` for a hashless block, which is
     turned into its id in place) become free with release stamps ``first``,
     ``first + 1``, ... in ``ids`` order. Returns the number of hashless
@@ -57,7 +60,6 @@ def put(fv, order, ids, first):
             i = ~i
             ids[j] = i
             hashless += 1
-        fv[i] = 1
         order[i] = first + j
     return hashless
 
@@ -65,7 +67,6 @@ def put(fv, order, ids, first):
 def warm() -> None:
     """Compile both kernels (or load numba's on-disk cache) with the
     argument types the queue passes."""
-    fv = np.zeros(4, np.uint8)
-    order = np.zeros(4, np.int64)
-    put(fv, order, np.array([1, ~2], np.int64), 0)
-    take(fv, np.array([1, 2], np.int64))
+    order = np.full(4, NOT_FREE, np.int64)
+    put(order, np.array([1, ~2], np.int64), 0)
+    take(order, np.array([1, 2], np.int64), np.empty(4, np.int64))

@@ -107,6 +107,8 @@ _perf = time.perf_counter
 _RAW_HASH = ("_block_hash" in getattr(KVCacheBlock, "__dataclass_fields__", {})
              and isinstance(inspect.getattr_static(KVCacheBlock, "block_hash", None), property))
 _NO_IDS = np.zeros(0, np.int64)
+#: The queue's stamp of a block that is not free (int64's least value).
+NOT_FREE = -(2**63)
 #: Calls of at least this many blocks write the queue's mirror with one numba
 #: kernel call; smaller ones with a Python loop. A kernel call has a fixed
 #: cost (about 13 us with cold caches, the numpy conversion and numba's
@@ -152,18 +154,18 @@ class PolicyFreeQueue:
 
     Holds no linked list: the free blocks live in the runtime's evictor as
     physical block ids, and this class maps ids to vLLM's ``KVCacheBlock``
-    objects (``blocks[i].block_id == i``). It also keeps, per block, whether
-    it is free (a ``bytearray`` of flags) and while free its place in the
-    order vLLM's own queue would hold them (a release stamp, an int64
-    ``array.array``), so that a policy fault can fail open into exactly
-    vLLM's order (module docstring) and every victim is checked free and
-    distinct. A call of :data:`BULK_BLOCKS` blocks or more writes both in one
-    numba kernel call (:mod:`spfcore.engine._queue_nb`, over numpy views of
-    the same memory), on the ids the runtime is handed anyway; a smaller one
-    item by item (a kernel call's fixed cost is higher). At the seed's scale
-    this cut the queue's own time per request by about half
-    (results/issue11-s25-adapter), the list of item writes of main's mirror
-    (a release stamp or ``None`` per block in a Python list) being most of it.
+    objects (``blocks[i].block_id == i``). It also keeps, per block, its
+    place in the order vLLM's own queue would hold the free blocks (a release
+    stamp in an int64 ``array.array``; :data:`NOT_FREE` while the block is
+    not free), so that a policy fault can fail open into exactly vLLM's order
+    (module docstring) and every victim is checked free and distinct. A call
+    of :data:`BULK_BLOCKS` blocks or more writes the stamps in one numba
+    kernel call (:mod:`spfcore.engine._queue_nb`, over a numpy view of the
+    same memory), on the ids the runtime is handed anyway; a smaller one item
+    by item (a kernel call's fixed cost is higher). At the seed's scale this
+    cut the queue's own time per request by about a third with cold caches
+    (results/issue11-s25-adapter); main's mirror was a Python list of int
+    stamps or ``None``, written item by item.
 
     Runtimes with ``id_arrays = True`` (compiled ones, which convert ids to
     int64 arrays anyway) may be handed the block ids of :meth:`append_n` and
@@ -220,10 +222,10 @@ class PolicyFreeQueue:
         _queue_nb.warm()
         self._k = _queue_nb
         nb = len(blocks)
-        self._free = bytearray(nb)  # block id -> 1 while free (the policy in charge), else 0
-        self._fv = np.frombuffer(self._free, np.uint8)  # the same flags, as a numpy array (shared memory)
-        self._stamp = array.array("q", bytes(8 * nb))  # block id -> its place in vLLM's order while free
+        # block id -> its place in vLLM's order while free (the policy in charge), else NOT_FREE
+        self._stamp = array.array("q", [NOT_FREE]) * nb
         self._ord = np.frombuffer(self._stamp, np.int64)  # the same stamps, as a numpy array (shared memory)
+        self._old = np.empty(nb, np.int64)  # scratch: the stamps a failed bulk check puts back
         self._raw = _RAW_HASH and all(isinstance(b, KVCacheBlock) for b in blocks)
         self._arrays = bool(getattr(runtime, "id_arrays", False))
         self._set_order(runtime.free_ids())
@@ -267,22 +269,21 @@ class PolicyFreeQueue:
             b.prev_free_block = b.next_free_block = None
         self.fallback = FreeKVCacheBlockQueue(list(free_blocks))
         self.num_free_blocks = self.fallback.num_free_blocks
-        self._fv[:] = 0
+        self._ord[:] = NOT_FREE
 
     def _set_order(self, ids) -> None:
         n = len(ids)
         a = np.fromiter(ids, np.int64, n)
-        fv = self._fv
-        fv[:] = 0
-        fv[a] = 1
+        self._ord[:] = NOT_FREE
         self._ord[a] = np.arange(n)
         self.num_free_blocks = n
         self._hi, self._lo = n, -1  # the next append's stamp, and the next prepend's (counting down)
 
     def _free_ids(self) -> list[int]:
         """The free block ids in vLLM's order (ascending release stamp)."""
-        free = np.flatnonzero(self._fv)
-        return free[np.argsort(self._ord[free], kind="stable")].tolist()
+        o = self._ord
+        free = np.flatnonzero(o != NOT_FREE)
+        return free[np.argsort(o[free], kind="stable")].tolist()
 
     # ------------------------------------------------------------ faults
     def fail_open(self, where: str, exc: BaseException) -> None:
@@ -357,27 +358,26 @@ class PolicyFreeQueue:
             return []
         if n > self.num_free_blocks:
             raise ValueError(f"No free blocks available: asked for {n}, {self.num_free_blocks} free")
-        fv = self._fv
         try:
             ids = self.runtime.evict(n, self.clock())
             t1 = _perf()
-            # the victims' blocks (TypeError: not ints; IndexError: past the pool), then their flags in one
-            # kernel call: each must be of the pool, free and named once
+            # the victims' blocks (TypeError: not ints; IndexError: past the pool), then their stamps: each
+            # must be of the pool, free and named once (nothing applied otherwise)
             out = gather(self.blocks, ids) if len(ids) == n else None
             if out is None:
                 bad = True
             elif n >= BULK_BLOCKS:
-                bad = self._k.take(fv, np.fromiter(ids, np.int64, n))  # (nothing applied on failure)
+                bad = self._k.take(self._ord, np.fromiter(ids, np.int64, n), self._old)
             else:
-                fl, j = self._free, 0
+                st, old = self._stamp, []
                 for i in ids:
-                    if i < 0 or not fl[i]:
+                    if i < 0 or (x := st[i]) == NOT_FREE:
                         break
-                    fl[i] = 0
-                    j += 1
-                if bad := j != n:
-                    for i in ids[:j]:  # (each was free)
-                        fl[i] = 1
+                    st[i] = NOT_FREE
+                    old.append(x)
+                if bad := len(old) != n:
+                    for i, x in zip(ids, old):
+                        st[i] = x
             if bad:
                 raise RuntimeError(f"runtime.evict({n}) returned {list(ids)!r}: not {n} distinct free blocks")
         except Exception as exc:  # noqa: BLE001 - fail open, recorded
@@ -398,10 +398,10 @@ class PolicyFreeQueue:
             self.num_free_blocks = self.fallback.num_free_blocks
             return
         i = block.block_id
-        fl = self._free
-        if not 0 <= i < len(fl) or not fl[i]:  # vLLM's sentinel blocks have id -1
+        st = self._stamp
+        if not 0 <= i < len(st) or st[i] == NOT_FREE:  # vLLM's sentinel blocks have id -1
             raise RuntimeError(f"remove() called on a block that is not free: block {i}")
-        fl[i] = 0
+        st[i] = NOT_FREE
         self.num_free_blocks -= 1
         if self._touched is not None:  # inside touch_many: the runtime hears of it once, at the end
             self._touched.append(i)
@@ -459,14 +459,13 @@ class PolicyFreeQueue:
         k = self._hi
         if n >= BULK_BLOCKS:
             a = np.fromiter(ids, np.int64, n)
-            hl = self._k.put(self._fv, self._ord, a, k)
+            hl = self._k.put(self._ord, a, k)
         else:
-            a, hl, fl, st = ids, 0, self._free, self._stamp
+            a, hl, st = ids, 0, self._stamp
             for i in ids:
                 if i < 0:
                     i = ~i
                     hl += 1
-                fl[i] = 1
                 st[i] = k
                 k += 1
             k = self._hi
@@ -498,11 +497,10 @@ class PolicyFreeQueue:
         k = self._lo
         if n >= BULK_BLOCKS:
             a = np.fromiter(ids, np.int64, n)
-            self._k.put(self._fv, self._ord, a, k - n + 1)  # blocks[0] ends first: the lowest stamp
+            self._k.put(self._ord, a, k - n + 1)  # blocks[0] ends first: the lowest stamp
         else:
-            a, fl, st = ids, self._free, self._stamp
+            a, st = ids, self._stamp
             for i in reversed(ids):
-                fl[i] = 1
                 st[i] = k
                 k -= 1
             k = self._lo
