@@ -54,7 +54,7 @@ def main():
     n = len(wl.requests)
     classes = {"base": baseline_module().PolicyFreeQueue, "new": vllm_adapter.PolicyFreeQueue}
     split = {}  # (class, queue method) -> adapter seconds inside it, kept rounds only
-    keep = [False]
+    keep = [False, 0]  # (keep this run's split, its round)
 
     def attribute(cls, name):
         orig = getattr(cls, name)
@@ -65,7 +65,7 @@ def main():
                 return orig(self, *a, **kw)
             finally:
                 if keep[0]:
-                    key = (cls, name)
+                    key = (cls, name, keep[1])
                     split[key] = split.get(key, 0.0) + self.adapter_seconds - before
         setattr(cls, name, timed)
     for cls in classes.values():
@@ -78,7 +78,7 @@ def main():
         for r in range(args.rounds + 1):
             for k in (list(classes) if r % 2 == 0 else list(classes)[::-1]):
                 vllm_adapter.PolicyFreeQueue = classes[k]
-                keep[0] = r > 0
+                keep[0], keep[1] = r > 0, r
                 try:
                     s.use_policy(args.arm, compiled=not args.hooks)
                     c = s.run(wl, seed=42)
@@ -97,11 +97,14 @@ def main():
         ys = [x[1] for x in rs]
         print(f"{k}: adapter {statistics.median(xs):.4f} [{min(xs):.4f}, {max(xs):.4f}] ms/req, "
               f"runtime {statistics.median(ys):.4f} [{min(ys):.4f}, {max(ys):.4f}]")
-        parts = {name: split.get((classes[k], name), 0.0) / (n * len(rs)) * 1e3
-                 for name in ("popleft_n", "append_n", "prepend_n")}
-        rest = statistics.mean(xs) - sum(parts.values())
-        print(f"{k}: mean adapter ms/req by part: " + ", ".join(f"{a} {b:.4f}" for a, b in parts.items())
-              + f", the scheduler's wrappers {rest:.4f}")
+        per = {name: [split.get((classes[k], name, r), 0.0) / n * 1e3 for r in range(1, args.rounds + 1)]
+               for name in ("popleft_n", "append_n", "prepend_n")}
+        rest = [x - sum(per[name][i] for name in per) for i, x in enumerate(xs)]
+        print(f"{k}: adapter ms/req by part, median of rounds: "
+              + ", ".join(f"{a} {statistics.median(b):.4f}" for a, b in per.items())
+              + f", the scheduler's wrappers {statistics.median(rest):.4f}")
+        tot = [a + b for a, b in rs]
+        print(f"{k}: adapter + runtime {statistics.median(tot):.4f} [{min(tot):.4f}, {max(tot):.4f}] ms/req")
     print("per round new/base adapter:", ", ".join(f"{b[0] / a[0]:.2f}" for a, b in zip(rows["base"], rows["new"])))
     print(f"every run's cached tokens, evictions and runtime kind identical: {len(seen) == 1}")
 
