@@ -204,7 +204,7 @@ class PolicyFreeQueue:
             views, block keys, the id and key lists of a hit or a store);
             neither vLLM's own work nor the runtime's events (the runtime's
             ``policy_seconds``) are in it. Not timed: the per-block
-            :meth:`remove` of a hit (a flag check and write and a list append, a few
+            :meth:`remove` of a hit (a stamp check and write and a list append, a few
             tenths of a microsecond a block; timing it would cost as much).
             The runner adds it to the cell's ``policy_seconds``.
     """
