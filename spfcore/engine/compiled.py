@@ -127,6 +127,8 @@ class FrequencyKernelRuntime:
     """
 
     wants_block_hashes = True
+    #: The adapter may hand ``release`` int64 id arrays (``_ids`` takes them as they are).
+    id_arrays = True
     needs_future = False
     vllm_order = False
     hints_issued = hints_used = 0

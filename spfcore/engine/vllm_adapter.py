@@ -76,6 +76,7 @@ after every scheduler step.
 
 from __future__ import annotations
 
+import array
 import inspect
 import json
 import logging
@@ -83,10 +84,11 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue
+from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
 from vllm.v1.core.sched.scheduler import Scheduler
 
 import attrs
+import numpy as np
 
 from spfcore.runtime import PolicyRuntime
 from spfcore.views import RequestView, gather
@@ -98,6 +100,21 @@ except ImportError:  # pragma: no cover - version dependent
 
 RuntimeFactory = Callable[[], PolicyRuntime]
 _perf = time.perf_counter
+#: Whether vLLM's ``KVCacheBlock.block_hash`` is a property over the field
+#: ``_block_hash`` (vLLM 0.24 and 0.32): the queue then reads the field of
+#: the blocks it is handed (a property call per block cost about half of a
+#: release's list of ids).
+_RAW_HASH = ("_block_hash" in getattr(KVCacheBlock, "__dataclass_fields__", {})
+             and isinstance(inspect.getattr_static(KVCacheBlock, "block_hash", None), property))
+_NO_IDS = np.zeros(0, np.int64)
+#: The queue's stamp of a block that is not free (int64's least value).
+NOT_FREE = -(2**63)
+#: Calls of at least this many blocks write the queue's mirror with one numba
+#: kernel call; smaller ones with a Python loop. A kernel call has a fixed
+#: cost (about 13 us with cold caches, the numpy conversion and numba's
+#: dispatch) where a loop costs about 0.1 us a block: they meet near 100
+#: blocks (results/issue11-s25-adapter).
+BULK_BLOCKS = 96
 
 
 def vllm_keys(block_hashes: Sequence[bytes]) -> list[int]:
@@ -137,10 +154,23 @@ class PolicyFreeQueue:
 
     Holds no linked list: the free blocks live in the runtime's evictor as
     physical block ids, and this class maps ids to vLLM's ``KVCacheBlock``
-    objects (``blocks[i].block_id == i``). It also keeps, per free block, its
-    place in the order vLLM's own queue would hold them (a release stamp in a
-    list: one item write per block, a third of what an ``OrderedDict`` mirror
-    cost), so that a policy fault can fail open (module docstring).
+    objects (``blocks[i].block_id == i``). It also keeps, per block, its
+    place in the order vLLM's own queue would hold the free blocks (a release
+    stamp in an int64 ``array.array``; :data:`NOT_FREE` while the block is
+    not free), so that a policy fault can fail open into exactly vLLM's order
+    (module docstring) and every victim is checked free and distinct. A call
+    of :data:`BULK_BLOCKS` blocks or more writes the stamps in one numba
+    kernel call (:mod:`spfcore.engine._queue_nb`, over a numpy view of the
+    same memory), on the ids the runtime is handed anyway; a smaller one item
+    by item (a kernel call's fixed cost is higher). At the seed's scale this
+    cut the queue's own time per request by about a third with cold caches
+    (results/issue11-s25-adapter); main's mirror was a Python list of int
+    stamps or ``None``, written item by item.
+
+    Runtimes with ``id_arrays = True`` (compiled ones, which convert ids to
+    int64 arrays anyway) may be handed the block ids of :meth:`append_n` and
+    :meth:`prepend_n` (``runtime.release``) as the int64 arrays the queue
+    built for its mirror, instead of lists.
 
     Args:
         blocks: All of the pool's ``KVCacheBlock`` objects, indexed by block id
@@ -174,7 +204,7 @@ class PolicyFreeQueue:
             views, block keys, the id and key lists of a hit or a store);
             neither vLLM's own work nor the runtime's events (the runtime's
             ``policy_seconds``) are in it. Not timed: the per-block
-            :meth:`remove` of a hit (a dict delete and a list append, a few
+            :meth:`remove` of a hit (a stamp check and write and a list append, a few
             tenths of a microsecond a block; timing it would cost as much).
             The runner adds it to the cell's ``policy_seconds``.
     """
@@ -184,7 +214,20 @@ class PolicyFreeQueue:
         self.blocks = blocks
         self.runtime = runtime
         self.clock = clock
-        self._stamp: list = []  # block id -> its place in vLLM's order while free, None while not
+        from spfcore.evictor import prepare_numba
+
+        prepare_numba()
+        from spfcore.engine import _queue_nb
+
+        _queue_nb.warm()
+        self._k = _queue_nb
+        nb = len(blocks)
+        # block id -> its place in vLLM's order while free (the policy in charge), else NOT_FREE
+        self._stamp = array.array("q", [NOT_FREE]) * nb
+        self._ord = np.frombuffer(self._stamp, np.int64)  # the same stamps, as a numpy array (shared memory)
+        self._old = np.empty(nb, np.int64)  # scratch: the stamps a failed bulk check puts back
+        self._raw = _RAW_HASH and all(isinstance(b, KVCacheBlock) for b in blocks)
+        self._arrays = bool(getattr(runtime, "id_arrays", False))
         self._set_order(runtime.free_ids())
         self.before_evict: Callable[[], None] | None = None  # set by PolicyScheduler
         self.on_fault: Callable[[dict], None] | None = None  # set by PolicyScheduler
@@ -226,19 +269,21 @@ class PolicyFreeQueue:
             b.prev_free_block = b.next_free_block = None
         self.fallback = FreeKVCacheBlockQueue(list(free_blocks))
         self.num_free_blocks = self.fallback.num_free_blocks
-        self._stamp = [None] * len(blocks)
+        self._ord[:] = NOT_FREE
 
     def _set_order(self, ids) -> None:
-        st = self._stamp = [None] * len(self.blocks)
-        for k, i in enumerate(ids):
-            st[i] = k
-        self.num_free_blocks = n = len(ids)
+        n = len(ids)
+        a = np.fromiter(ids, np.int64, n)
+        self._ord[:] = NOT_FREE
+        self._ord[a] = np.arange(n)
+        self.num_free_blocks = n
         self._hi, self._lo = n, -1  # the next append's stamp, and the next prepend's (counting down)
 
     def _free_ids(self) -> list[int]:
         """The free block ids in vLLM's order (ascending release stamp)."""
-        st = self._stamp
-        return sorted((i for i, x in enumerate(st) if x is not None), key=st.__getitem__)
+        o = self._ord
+        free = np.flatnonzero(o != NOT_FREE)
+        return free[np.argsort(o[free], kind="stable")].tolist()
 
     # ------------------------------------------------------------ faults
     def fail_open(self, where: str, exc: BaseException) -> None:
@@ -313,20 +358,32 @@ class PolicyFreeQueue:
             return []
         if n > self.num_free_blocks:
             raise ValueError(f"No free blocks available: asked for {n}, {self.num_free_blocks} free")
-        st = self._stamp
         try:
             ids = self.runtime.evict(n, self.clock())
             t1 = _perf()
-            if (len(ids) != n or min(ids) < 0 or None in gather(st, ids)  # IndexError past the pool
-                    or len(set(ids)) != n):
+            # the victims' blocks (TypeError: not ints; IndexError: past the pool), then their stamps: each
+            # must be of the pool, free and named once (nothing applied otherwise)
+            out = gather(self.blocks, ids) if len(ids) == n else None
+            if out is None:
+                bad = True
+            elif n >= BULK_BLOCKS:
+                bad = self._k.take(self._ord, np.fromiter(ids, np.int64, n), self._old)
+            else:
+                st, old = self._stamp, []
+                for i in ids:
+                    if i < 0 or (x := st[i]) == NOT_FREE:
+                        break
+                    st[i] = NOT_FREE
+                    old.append(x)
+                if bad := len(old) != n:
+                    for i, x in zip(ids, old):
+                        st[i] = x
+            if bad:
                 raise RuntimeError(f"runtime.evict({n}) returned {list(ids)!r}: not {n} distinct free blocks")
         except Exception as exc:  # noqa: BLE001 - fail open, recorded
             self.fail_open("evict", exc)
             return self._fallback_popleft_n(n)
-        for i in ids:
-            st[i] = None
         self.num_free_blocks -= n
-        out = gather(self.blocks, ids)
         self.adapter_seconds += _perf() - t1
         return out
 
@@ -342,9 +399,9 @@ class PolicyFreeQueue:
             return
         i = block.block_id
         st = self._stamp
-        if not 0 <= i < len(st) or st[i] is None:  # vLLM's sentinel blocks have id -1
+        if not 0 <= i < len(st) or st[i] == NOT_FREE:  # vLLM's sentinel blocks have id -1
             raise RuntimeError(f"remove() called on a block that is not free: block {i}")
-        st[i] = None
+        st[i] = NOT_FREE
         self.num_free_blocks -= 1
         if self._touched is not None:  # inside touch_many: the runtime hears of it once, at the end
             self._touched.append(i)
@@ -393,15 +450,34 @@ class PolicyFreeQueue:
             self.num_free_blocks = self.fallback.num_free_blocks
             return
         t = _perf()
-        st, k = self._stamp, self._hi
-        for b in blocks:
-            st[b.block_id] = k
-            k += 1
-        self._hi = k
-        self.num_free_blocks += len(blocks)
+        n = len(blocks)
+        # one pass over the blocks: the id of a cached block, ~id of a hashless one
+        if self._raw:
+            ids = [b.block_id if b._block_hash is not None else ~b.block_id for b in blocks]
+        else:
+            ids = [b.block_id if b.block_hash is not None else ~b.block_id for b in blocks]
+        k = self._hi
+        if n >= BULK_BLOCKS:
+            a = np.fromiter(ids, np.int64, n)
+            hl = self._k.put(self._ord, a, k)
+        else:
+            a, hl, st = ids, 0, self._stamp
+            for i in ids:
+                if i < 0:
+                    i = ~i
+                    hl += 1
+                st[i] = k
+                k += 1
+            k = self._hi
+        if not hl:  # all cached (vLLM's free_blocks appends only those)
+            cached, hashless = (a if self._arrays else ids), ()
+        else:
+            cached, hashless = [i for i in ids if i >= 0], [~i for i in ids if i < 0]
+            if self._arrays:
+                cached, hashless = np.array(cached, np.int64), np.array(hashless, np.int64)
+        self._hi = k + n
+        self.num_free_blocks += n
         try:
-            cached = [b.block_id for b in blocks if b.block_hash is not None]
-            hashless = () if len(cached) == len(blocks) else [b.block_id for b in blocks if b.block_hash is None]
             self.adapter_seconds += _perf() - t
             self.runtime.release(cached, hashless, self.clock())
         except Exception as exc:  # noqa: BLE001 - fail open, recorded
@@ -416,16 +492,23 @@ class PolicyFreeQueue:
             self.num_free_blocks = self.fallback.num_free_blocks
             return
         t = _perf()
+        n = len(blocks)
         ids = [b.block_id for b in blocks]
-        st, k = self._stamp, self._lo
-        for i in reversed(ids):  # blocks[0] ends first: the lowest stamp
-            st[i] = k
-            k -= 1
-        self._lo = k
-        self.num_free_blocks += len(blocks)
+        k = self._lo
+        if n >= BULK_BLOCKS:
+            a = np.fromiter(ids, np.int64, n)
+            self._k.put(self._ord, a, k - n + 1)  # blocks[0] ends first: the lowest stamp
+        else:
+            a, st = ids, self._stamp
+            for i in reversed(ids):
+                st[i] = k
+                k -= 1
+            k = self._lo
+        self._lo = k - n
+        self.num_free_blocks += n
         try:
             self.adapter_seconds += _perf() - t
-            self.runtime.release((), ids, self.clock())
+            self.runtime.release(_NO_IDS if self._arrays else (), a if self._arrays else ids, self.clock())
         except Exception as exc:  # noqa: BLE001 - fail open, recorded
             self.fail_open("release", exc)
 
