@@ -222,8 +222,9 @@ def test_memory_is_committed_as_used_and_a_huge_ghost_factor_runs_the_hooks():
 def test_only_the_shipped_class_with_plain_params_is_compiled():
     assert compiled_runtime(PolicyRuntime.for_policy("frequency", 8, BS, None)) is not None
     assert compiled_runtime(PolicyRuntime.for_policy("frequency", 8, BS, None, hook_budget_ms=5.0)) is None
-    for arm in ("lru", "spf_expected_utility"):
-        assert compiled_runtime(PolicyRuntime.for_policy(arm, 8, BS, None)) is None
+    assert compiled_runtime(PolicyRuntime.for_policy("lru", 8, BS, None)) is None  # (vLLM's own queue serves lru)
+    for arm in ("frequency", "session_ttl", "belady_oracle", "spf_expected_utility"):  # every shipped plugin arm
+        assert compiled_runtime(PolicyRuntime.for_policy(arm, 8, BS, None)) is not None, arm
 
 
 @pytest.mark.engine

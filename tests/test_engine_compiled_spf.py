@@ -172,18 +172,11 @@ CASES = [  # (workload, num_blocks, options): hits and ghosts coming back, the g
 ]
 
 
-@pytest.fixture
-def handed(monkeypatch):
-    """The adapter hands arrivals their prompt hashes (the builder's condition)."""
-    monkeypatch.setattr(compiled, "_adapter_hands_prompt_hashes", lambda: True)
-
-
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0][0]}-{c[1]}-{c[2]}")
 def test_compiled_spf_takes_the_hooks_victims(monkeypatch, case):
     (kind, kw), nb, opts = case
     log, rec = record(monkeypatch, make(kind, **kw), nb, opts)
     log = hashed(log)
-    monkeypatch.setattr(compiled, "_adapter_hands_prompt_hashes", lambda: True)
     hooks = PolicyRuntime.for_policy(ARM, nb, BS, opts, key_map=False)
     comp = compiled_runtime(PolicyRuntime.for_policy(ARM, nb, BS, opts, key_map=False))
     assert isinstance(comp, SpfKernelRuntime)
@@ -278,16 +271,11 @@ def test_protocol_breaks_raise_and_apply_nothing():
     assert sorted(rt.evict(2, 0.0)) == [1, 2] and rt.evictions == 2
 
 
-def test_the_builder_takes_the_utility_variant_only(handed):
+def test_the_builder_takes_the_utility_variant_only():
     assert isinstance(compiled_runtime(PolicyRuntime.for_policy(ARM, 8, BS, None)), SpfKernelRuntime)
     for opts in ({"variant": "seed"}, {"count_weight": "0.5"}):
         assert compiled_runtime(PolicyRuntime.for_policy(ARM, 8, BS, opts)) is None
     assert compiled_runtime(PolicyRuntime.for_policy(ARM, 8, BS, None, hook_budget_ms=5.0)) is None
-
-
-def test_the_builder_waits_for_the_adapter_to_hand_prompt_hashes():
-    assert not compiled._adapter_hands_prompt_hashes() or pytest.skip("the adapter hands them")
-    assert compiled_runtime(PolicyRuntime.for_policy(ARM, 8, BS, None)) is None
 
 
 # ------------------------------------------------------------ differential fuzz
@@ -500,11 +488,8 @@ def test_a_sweep_keeps_the_parent_of_a_cached_block():
 @pytest.mark.engine
 def test_engine_spf_compiled_equals_hooks_and_simulator():
     pytest.importorskip("vllm")
-    from spfcore.engine import vllm_adapter
     from spfcore.engine.runner import EngineSpec, open_engine
 
-    if not getattr(vllm_adapter, "HANDS_PROMPT_HASHES", False):
-        pytest.skip("the adapter does not hand arrivals their prompt hashes yet (results/issue11-s25-spf/README.md)")
     wl = make("personas", seed=0, personas=3, prefix_tokens=512, sessions=6, turns=3, query_tokens=32, output_tokens=8)
     nb = 40  # 39 usable blocks of 32 tokens: three 16-block prefixes do not fit
     sim = simulate(prepare(wl, 32), ARM, num_blocks=nb, block_size=32)

@@ -1006,30 +1006,15 @@ class BeladyKernelRuntime:
         return int(r[nb.WMIN] if r[nb.WMIN] < nb.NEVER else r[nb.NEXT])
 
 # ------------------------------------------------------------ spf_expected_utility
-def _adapter_hands_prompt_hashes() -> bool:
-    """Whether the vLLM adapter hands a compiled runtime's arrivals their
-    prompt's block hashes (``RequestView.block_keys``, for a runtime with
-    ``wants_prompt_hashes``), which :class:`SpfKernelRuntime` needs: the
-    adapter module's ``HANDS_PROMPT_HASHES`` (not imported here: no vLLM
-    import from this module)."""
-    import sys
-
-    return bool(getattr(sys.modules.get("spfcore.engine.vllm_adapter"), "HANDS_PROMPT_HASHES", False))
-
-
 def _spf(rt: PolicyRuntime, inst) -> SpfKernelRuntime | None:
     """``spfcore_spf_expected_utility.ExpectedUtilityPolicy`` with
     ``variant="utility"`` (its ``UtilityPolicy`` itself, not a subclass) and
     the parameters the simulator's compiled replay takes
     (:func:`spfcore.sim._replay_spf_nb.params_of`: every ``utility``
     parameter but ``count_weight > 0``, integer parameters below ``2**40``);
-    ``None`` for ``variant="seed"`` (hints and pins), for those parameters,
-    and while the adapter does not hand arrivals their prompt hashes
-    (:func:`_adapter_hands_prompt_hashes`)."""
+    ``None`` for ``variant="seed"`` (hints and pins) and for those parameters."""
     from spfcore.sim._replay_spf_nb import params_of
 
-    if not _adapter_hands_prompt_hashes():
-        return None
     p = params_of(rt)
     if p is None:
         return None

@@ -840,12 +840,16 @@ class PolicySchedulerMixin:
         session_id, group = label if label is not None else (None, None)
         tokens = request.prompt_token_ids or ()
         runtime = self.spf_queue.runtime
-        if runtime.wants_block_hashes:  # a compiled runtime: vLLM's hashes as they are, no keys in the view
+        full = len(tokens) // self.spf_block_size
+        if runtime.wants_block_hashes:  # a compiled runtime: vLLM's hashes as they are, no int keys
             keys = None
+            # (the view's block_keys: the prompt's raw hashes for a runtime that reads them at arrival)
+            view_keys = tuple(request.block_hashes[:full]) if getattr(runtime, "wants_prompt_hashes", False) else ()
         else:
-            keys = vllm_keys(request.block_hashes[: len(tokens) // self.spf_block_size])
+            keys = vllm_keys(request.block_hashes[:full])
+            view_keys = tuple(keys)
         now = self._spf_clock()
-        view = RequestView(ext, session_id, self._spf_arrivals, now, len(tokens), tuple(keys or ()), group)
+        view = RequestView(ext, session_id, self._spf_arrivals, now, len(tokens), view_keys, group)
         self._spf_arrivals += 1
         self._spf_requests[rid] = _RequestState(view, keys)
         if self.connector is not None and offload_manager(self) is not None:
