@@ -383,6 +383,7 @@ class SessionTTLKernelRuntime:
     """
 
     wants_block_hashes = True
+    id_arrays = True  # (release may be handed the queue's int64 id arrays)
     needs_future = False
     vllm_order = False
     hints_issued = hints_used = 0
@@ -746,6 +747,7 @@ class BeladyKernelRuntime:
     """
 
     wants_block_hashes = True
+    id_arrays = True  # (release may be handed the queue's int64 id arrays)
     needs_future = True
     vllm_order = False
     hints_issued = hints_used = 0
@@ -1096,6 +1098,7 @@ class SpfKernelRuntime:
     """
 
     wants_block_hashes = True
+    id_arrays = True  # (release may be handed the queue's int64 id arrays)
     wants_prompt_hashes = True
     needs_future = False
     vllm_order = False
