@@ -570,3 +570,12 @@ def test_a_refused_store_does_not_fix_the_hash_length():
     assert rt._hash_bytes == 0
     rt.stored(_view("a", 0), [1], [_h(1)], 0, None, BS, 0.0)
     assert rt._hash_bytes == 32
+
+
+def test_warm_compiles_the_store_of_short_hashes_too():
+    # 16-byte (xxhash) hashes reach the store kernel zero-padded by np.pad: a writable array, a signature
+    # warm() did not compile, so the engine's first such store compiled it in the hot path (~0.4 s).
+    from spfcore.engine import _belady_nb as nb
+
+    compiled_runtime(PolicyRuntime.for_policy(ARM, 8, BS, None, key_map=False))
+    assert {sig[1].mutable for sig in nb.stored.signatures} == {True, False}

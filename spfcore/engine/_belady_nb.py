@@ -779,7 +779,8 @@ def set_index(s: dict, words: np.ndarray, off: np.ndarray, rk: np.ndarray, after
 def warm() -> None:
     """Compile every kernel (or load numba's on-disk cache) on a tiny state,
     with the argument types the runtime passes (the hashes' words read-only,
-    as ``np.frombuffer`` makes them)."""
+    as ``np.frombuffer`` makes them of 32-byte hashes, and writable, as
+    ``np.pad`` makes them of shorter ones)."""
     i64 = np.int64
     s = new_state(4)
     words = np.arange(8, dtype=i64).reshape(2, 4) + 1
@@ -792,6 +793,8 @@ def warm() -> None:
     arrived(0, 0.0, s["off"], s["rk"], s["after"], s["WAIT"], s["due"], s["NW"], s["BL"], *order)
     evict(2, 0.0, s["out"], s["due"], s["BL"], s["hs"], s["NW"], *order)
     stored(ids, w, 0, 0, s["off"], s["rk"], s["BL"], s["R"], s["T"], s["mask"], s["c"])
+    # hashes shorter than 32 bytes come zero-padded (np.pad: a writable array, another signature)
+    stored(np.array([3], i64), words[:1].copy(), 0, 0, s["off"], s["rk"], s["BL"], s["R"], s["T"], s["mask"], s["c"])
     release(ids, np.zeros(0, i64), 1.0, s["BL"], s["hs"], s["NW"], *order)
     arrived(1, 1.0, s["off"], s["rk"], s["after"], s["WAIT"], s["due"], s["NW"], s["BL"], *order)
     served(0, s["off"], s["rk"], s["kuse"], s["koff"], s["WAIT"], s["NW"], s["c"])
