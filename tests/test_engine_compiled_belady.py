@@ -509,3 +509,73 @@ def test_equal_values_across_runs_follow_the_release_order():
            ("touch", ([1],)), ("evict", (7, 1.0))]
     (a, sa), (b, sb) = _both(ops)
     assert a == b and a[-1] == [4, 5, 6, 7, 8, 9, 2] and sa["hook_calls"] == sb["hook_calls"]
+
+
+# ------------------------------------------------------------ review (helper rbel)
+def _started(nb=8):
+    """A compiled runtime with a future of one request (arrival 0, looked up), blocks ``0 .. nb-2`` free."""
+    rt = compiled_runtime(PolicyRuntime.for_policy(ARM, nb, BS, None, key_map=False))
+    rt.set_future([_view("a", 0, [int.from_bytes(_h(1))])])
+    rt.release([], list(range(nb - 1)), 0.0)
+    rt.arrived(_view("a", 0), 0.0)
+    rt.hit(_view("a", 0), [], 0.0)
+    return rt
+
+
+def test_block_ids_outside_the_pool_are_refused_with_nothing_applied():
+    # The kernels index the block rows without bounds checks: an id outside 0 .. num_blocks-1 read and wrote
+    # past the rows (release of hashless block 8 of 8 "freed" it; of -1, block 7, which is held). Refused instead.
+    from spfcore.engine._belady_nb import EPOCH, MARK
+
+    rt = _started()
+
+    def state():
+        out = {k: v.copy() for k, v in rt.s.items() if isinstance(v, np.ndarray)}
+        out["BL"][:, MARK] = 0
+        out["c"][EPOCH] = 0
+        return out
+    before = state()
+    for bad in (8, -1, 1000):
+        with pytest.raises(PolicyError, match=f"released block {bad}: .*outside the pool"):
+            rt.release([], [bad], 0.0)
+        with pytest.raises(PolicyError, match=f"released block {bad}: .*outside the pool"):
+            rt.release([bad], [], 0.0)
+        with pytest.raises(PolicyError, match=f"released block {bad}: .*outside the pool"):
+            rt.release([7], [bad], 0.0)  # (7: held, its cached release alone would be taken)
+        with pytest.raises(PolicyError, match=f"stored block {bad}: .*outside the pool"):
+            rt.stored(_view("a", 0), [7, bad], [_h(1), _h(2)], 0, None, BS, 0.0)
+        with pytest.raises(KeyError):
+            rt.touch([bad])
+    now = state()
+    assert all(np.array_equal(before[k], now[k]) for k in before)
+    assert rt.num_free == 7 and sorted(rt.free_ids()) == list(range(7))
+
+
+def test_is_free_outside_the_pool_answers_false_as_the_runtime():
+    hooks = PolicyRuntime.for_policy(ARM, 8, BS, None, key_map=False)
+    hooks.release([], list(range(8)), 0.0)
+    rt = compiled_runtime(PolicyRuntime.for_policy(ARM, 8, BS, None, key_map=False))
+    rt.release([], list(range(8)), 0.0)
+    for b in (-1, 8, 100, 0, 7):
+        assert rt.is_free(b) == hooks.is_free(b), b
+
+
+def test_a_refused_store_does_not_fix_the_hash_length():
+    # "Nothing applied": the first store, refused (a block named twice), left the runtime's hash length at its
+    # 16 bytes, so the next (valid) store of 32-byte hashes was refused too.
+    rt = _started()
+    rt.evict(3, 0.0)
+    with pytest.raises(PolicyError, match="named twice"):
+        rt.stored(_view("a", 0), [1, 1], [_h(1)[:16], _h(2)[:16]], 0, None, BS, 0.0)
+    assert rt._hash_bytes == 0
+    rt.stored(_view("a", 0), [1], [_h(1)], 0, None, BS, 0.0)
+    assert rt._hash_bytes == 32
+
+
+def test_warm_compiles_the_store_of_short_hashes_too():
+    # 16-byte (xxhash) hashes reach the store kernel zero-padded by np.pad: a writable array, a signature
+    # warm() did not compile, so the engine's first such store compiled it in the hot path (~0.4 s).
+    from spfcore.engine import _belady_nb as nb
+
+    compiled_runtime(PolicyRuntime.for_policy(ARM, 8, BS, None, key_map=False))
+    assert {sig[1].mutable for sig in nb.stored.signatures} == {True, False}

@@ -578,9 +578,12 @@ def _twice(ids, BL, c):
 def touch(ids, BL, c):
     """Hit blocks that were free leave the order (ref count 0 -> 1; their
     heap entries go stale). Returns 0, or ``-1 - j`` for ``ids[j]`` not a
-    free cached block, or named twice (nothing applied)."""
+    free cached block (an id outside the pool too), or named twice (nothing
+    applied)."""
+    nb = BL.shape[0]
     for j in range(ids.shape[0]):
-        if not BL[ids[j], INN]:
+        b = ids[j]
+        if b < 0 or b >= nb or not BL[b, INN]:
             return -1 - j
     j = _twice(ids, BL, c)
     if j >= 0:
@@ -599,10 +602,12 @@ def stored(ids, w, first_depth, a, off, rk, BL, R, T, mask, c):
     request holds) and depth (the hooks' table columns; no hook is called).
     The id at that depth of arrival ``a``'s future prompt is tried first
     (its words compared: a prompt's chain, read in order), else the table.
-    Returns 0, or ``-1 - j`` for block ``ids[j]`` holding a key already or
-    named twice (nothing applied)."""
+    Returns 0, or ``-1 - j`` for block ``ids[j]`` outside the pool, holding
+    a key already or named twice (nothing applied)."""
+    nb = BL.shape[0]
     for j in range(ids.shape[0]):
-        if BL[ids[j], KEY] >= 0:
+        b = ids[j]
+        if b < 0 or b >= nb or BL[b, KEY] >= 0:
             return -1 - j
     j = _twice(ids, BL, c)
     if j >= 0:
@@ -632,16 +637,17 @@ def release(cached, hashless, now, BL, hs, NW, E, E2, RUN, HR, TK, TI, QH, QE, c
     ``spfcore_score_blocks`` call), each with a new release order, into the
     order; then hashless blocks onto the stack, ``hashless[0]`` on top.
     Returns 0, or ``-1 - j`` for ``cached[j]`` (``j < len(cached)``) or
-    ``hashless[j - len(cached)]`` that is free already or named twice in the
-    call: nothing applied."""
+    ``hashless[j - len(cached)]`` that is outside the pool, free already or
+    named twice in the call: nothing applied."""
     nc = cached.shape[0]
+    nb = BL.shape[0]
     for j in range(nc):
         b = cached[j]
-        if BL[b, INN] or BL[b, HFREE]:
+        if b < 0 or b >= nb or BL[b, INN] or BL[b, HFREE]:
             return -1 - j
     for j in range(hashless.shape[0]):
         b = hashless[j]
-        if BL[b, INN] or BL[b, HFREE]:
+        if b < 0 or b >= nb or BL[b, INN] or BL[b, HFREE]:
             return -1 - nc - j
     j = _twice(cached, BL, c)
     if j >= 0:
@@ -773,7 +779,8 @@ def set_index(s: dict, words: np.ndarray, off: np.ndarray, rk: np.ndarray, after
 def warm() -> None:
     """Compile every kernel (or load numba's on-disk cache) on a tiny state,
     with the argument types the runtime passes (the hashes' words read-only,
-    as ``np.frombuffer`` makes them)."""
+    as ``np.frombuffer`` makes them of 32-byte hashes, and writable, as
+    ``np.pad`` makes them of shorter ones)."""
     i64 = np.int64
     s = new_state(4)
     words = np.arange(8, dtype=i64).reshape(2, 4) + 1
@@ -786,6 +793,8 @@ def warm() -> None:
     arrived(0, 0.0, s["off"], s["rk"], s["after"], s["WAIT"], s["due"], s["NW"], s["BL"], *order)
     evict(2, 0.0, s["out"], s["due"], s["BL"], s["hs"], s["NW"], *order)
     stored(ids, w, 0, 0, s["off"], s["rk"], s["BL"], s["R"], s["T"], s["mask"], s["c"])
+    # hashes shorter than 32 bytes come zero-padded (np.pad: a writable array, another signature)
+    stored(np.array([3], i64), words[:1].copy(), 0, 0, s["off"], s["rk"], s["BL"], s["R"], s["T"], s["mask"], s["c"])
     release(ids, np.zeros(0, i64), 1.0, s["BL"], s["hs"], s["NW"], *order)
     arrived(1, 1.0, s["off"], s["rk"], s["after"], s["WAIT"], s["due"], s["NW"], s["BL"], *order)
     served(0, s["off"], s["rk"], s["kuse"], s["koff"], s["WAIT"], s["NW"], s["c"])

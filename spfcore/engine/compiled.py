@@ -735,7 +735,8 @@ class BeladyKernelRuntime:
     nothing applied (the adapter fails open) for: an arrival before
     :meth:`set_future` (as the hook path), an arrival index outside the
     future (``0 .. span-1``) or already waiting, a request id already waiting,
-    a block released while free or named twice, a store into a block holding
+    a block released while free or named twice, a block id outside the pool
+    (``touch``: ``KeyError``), a store into a block holding
     a hash, hashes of another length than the first store's (8, 16, 24 or 32
     bytes) and :meth:`set_future` twice or after a store. ``touch`` raises
     ``KeyError`` for a block that is not free and cached, ``evict``
@@ -897,8 +898,8 @@ class BeladyKernelRuntime:
         Checked: the total length, and the first hash's.
 
         Raises:
-            PolicyError: a hash of another length, a block holding a hash
-                already or named twice (nothing applied).
+            PolicyError: a hash of another length, a block outside the
+                pool, holding a hash already or named twice (nothing applied).
         """
         t0 = _perf()
         try:
@@ -910,14 +911,15 @@ class BeladyKernelRuntime:
             if hb not in (8, 16, 24, 32) or len(keys[0]) != hb or len(raw) != hb * n or len(keys) != n:
                 raise self._bad(f"stored {n} blocks with {len(keys)} hashes of {len(raw)} bytes in all: need one "
                                 f"length of 8, 16, 24 or 32 bytes a hash ({self._hash_bytes or 'any'} here)")
-            self._hash_bytes = hb
             w = np.frombuffer(raw, np.int64).reshape(n, hb // 8)
             if hb != HASH_BYTES:  # the same int: zero words in front (big-endian)
                 w = np.pad(w, ((0, 0), ((HASH_BYTES - hb) // 8, 0)))
             a = _arr(ids)
             r = self.nb.stored(a, w, int(first_depth), int(request.arrival_index), *self._stored_args)
             if r:
-                raise self._bad(f"stored block {int(a[-1 - r])}: holds a block hash already, or named twice")
+                raise self._bad(f"stored block {int(a[-1 - r])}: holds a block hash already, or named twice "
+                                "(or outside the pool)")
+            self._hash_bytes = hb  # (once stored: a refused store fixes nothing)
         finally:
             self.policy_seconds += _perf() - t0
 
@@ -935,7 +937,7 @@ class BeladyKernelRuntime:
             if r:
                 j = -1 - r
                 b = int(ca[j]) if j < len(ca) else int(ha[j - len(ca)])
-                raise self._bad(f"released block {b}: free already, or named twice")
+                raise self._bad(f"released block {b}: free already, or named twice (or outside the pool)")
         finally:
             self.policy_seconds += _perf() - t0
 
@@ -994,7 +996,9 @@ class BeladyKernelRuntime:
         return s["hs"][: self.c[self.nb.HSN]][::-1].tolist() + np.flatnonzero(s["BL"][:, self.nb.INN]).tolist()
 
     def is_free(self, block_id: int) -> bool:
-        """Whether physical block ``block_id`` is free."""
+        """Whether physical block ``block_id`` is free (``False`` for an id outside the pool, as the runtime answers)."""
+        if not 0 <= block_id < self.num_blocks:
+            return False
         row = self.s["BL"][block_id]
         return bool(row[self.nb.INN] or row[self.nb.HFREE])
 
