@@ -468,6 +468,34 @@ def test_compiled_spf_equals_the_hooks_on_random_pool_streams(chunk):
     assert evicted > 0  # (the streams evict: the comparison reached the order)
 
 
+def test_a_store_reads_the_latest_prompt_when_arrival_indices_repeat():
+    # the hooks' store reads the latest arrival's prompt (its hash set decides a block's kind); an earlier arrival
+    # at the same index (or a later one, when indices go back) must not count: its prompt is not the latest
+    from spfcore.sim import _replay_spf_nb as rs
+
+    hooks = PolicyRuntime.for_policy(ARM, 16, BS, None, key_map=False)
+    comp = kernel(nb=16)
+    pol = next(iter(hooks.pm.get_plugins())).impl
+    a = [_hash(("a", i)) for i in range(3)]
+    b = [_hash(("b", i)) for i in range(3)]
+    for rt in (hooks, comp):
+        rt.release([], list(range(16)), 0.0)
+    # index 0 twice, then 2 and back to 1; a's blocks stored after b's prompt arrived: decode blocks (kind 0)
+    stream = [(0, a, None), (0, b, 0), (1, b, None), (2, a, None), (1, b, 1)]
+    for j, (t, keys, store) in enumerate(stream):
+        for rt, f in ((hooks, _int), (comp, bytes)):
+            rt.arrived(RequestView(f"r{j}", None, t, 0.0, 3 * BS, tuple(map(f, keys))), 0.0)
+            if store is not None:
+                got = rt.evict(3 - store, 0.0)
+                rt.stored(RequestView(f"s{j}", None, t, 0.0, 3 * BS, ()), got, [f(x) for x in a[store:]], store,
+                          f(a[0]) if store else None, BS, 0.0)
+    for h in a:
+        k = key_id(comp, h)
+        s = comp.st["kr"][k, rs.REC]
+        assert [int(comp.st["sr"][s, c]) for c in (rs.LAST, rs.COUNT, rs.CLS, rs.FIRST)] == pol.record(_int(h))
+    assert pol.record(_int(a[0])) == [0, 1, 0, 0]  # class 0: a decode block seen once, depth 0
+
+
 def test_a_sweep_keeps_the_parent_of_a_cached_block():
     # a cached block's parent hash may be named by nothing else (evicted, its ghost trimmed): its key id stays,
     # so the chain cap still finds the parent's hash when it is stored again (a reused id would name another)

@@ -1109,6 +1109,7 @@ class SpfKernelRuntime:
         self._hash_bytes = 0
         self._empty = np.zeros(0, i64)
         self._pw_top = 0
+        self._t_top = -1  # the largest arrival index so far
         self._bind()
         _warm_spf(self)
 
@@ -1213,8 +1214,13 @@ class SpfKernelRuntime:
                 self._pw_top = epoch + 64
                 self.rs._pw(self.st, self._pw_top)
                 self._bind()
+            t = request.arrival_index
+            if t <= self._t_top:  # an index seen before (indices repeat or go back): its older prompt's stamps
+                mark = self.st["kr"][:, self.rs.MARK]  # (t + 1) are no longer the latest prompt's
+                mark[mark == t + 1] = 0
+            self._t_top = max(self._t_top, t)
             pk = self._intern(w)
-            if self.nb.arrived(pk, request.arrival_index, float(now), self._S):
+            if self.nb.arrived(pk, t, float(now), self._S):
                 raise self._bad("the evictor lacked room (a bug)")
             return ()
         finally:
