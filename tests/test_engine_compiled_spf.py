@@ -278,6 +278,21 @@ def test_protocol_breaks_raise_and_apply_nothing():
     assert sorted(rt.evict(2, 0.0)) == [1, 2] and rt.evictions == 2
 
 
+def test_hashes_of_mixed_lengths_are_refused_even_when_their_total_fits():
+    # 32 + 16 + 48 bytes are 3 x 32 in all: the words would name two other hashes; refused, nothing applied
+    rt = kernel(nb=8)
+    rt.release([], list(range(1, 8)), 0.0)
+    h = [_hash(i) for i in range(3)]
+    rt.arrived(RequestView("r", None, 0, 0.0, 3 * BS, tuple(h)), 0.0)
+    got = rt.evict(3, 0.0)
+    odd = [h[0], h[1][:16], h[2] + h[1][16:]]
+    with pytest.raises(PolicyError, match="need one length"):
+        rt.stored(RequestView("r", None, 0, 0.0, 3 * BS, ()), got, odd, 0, None, BS, 0.0)
+    with pytest.raises(PolicyError, match="need one length"):
+        rt.arrived(RequestView("q", None, 1, 0.0, 3 * BS, tuple(odd)), 0.0)
+    assert (rt.st["key_of"] < 0).all() and rt.hook_calls == 2  # (configured, the first arrival)
+
+
 def test_the_builder_takes_the_utility_variant_only(handed):
     assert isinstance(compiled_runtime(PolicyRuntime.for_policy(ARM, 8, BS, None)), SpfKernelRuntime)
     for opts in ({"variant": "seed"}, {"count_weight": "0.5"}):

@@ -1014,7 +1014,8 @@ def _hash_words(rt, keys: Sequence[bytes], what: str) -> np.ndarray:
     n = len(keys)
     raw = b"".join(keys)
     hb = rt._hash_bytes or len(keys[0])
-    if hb not in (8, 16, 24, 32) or len(keys[0]) != hb or len(raw) != hb * n:
+    # (the total and the shortest: every hash of hb bytes, e.g. not 32 + 16 + 48, which would fit 3 x 32)
+    if hb not in (8, 16, 24, 32) or len(raw) != hb * n or min(map(len, keys)) != hb:
         raise rt._bad(f"{what} {n} hashes of {len(raw)} bytes in all: need one length of 8, 16, 24 or 32 bytes "
                       f"a hash ({rt._hash_bytes or 'any'} here)")
     rt._hash_bytes = hb
