@@ -319,7 +319,8 @@ FUZZ_OPTS = [None, {"ghost_factor": "0.5"}, {"ghost_factor": "0.1", "period": "2
              {"gap_classes": "false", "decay": "0.8", "max_count": "3"}]
 
 
-def fuzz(seed, steps=400):
+def fuzz(seed, steps=400, back=False):
+    """``back``: arrival indices repeat or go back at times (the hooks take any index)."""
     rng = random.Random(seed)
     fb = 4
     nb = rng.randint(3, 40)
@@ -390,7 +391,8 @@ def fuzz(seed, steps=400):
             L = rng.randint(1, len(c))
             chain = c[:L]
             partial = rng.random() < 0.5
-            view = RequestView(f"r{arrivals}", rng.choice([None, "a", "b"]), arrivals, t, L * fb + partial, tuple(chain))
+            idx = max(0, arrivals - rng.choice([0, 0, 0, 1, 3, 9])) if back else arrivals
+            view = RequestView(f"r{arrivals}", rng.choice([None, "a", "b"]), idx, t, L * fb + partial, tuple(chain))
             arrivals += 1
             both("arrived", view, t)
             waiting.append((view, chain, partial))
@@ -509,6 +511,11 @@ def test_a_store_reads_the_latest_prompt_when_arrival_indices_repeat():
         s = comp.st["kr"][k, rs.REC]
         assert [int(comp.st["sr"][s, c]) for c in (rs.LAST, rs.COUNT, rs.CLS, rs.FIRST)] == pol.record(_int(h))
     assert pol.record(_int(a[0])) == [0, 1, 0, 0]  # class 0: a decode block seen once, depth 0
+
+
+def test_compiled_spf_equals_the_hooks_when_arrival_indices_go_back():
+    evicted = sum(fuzz(s, steps=600, back=True) for s in range(4242, 4242 + SEEDS // 2))
+    assert evicted > 0
 
 
 def test_a_sweep_keeps_the_parent_of_a_cached_block():
