@@ -518,6 +518,35 @@ def test_compiled_spf_equals_the_hooks_when_arrival_indices_go_back():
     assert evicted > 0
 
 
+def test_release_orders_are_renumbered_before_they_run_out(monkeypatch):
+    # the order packs release orders below rs.MAX_ORDER (2**39; the hooks' int64 orders run on): a long-lived
+    # runtime renumbers its free blocks' orders (their order kept) instead of refusing every release from then on
+    from spfcore.sim import _replay_spf_nb as rs
+
+    release, jumps = SpfKernelRuntime.release, [0, 0]
+
+    def near_the_end(self, *a):  # now and then the orders jump close to the end (later ones stay later)
+        jumps[0] += 1
+        if jumps[0] % 7 == 0:
+            self.c[rs.ORDER] = max(self.c[rs.ORDER], rs.MAX_ORDER - 40)
+            jumps[1] += 1
+        return release(self, *a)
+    monkeypatch.setattr(SpfKernelRuntime, "release", near_the_end)
+    evicted = sum(fuzz(s, steps=400) for s in range(16))
+    assert evicted > 0 and jumps[1] > 100
+    monkeypatch.undo()
+    rt = kernel(nb=8)
+    rt.release([], list(range(1, 8)), 0.0)
+    rt.c[rs.ORDER] = rs.MAX_ORDER - 40
+    for t in range(30):
+        v = RequestView(f"r{t}", None, t, 0.0, 2 * BS, (_hash((t, 0)), _hash((t, 1))))
+        rt.arrived(v, 0.0)
+        got = rt.evict(2, 0.0)
+        rt.stored(v, got, list(v.block_keys), 0, None, BS, 0.0)
+        rt.release(got[::-1], [], 0.0)
+    assert rt.c[rs.ORDER] < 64  # renumbered (the free blocks' orders from 1)
+
+
 def test_a_sweep_keeps_the_parent_of_a_cached_block():
     # a cached block's parent hash may be named by nothing else (evicted, its ghost trimmed): its key id stays,
     # so the chain cap still finds the parent's hash when it is stored again (a reused id would name another)

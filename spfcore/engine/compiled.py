@@ -1301,6 +1301,9 @@ class SpfKernelRuntime:
             ca = _ids(cached_ids) if len(cached_ids) else self._empty
             ha = _ids(hashless_ids) if len(hashless_ids) else self._empty
             r = self.nb.release(ca, ha, self._S, self.hf, self.mk, self.ic)
+            if r == self.nb.ORDERS:  # (after 2**39 releases) the free blocks' orders from 1, their order kept
+                self.nb.renumber(self._S)
+                r = self.nb.release(ca, ha, self._S, self.hf, self.mk, self.ic)
             if r == self.nb.NO_KEY:
                 raise self._bad("released a cached block it never heard stored (after a prefix-cache reset?)")
             if r == self.nb.ORDERS:
