@@ -1407,6 +1407,7 @@ def _warm_spf(rt: SpfKernelRuntime) -> None:
     w.arrived(RequestView("warm2", None, 1, 0.0, 0, ()), 0.0)
     w.evict(3, 0.0)
     w._room_keys(1)
+    w.nb.renumber(w._S)  # (not in the hot path the first time it is needed)
 
 
 #: (module, qualname) of a shipped policy class -> the builder of its compiled
