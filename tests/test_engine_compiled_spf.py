@@ -271,6 +271,21 @@ def test_protocol_breaks_raise_and_apply_nothing():
     assert sorted(rt.evict(2, 0.0)) == [1, 2] and rt.evictions == 2
 
 
+def test_hashes_of_mixed_lengths_are_refused_even_when_their_total_fits():
+    # 32 + 16 + 48 bytes are 3 x 32 in all: the words would name two other hashes; refused, nothing applied
+    rt = kernel(nb=8)
+    rt.release([], list(range(1, 8)), 0.0)
+    h = [_hash(i) for i in range(3)]
+    rt.arrived(RequestView("r", None, 0, 0.0, 3 * BS, tuple(h)), 0.0)
+    got = rt.evict(3, 0.0)
+    odd = [h[0], h[1][:16], h[2] + h[1][16:]]
+    with pytest.raises(PolicyError, match="need one length"):
+        rt.stored(RequestView("r", None, 0, 0.0, 3 * BS, ()), got, odd, 0, None, BS, 0.0)
+    with pytest.raises(PolicyError, match="need one length"):
+        rt.arrived(RequestView("q", None, 1, 0.0, 3 * BS, tuple(odd)), 0.0)
+    assert (rt.st["key_of"] < 0).all() and rt.hook_calls == 2  # (configured, the first arrival)
+
+
 def test_the_builder_takes_the_utility_variant_only():
     assert isinstance(compiled_runtime(PolicyRuntime.for_policy(ARM, 8, BS, None)), SpfKernelRuntime)
     for opts in ({"variant": "seed"}, {"count_weight": "0.5"}):
@@ -292,7 +307,8 @@ FUZZ_OPTS = [None, {"ghost_factor": "0.5"}, {"ghost_factor": "0.1", "period": "2
              {"gap_classes": "false", "decay": "0.8", "max_count": "3"}]
 
 
-def fuzz(seed, steps=400):
+def fuzz(seed, steps=400, back=False):
+    """``back``: arrival indices repeat or go back at times (the hooks take any index)."""
     rng = random.Random(seed)
     fb = 4
     nb = rng.randint(3, 40)
@@ -363,7 +379,8 @@ def fuzz(seed, steps=400):
             L = rng.randint(1, len(c))
             chain = c[:L]
             partial = rng.random() < 0.5
-            view = RequestView(f"r{arrivals}", rng.choice([None, "a", "b"]), arrivals, t, L * fb + partial, tuple(chain))
+            idx = max(0, arrivals - rng.choice([0, 0, 0, 1, 3, 9])) if back else arrivals
+            view = RequestView(f"r{arrivals}", rng.choice([None, "a", "b"]), idx, t, L * fb + partial, tuple(chain))
             arrivals += 1
             both("arrived", view, t)
             waiting.append((view, chain, partial))
@@ -454,6 +471,68 @@ SEEDS = int(os.environ.get("SPFCORE_FUZZ_SEEDS", "200"))
 def test_compiled_spf_equals_the_hooks_on_random_pool_streams(chunk):
     evicted = sum(fuzz(s) for s in range(chunk, SEEDS, 2))
     assert evicted > 0  # (the streams evict: the comparison reached the order)
+
+
+def test_a_store_reads_the_latest_prompt_when_arrival_indices_repeat():
+    # the hooks' store reads the latest arrival's prompt (its hash set decides a block's kind); an earlier arrival
+    # at the same index (or a later one, when indices go back) must not count: its prompt is not the latest
+    from spfcore.sim import _replay_spf_nb as rs
+
+    hooks = PolicyRuntime.for_policy(ARM, 16, BS, None, key_map=False)
+    comp = kernel(nb=16)
+    pol = next(iter(hooks.pm.get_plugins())).impl
+    a = [_hash(("a", i)) for i in range(3)]
+    b = [_hash(("b", i)) for i in range(3)]
+    for rt in (hooks, comp):
+        rt.release([], list(range(16)), 0.0)
+    # index 0 twice, then 2 and back to 1; a's blocks stored after b's prompt arrived: decode blocks (kind 0)
+    stream = [(0, a, None), (0, b, 0), (1, b, None), (2, a, None), (1, b, 1)]
+    for j, (t, keys, store) in enumerate(stream):
+        for rt, f in ((hooks, _int), (comp, bytes)):
+            rt.arrived(RequestView(f"r{j}", None, t, 0.0, 3 * BS, tuple(map(f, keys))), 0.0)
+            if store is not None:
+                got = rt.evict(3 - store, 0.0)
+                rt.stored(RequestView(f"s{j}", None, t, 0.0, 3 * BS, ()), got, [f(x) for x in a[store:]], store,
+                          f(a[0]) if store else None, BS, 0.0)
+    for h in a:
+        k = key_id(comp, h)
+        s = comp.st["kr"][k, rs.REC]
+        assert [int(comp.st["sr"][s, c]) for c in (rs.LAST, rs.COUNT, rs.CLS, rs.FIRST)] == pol.record(_int(h))
+    assert pol.record(_int(a[0])) == [0, 1, 0, 0]  # class 0: a decode block seen once, depth 0
+
+
+def test_compiled_spf_equals_the_hooks_when_arrival_indices_go_back():
+    evicted = sum(fuzz(s, steps=600, back=True) for s in range(4242, 4242 + SEEDS // 2))
+    assert evicted > 0
+
+
+def test_release_orders_are_renumbered_before_they_run_out(monkeypatch):
+    # the order packs release orders below rs.MAX_ORDER (2**39; the hooks' int64 orders run on): a long-lived
+    # runtime renumbers its free blocks' orders (their order kept) instead of refusing every release from then on
+    from spfcore.sim import _replay_spf_nb as rs
+
+    release, jumps = SpfKernelRuntime.release, [0, 0]
+
+    def near_the_end(self, *a):  # now and then the orders jump close to the end (later ones stay later)
+        jumps[0] += 1
+        if jumps[0] % 7 == 0:
+            self.c[rs.ORDER] = max(self.c[rs.ORDER], rs.MAX_ORDER - 40)
+            jumps[1] += 1
+        return release(self, *a)
+    monkeypatch.setattr(SpfKernelRuntime, "release", near_the_end)
+    evicted = sum(fuzz(s, steps=400) for s in range(16))
+    assert evicted > 0 and jumps[1] > 100
+    monkeypatch.undo()
+    rt = kernel(nb=8)
+    rt.release([], list(range(1, 8)), 0.0)
+    rt.c[rs.ORDER] = rs.MAX_ORDER - 40
+    for t in range(30):
+        v = RequestView(f"r{t}", None, t, 0.0, 2 * BS, (_hash((t, 0)), _hash((t, 1))))
+        rt.arrived(v, 0.0)
+        got = rt.evict(2, 0.0)
+        rt.stored(v, got, list(v.block_keys), 0, None, BS, 0.0)
+        rt.release(got[::-1], [], 0.0)
+    assert rt.c[rs.ORDER] < 64  # renumbered (the free blocks' orders from 1)
 
 
 def test_a_sweep_keeps_the_parent_of_a_cached_block():

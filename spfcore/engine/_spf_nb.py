@@ -52,8 +52,8 @@ from spfcore.sim._replay_spf_nb import DUAL, HOOK_CALLS, KIND, MARK, NEXT_BUILD,
 
 #: Codes (positive: nothing applied): every key id is live (sweep or grow, then call again); fewer free
 #: record slots than the event may take (grow them, then call again); fewer free blocks than asked
-#: (:func:`evict`); release orders exhausted; a block the runtime never heard stored (no key); an
-#: expiry structure or the ghost list lacked room (a bug).
+#: (:func:`evict`); release orders exhausted (:func:`renumber` them, then call again); a block the
+#: runtime never heard stored (no key); an expiry structure or the ghost list lacked room (a bug).
 NEED_KEYS, NEED_SLOTS, TOO_FEW, ORDERS, NO_KEY, BUG = range(1, 7)
 #: Intern counters ``ic``: freed key ids on ``fk`` (``NFREE``), ids never used yet start at
 #: ``NEXTID`` (both as :mod:`spfcore.engine._frequency_nb` names them), the event stamp (``STAMP``).
@@ -304,6 +304,22 @@ def release(cached, hashless, S, hf, mk, ic):
         hf[b] = 1
         c[HSN] += 1
     return 0
+
+
+@_jit
+def renumber(S):
+    """Release orders from 1 again, the free cached blocks' order kept (only
+    their relative order is read: ties of value), their chunks' minima anew:
+    for :func:`release` when orders reach :data:`~spfcore.sim._replay_spf_nb.MAX_ORDER`
+    (the order packs them below it). O(blocks log blocks)."""
+    ib, ok, cmb, cmk, cmo, c = S[28], S[29], S[30], S[31], S[32], S[40]
+    free = np.flatnonzero(ib[ev.IN])
+    rank = np.argsort(ib[ev.ORD][free])
+    for r in range(rank.shape[0]):
+        ib[ev.ORD, free[rank[r]]] = r + 1
+    c[ORDER] = rank.shape[0]
+    for ch in range(cmb.shape[0]):
+        rs._o_scan(ch, cmb, cmk, cmo, ok, ib)
 
 
 @_jit

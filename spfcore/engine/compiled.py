@@ -1038,7 +1038,8 @@ def _hash_words(rt, keys: Sequence[bytes], what: str) -> np.ndarray:
     n = len(keys)
     raw = b"".join(keys)
     hb = rt._hash_bytes or len(keys[0])
-    if hb not in (8, 16, 24, 32) or len(keys[0]) != hb or len(raw) != hb * n:
+    # (the total and the shortest: every hash of hb bytes, e.g. not 32 + 16 + 48, which would fit 3 x 32)
+    if hb not in (8, 16, 24, 32) or len(raw) != hb * n or min(map(len, keys)) != hb:
         raise rt._bad(f"{what} {n} hashes of {len(raw)} bytes in all: need one length of 8, 16, 24 or 32 bytes "
                       f"a hash ({rt._hash_bytes or 'any'} here)")
     rt._hash_bytes = hb
@@ -1134,6 +1135,7 @@ class SpfKernelRuntime:
         self._hash_bytes = 0
         self._empty = np.zeros(0, i64)
         self._pw_top = 0
+        self._t_top = -1  # the largest arrival index so far
         self._bind()
         _warm_spf(self)
 
@@ -1238,8 +1240,13 @@ class SpfKernelRuntime:
                 self._pw_top = epoch + 64
                 self.rs._pw(self.st, self._pw_top)
                 self._bind()
+            t = request.arrival_index
+            if t <= self._t_top:  # an index seen before (indices repeat or go back): its older prompt's stamps
+                mark = self.st["kr"][:, self.rs.MARK]  # (t + 1) are no longer the latest prompt's
+                mark[mark == t + 1] = 0
+            self._t_top = max(self._t_top, t)
             pk = self._intern(w)
-            if self.nb.arrived(pk, request.arrival_index, float(now), self._S):
+            if self.nb.arrived(pk, t, float(now), self._S):
                 raise self._bad("the evictor lacked room (a bug)")
             return ()
         finally:
@@ -1319,6 +1326,9 @@ class SpfKernelRuntime:
             ca = _ids(cached_ids) if len(cached_ids) else self._empty
             ha = _ids(hashless_ids) if len(hashless_ids) else self._empty
             r = self.nb.release(ca, ha, self._S, self.hf, self.mk, self.ic)
+            if r == self.nb.ORDERS:  # (after 2**39 releases) the free blocks' orders from 1, their order kept
+                self.nb.renumber(self._S)
+                r = self.nb.release(ca, ha, self._S, self.hf, self.mk, self.ic)
             if r == self.nb.NO_KEY:
                 raise self._bad("released a cached block it never heard stored (after a prefix-cache reset?)")
             if r == self.nb.ORDERS:
@@ -1422,6 +1432,7 @@ def _warm_spf(rt: SpfKernelRuntime) -> None:
     w.arrived(RequestView("warm2", None, 1, 0.0, 0, ()), 0.0)
     w.evict(3, 0.0)
     w._room_keys(1)
+    w.nb.renumber(w._S)  # (not in the hot path the first time it is needed)
 
 
 #: (module, qualname) of a shipped policy class -> the builder of its compiled
