@@ -90,6 +90,29 @@ def _ids(ids) -> np.ndarray:
     return ids if isinstance(ids, np.ndarray) else np.fromiter(ids, np.int64, len(ids))
 
 
+def _stored_words(rt, n: int, keys: Sequence[bytes], pad: str = "right") -> tuple[np.ndarray, int]:
+    """``(n, 4)`` int64 words (read-only unless padded) of the ``n`` vLLM block hashes
+    ``keys`` a ``stored`` event names, and their length, bytes: one length of
+    8, 16, 24 or 32 bytes, the runtime's first hashes' (``rt._hash_bytes``;
+    the caller sets it), zero-padded to 32 on the ``pad`` side (``"right"``;
+    ``"left"``: the same big-endian int). Checked: the total length and the
+    first hash's (vLLM's hashes of one engine are of one length).
+
+    Raises:
+        PolicyError: hashes of another length, or not ``n`` of them.
+    """
+    raw = b"".join(keys)
+    hb = rt._hash_bytes or len(keys[0])
+    if hb not in (8, 16, 24, 32) or len(keys[0]) != hb or len(raw) != hb * n or len(keys) != n:
+        raise rt._bad(f"stored {n} blocks with {len(keys)} hashes of {len(raw)} bytes in all: need one "
+                      f"length of 8, 16, 24 or 32 bytes a hash ({rt._hash_bytes or 'any'} here)")
+    w = np.frombuffer(raw, np.int64).reshape(n, hb // 8)
+    if hb != HASH_BYTES:
+        z = (HASH_BYTES - hb) // 8
+        w = np.pad(w, ((0, 0), (z, 0) if pad == "left" else (0, z)))
+    return w, hb
+
+
 def _counter(slot: str, doc: str) -> property:
     """A read-only property: the runtime's counter ``self.c[self.nb.<slot>]``, an int."""
     return property(lambda self: int(self.c[getattr(self.nb, slot)]), doc=doc)
@@ -232,15 +255,7 @@ class FrequencyKernelRuntime(_KernelRuntime):
             if not n:
                 self.c[self.nb.HOOK_CALLS] += 1  # (the hook path calls spfcore_blocks_stored on an empty store too)
                 return
-            raw = b"".join(keys)
-            hb = self._hash_bytes or len(keys[0])
-            if hb not in (8, 16, 24, 32) or len(keys[0]) != hb or len(raw) != hb * n or len(keys) != n:
-                raise self._bad(f"stored {n} blocks with {len(keys)} hashes of {len(raw)} bytes in all: need one "
-                                f"length of 8, 16, 24 or 32 bytes a hash ({self._hash_bytes or 'any'} here)")
-            self._hash_bytes = hb
-            w = np.frombuffer(raw, np.int64).reshape(n, hb // 8)
-            if hb != HASH_BYTES:
-                w = np.pad(w, ((0, 0), (0, (HASH_BYTES - hb) // 8)))
+            w, self._hash_bytes = _stored_words(self, n, keys)
             a = _ids(ids)
             r = self._k.stored(a, w, *self._stored_args)
             if r == self._k.E_FULL:
@@ -532,17 +547,10 @@ class SessionTTLKernelRuntime(_KernelRuntime):
             if not n:
                 self.c[self.nb.HOOK_CALLS] += 1  # (the hook path calls spfcore_blocks_stored on an empty store too)
                 return
-            raw = b"".join(keys)
-            hb = self._hash_bytes or len(keys[0])
-            if hb not in (8, 16, 24, 32) or len(keys[0]) != hb or len(raw) != hb * n or len(keys) != n:
-                raise self._bad(f"stored {n} blocks with {len(keys)} hashes of {len(raw)} bytes in all: need one "
-                                f"length of 8, 16, 24 or 32 bytes a hash ({self._hash_bytes or 'any'} here)")
+            w, hb = _stored_words(self, n, keys)
             sid = request.session_id
             if sid is not None:  # (a touch that protects)
                 self._arrived_check(request, "stored")
-            w = np.frombuffer(raw, np.int64).reshape(n, hb // 8)
-            if hb != HASH_BYTES:
-                w = np.pad(w, ((0, 0), (0, (HASH_BYTES - hb) // 8)))
             a = _ids(ids)
             s = self._sid(sid) if sid is not None else -1
             end = request.arrival_index + self.ttl
@@ -832,14 +840,7 @@ class BeladyKernelRuntime(_KernelRuntime):
             n = len(ids)
             if not n:
                 return
-            raw = b"".join(keys)
-            hb = self._hash_bytes or len(keys[0])
-            if hb not in (8, 16, 24, 32) or len(keys[0]) != hb or len(raw) != hb * n or len(keys) != n:
-                raise self._bad(f"stored {n} blocks with {len(keys)} hashes of {len(raw)} bytes in all: need one "
-                                f"length of 8, 16, 24 or 32 bytes a hash ({self._hash_bytes or 'any'} here)")
-            w = np.frombuffer(raw, np.int64).reshape(n, hb // 8)
-            if hb != HASH_BYTES:  # the same int: zero words in front (big-endian)
-                w = np.pad(w, ((0, 0), ((HASH_BYTES - hb) // 8, 0)))
+            w, hb = _stored_words(self, n, keys, pad="left")  # the same int: zero words in front (big-endian)
             a = _ids(ids)
             r = self.nb.stored(a, w, int(first_depth), int(request.arrival_index), *self._stored_args)
             if r:
