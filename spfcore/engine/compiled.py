@@ -121,8 +121,8 @@ def _counter(slot: str, doc: str) -> property:
 class _KernelRuntime:
     """What the compiled runtimes share: the driver interface's constant
     attributes, the counters read from the kernels' counters array ``c``
-    (indices in the kernel module ``nb``), ``stats``, the error they raise and
-    the events they do nothing or refuse on. A subclass sets ``nb``, ``c``,
+    (indices in the kernel module ``nb``), ``stats``, ``num_free``, the error
+    they raise and the events they do nothing or refuse on. A subclass sets ``nb``, ``c``,
     ``policy_name``, ``policy_seconds`` and ``evict_seconds``."""
 
     wants_block_hashes = True
@@ -150,6 +150,13 @@ class _KernelRuntime:
 
     def finished(self, request: RequestView, now: float) -> None:
         """The request finished: nothing to do (no finished hook)."""
+
+    @property
+    def num_free(self) -> int:
+        """Free blocks now (hashless and cached), blocks: ``c``'s counts
+        ``nb.HSN`` and ``nb.LRUN`` (the spf runtime counts its own)."""
+        c = self.c
+        return int(c[self.nb.HSN] + c[self.nb.LRUN])
 
     def forget(self, ids: Sequence[int]) -> None:
         """Not supported: a prefix-cache reset starts a fresh runtime.
@@ -314,12 +321,6 @@ class FrequencyKernelRuntime(_KernelRuntime):
             self.policy_seconds += _perf() - t0
 
     # ------------------------------------------------------------ queries
-    @property
-    def num_free(self) -> int:
-        """Free blocks now (hashless and cached), blocks."""
-        c = self.c
-        return int(c[self.nb.HSN] + c[self.nb.LRUN])
-
     def free_ids(self) -> list[int]:
         """Every free block id: hashless first (the next one handed out
         first), then cached in no fixed order."""
@@ -627,12 +628,6 @@ class SessionTTLKernelRuntime(_KernelRuntime):
             self.policy_seconds += _perf() - t0
 
     # ------------------------------------------------------------ queries
-    @property
-    def num_free(self) -> int:
-        """Free blocks now (hashless and cached), blocks."""
-        c = self.c
-        return int(c[self.nb.HSN] + c[self.nb.LRUN])
-
     def free_ids(self) -> list[int]:
         """Every free block id: hashless first (the next one handed out
         first), then cached in no fixed order."""
@@ -900,12 +895,6 @@ class BeladyKernelRuntime(_KernelRuntime):
             self.policy_seconds += _perf() - t0
 
     # ------------------------------------------------------------ queries
-    @property
-    def num_free(self) -> int:
-        """Free blocks now (hashless and cached), blocks."""
-        c = self.c
-        return int(c[self.nb.HSN] + c[self.nb.LRUN])
-
     def free_ids(self) -> list[int]:
         """Every free block id: hashless first (the next one handed out
         first), then cached in no fixed order."""
