@@ -85,10 +85,88 @@ def _frequency(rt: PolicyRuntime, inst) -> FrequencyKernelRuntime | None:
 
 
 def _ids(ids) -> np.ndarray:
-    return ids if isinstance(ids, np.ndarray) else np.array(ids, np.int64)
+    """Block ids as an int64 array (an array as it is; a list through
+    ``np.fromiter``: about half ``np.array``'s time on a few hundred ints)."""
+    return ids if isinstance(ids, np.ndarray) else np.fromiter(ids, np.int64, len(ids))
 
 
-class FrequencyKernelRuntime:
+def _stored_words(rt, n: int, keys: Sequence[bytes], pad: str = "right") -> tuple[np.ndarray, int]:
+    """``(n, 4)`` int64 words (read-only unless padded) of the ``n`` vLLM block hashes
+    ``keys`` a ``stored`` event names, and their length, bytes: one length of
+    8, 16, 24 or 32 bytes, the runtime's first hashes' (``rt._hash_bytes``;
+    the caller sets it), zero-padded to 32 on the ``pad`` side (``"right"``;
+    ``"left"``: the same big-endian int). Checked: the total length and the
+    first hash's (vLLM's hashes of one engine are of one length).
+
+    Raises:
+        PolicyError: hashes of another length, or not ``n`` of them.
+    """
+    raw = b"".join(keys)
+    hb = rt._hash_bytes or len(keys[0])
+    if hb not in (8, 16, 24, 32) or len(keys[0]) != hb or len(raw) != hb * n or len(keys) != n:
+        raise rt._bad(f"stored {n} blocks with {len(keys)} hashes of {len(raw)} bytes in all: need one "
+                      f"length of 8, 16, 24 or 32 bytes a hash ({rt._hash_bytes or 'any'} here)")
+    w = np.frombuffer(raw, np.int64).reshape(n, hb // 8)
+    if hb != HASH_BYTES:
+        z = (HASH_BYTES - hb) // 8
+        w = np.pad(w, ((0, 0), (z, 0) if pad == "left" else (0, z)))
+    return w, hb
+
+
+def _counter(slot: str, doc: str) -> property:
+    """A read-only property: the runtime's counter ``self.c[self.nb.<slot>]``, an int."""
+    return property(lambda self: int(self.c[getattr(self.nb, slot)]), doc=doc)
+
+
+class _KernelRuntime:
+    """What the compiled runtimes share: the driver interface's constant
+    attributes, the counters read from the kernels' counters array ``c``
+    (indices in the kernel module ``nb``), ``stats``, ``num_free``, the error
+    they raise and the events they do nothing or refuse on. A subclass sets ``nb``, ``c``,
+    ``policy_name``, ``policy_seconds`` and ``evict_seconds``."""
+
+    wants_block_hashes = True
+    #: The adapter may hand ``release`` int64 id arrays (``_ids`` takes them as they are).
+    id_arrays = True
+    needs_future = False
+    vllm_order = False
+    hints_issued = hints_used = 0
+    hook_seconds = 0.0
+    pins_refused = 0
+
+    evictions = _counter("EVICTIONS", "Cached victims so far.")
+    evict_calls = _counter("EVICT_CALLS", "Allocations (``evict`` calls that took blocks) so far.")
+    hook_calls = _counter("HOOK_CALLS", "The hook calls the hook path would have made so far (see the class).")
+
+    def stats(self) -> dict:
+        """:meth:`PolicyRuntime.stats <spfcore.runtime.PolicyRuntime.stats>`'s counters."""
+        return {"hook_seconds": 0.0, "hook_calls": self.hook_calls, "policy_seconds": self.policy_seconds,
+                "evictions": self.evictions, "evict_seconds": self.evict_seconds, "evict_calls": self.evict_calls,
+                "hints_issued": 0, "hints_used": 0, "pins_refused": self.pins_refused}
+
+    def _bad(self, what: str, hook: str | None = None) -> PolicyError:
+        return PolicyError(f"policy {self.policy_name!r} (compiled runtime): {what}", policy=self.policy_name,
+                           hook=hook)
+
+    def finished(self, request: RequestView, now: float) -> None:
+        """The request finished: nothing to do (no finished hook)."""
+
+    @property
+    def num_free(self) -> int:
+        """Free blocks now (hashless and cached), blocks: ``c``'s counts
+        ``nb.HSN`` and ``nb.LRUN`` (the spf runtime counts its own)."""
+        c = self.c
+        return int(c[self.nb.HSN] + c[self.nb.LRUN])
+
+    def forget(self, ids: Sequence[int]) -> None:
+        """Not supported: a prefix-cache reset starts a fresh runtime.
+
+        Raises:
+            NotImplementedError: always."""
+        raise NotImplementedError(f"{type(self).__name__}.forget: start a fresh runtime instead")
+
+
+class FrequencyKernelRuntime(_KernelRuntime):
     """The shipped ``frequency`` arm as numba kernels
     (:mod:`spfcore.engine._frequency_nb`), with
     :class:`~spfcore.runtime.PolicyRuntime`'s driver interface.
@@ -126,14 +204,6 @@ class FrequencyKernelRuntime:
     hooks count the key ``None``.
     """
 
-    wants_block_hashes = True
-    #: The adapter may hand ``release`` int64 id arrays (``_ids`` takes them as they are).
-    id_arrays = True
-    needs_future = False
-    vllm_order = False
-    hints_issued = hints_used = 0
-    hook_seconds = 0.0
-
     def __init__(self, num_blocks: int, block_size: int, *, min_count: int, ghost_cap: int,
                  policy_name: str = "frequency", buckets: int | None = None) -> None:
         from spfcore.evictor import prepare_numba
@@ -156,30 +226,6 @@ class FrequencyKernelRuntime:
         self._release_args = (s["BL"], s["hs"], s["R"], s["min_count"], s["BQ"], s["bits"], s["H"], self.c)
         self._empty = np.zeros(0, np.int64)
         self._hash_bytes = 0  # the hashes' length, set by the first store
-
-    # ------------------------------------------------------------ counters
-    @property
-    def evictions(self) -> int:
-        """Cached victims so far."""
-        return int(self.c[self.nb.EVICTIONS])
-
-    @property
-    def evict_calls(self) -> int:
-        """Allocations (``evict`` calls that took blocks) so far."""
-        return int(self.c[self.nb.EVICT_CALLS])
-
-    @property
-    def hook_calls(self) -> int:
-        return int(self.c[self.nb.HOOK_CALLS])
-
-    def stats(self) -> dict:
-        """:meth:`PolicyRuntime.stats <spfcore.runtime.PolicyRuntime.stats>`'s counters."""
-        return {"hook_seconds": 0.0, "hook_calls": self.hook_calls, "policy_seconds": self.policy_seconds,
-                "evictions": self.evictions, "evict_seconds": self.evict_seconds, "evict_calls": self.evict_calls,
-                "hints_issued": 0, "hints_used": 0, "pins_refused": 0}
-
-    def _bad(self, what: str) -> PolicyError:
-        return PolicyError(f"policy {self.policy_name!r} (compiled runtime): {what}", policy=self.policy_name)
 
     # ------------------------------------------------------------ events
     def arrived(self, request: RequestView, now: float) -> tuple:
@@ -216,15 +262,7 @@ class FrequencyKernelRuntime:
             if not n:
                 self.c[self.nb.HOOK_CALLS] += 1  # (the hook path calls spfcore_blocks_stored on an empty store too)
                 return
-            raw = b"".join(keys)
-            hb = self._hash_bytes or len(keys[0])
-            if hb not in (8, 16, 24, 32) or len(keys[0]) != hb or len(raw) != hb * n or len(keys) != n:
-                raise self._bad(f"stored {n} blocks with {len(keys)} hashes of {len(raw)} bytes in all: need one "
-                                f"length of 8, 16, 24 or 32 bytes a hash ({self._hash_bytes or 'any'} here)")
-            self._hash_bytes = hb
-            w = np.frombuffer(raw, np.int64).reshape(n, hb // 8)
-            if hb != HASH_BYTES:
-                w = np.pad(w, ((0, 0), (0, (HASH_BYTES - hb) // 8)))
+            w, self._hash_bytes = _stored_words(self, n, keys)
             a = _ids(ids)
             r = self._k.stored(a, w, *self._stored_args)
             if r == self._k.E_FULL:
@@ -233,9 +271,6 @@ class FrequencyKernelRuntime:
                 raise self._bad(f"stored block {int(a[-1 - r])}: holds a block hash already, or named twice")
         finally:
             self.policy_seconds += _perf() - t0
-
-    def finished(self, request: RequestView, now: float) -> None:
-        """The request finished: nothing to do (no finished hook)."""
 
     def release(self, cached_ids: Sequence[int], hashless_ids: Sequence[int], now: float) -> None:
         """Blocks whose ref count reached 0: cached ones admitted and scored
@@ -285,20 +320,7 @@ class FrequencyKernelRuntime:
         finally:
             self.policy_seconds += _perf() - t0
 
-    def forget(self, ids: Sequence[int]) -> None:
-        """Not supported: a prefix-cache reset starts a fresh runtime.
-
-        Raises:
-            NotImplementedError: always."""
-        raise NotImplementedError("FrequencyKernelRuntime.forget: start a fresh runtime instead")
-
     # ------------------------------------------------------------ queries
-    @property
-    def num_free(self) -> int:
-        """Free blocks now (hashless and cached), blocks."""
-        c = self.c
-        return int(c[self.nb.HSN] + c[self.nb.LRUN])
-
     def free_ids(self) -> list[int]:
         """Every free block id: hashless first (the next one handed out
         first), then cached in no fixed order."""
@@ -331,7 +353,7 @@ def _session_ttl(rt: PolicyRuntime, inst) -> SessionTTLKernelRuntime | None:
                                    policy_name=rt.policy_name)
 
 
-class SessionTTLKernelRuntime:
+class SessionTTLKernelRuntime(_KernelRuntime):
     """The shipped ``session_ttl`` arm (arrivals mode) as numba kernels
     (:mod:`spfcore.engine._session_ttl_nb`), with
     :class:`~spfcore.runtime.PolicyRuntime`'s driver interface and the scored
@@ -382,13 +404,6 @@ class SessionTTLKernelRuntime:
     score the key ``None`` (which they never evict).
     """
 
-    wants_block_hashes = True
-    id_arrays = True  # (release may be handed the queue's int64 id arrays)
-    needs_future = False
-    vllm_order = False
-    hints_issued = hints_used = 0
-    hook_seconds = 0.0
-
     def __init__(self, num_blocks: int, block_size: int, *, ttl: int, pin_cap: int,
                  policy_name: str = "session_ttl", max_sessions: int | None = None, edges: int | None = None,
                  order_cap: int | None = None) -> None:
@@ -425,38 +440,9 @@ class SessionTTLKernelRuntime:
                             s["E"], s["ht"], s["hs"], *order, c)
 
     # ------------------------------------------------------------ counters
-    @property
-    def evictions(self) -> int:
-        """Keyed victims so far."""
-        return int(self.c[self.nb.EVICTIONS])
-
-    @property
-    def evict_calls(self) -> int:
-        """Allocations (``evict`` calls that took blocks) so far."""
-        return int(self.c[self.nb.EVICT_CALLS])
-
-    @property
-    def hook_calls(self) -> int:
-        return int(self.c[self.nb.HOOK_CALLS])
-
-    @property
-    def pins_refused(self) -> int:
-        """Pins the cap refused so far, blocks."""
-        return int(self.c[self.nb.REFUSED])
-
-    @property
-    def num_pinned(self) -> int:
-        """Pinned free blocks now."""
-        return int(self.c[self.nb.NPIN])
-
-    def stats(self) -> dict:
-        """:meth:`PolicyRuntime.stats <spfcore.runtime.PolicyRuntime.stats>`'s counters."""
-        return {"hook_seconds": 0.0, "hook_calls": self.hook_calls, "policy_seconds": self.policy_seconds,
-                "evictions": self.evictions, "evict_seconds": self.evict_seconds, "evict_calls": self.evict_calls,
-                "hints_issued": 0, "hints_used": 0, "pins_refused": self.pins_refused}
-
-    def _bad(self, what: str) -> PolicyError:
-        return PolicyError(f"policy {self.policy_name!r} (compiled runtime): {what}", policy=self.policy_name)
+    evictions = _counter("EVICTIONS", "Keyed victims so far.")
+    pins_refused = _counter("REFUSED", "Pins the cap refused so far, blocks.")
+    num_pinned = _counter("NPIN", "Pinned free blocks now.")
 
     def _sid(self, session_id) -> int:
         """The session row of ``session_id`` (interned; a dead row reused)."""
@@ -562,17 +548,10 @@ class SessionTTLKernelRuntime:
             if not n:
                 self.c[self.nb.HOOK_CALLS] += 1  # (the hook path calls spfcore_blocks_stored on an empty store too)
                 return
-            raw = b"".join(keys)
-            hb = self._hash_bytes or len(keys[0])
-            if hb not in (8, 16, 24, 32) or len(keys[0]) != hb or len(raw) != hb * n or len(keys) != n:
-                raise self._bad(f"stored {n} blocks with {len(keys)} hashes of {len(raw)} bytes in all: need one "
-                                f"length of 8, 16, 24 or 32 bytes a hash ({self._hash_bytes or 'any'} here)")
+            w, hb = _stored_words(self, n, keys)
             sid = request.session_id
             if sid is not None:  # (a touch that protects)
                 self._arrived_check(request, "stored")
-            w = np.frombuffer(raw, np.int64).reshape(n, hb // 8)
-            if hb != HASH_BYTES:
-                w = np.pad(w, ((0, 0), (0, (HASH_BYTES - hb) // 8)))
             a = _ids(ids)
             s = self._sid(sid) if sid is not None else -1
             end = request.arrival_index + self.ttl
@@ -591,9 +570,6 @@ class SessionTTLKernelRuntime:
                 raise self._bad(f"stored block {int(a[-1 - r])}: holds a block hash already, or named twice")
         finally:
             self.policy_seconds += _perf() - t0
-
-    def finished(self, request: RequestView, now: float) -> None:
-        """The request finished: nothing to do (no finished hook)."""
 
     def release(self, cached_ids: Sequence[int], hashless_ids: Sequence[int], now: float) -> None:
         """Blocks whose ref count reached 0: cached ones scored at the latest
@@ -651,20 +627,7 @@ class SessionTTLKernelRuntime:
         finally:
             self.policy_seconds += _perf() - t0
 
-    def forget(self, ids: Sequence[int]) -> None:
-        """Not supported: a prefix-cache reset starts a fresh runtime.
-
-        Raises:
-            NotImplementedError: always."""
-        raise NotImplementedError("SessionTTLKernelRuntime.forget: start a fresh runtime instead")
-
     # ------------------------------------------------------------ queries
-    @property
-    def num_free(self) -> int:
-        """Free blocks now (hashless and cached), blocks."""
-        c = self.c
-        return int(c[self.nb.HSN] + c[self.nb.LRUN])
-
     def free_ids(self) -> list[int]:
         """Every free block id: hashless first (the next one handed out
         first), then cached in no fixed order."""
@@ -690,13 +653,7 @@ def _belady(rt: PolicyRuntime, inst) -> BeladyKernelRuntime | None:
     return BeladyKernelRuntime(rt.num_blocks, rt.block_size, policy_name=rt.policy_name)
 
 
-def _arr(ids) -> np.ndarray:
-    """Block ids as an int64 array (a list through ``np.fromiter``: about
-    half ``np.array``'s time on a few hundred ints)."""
-    return ids if isinstance(ids, np.ndarray) else np.fromiter(ids, np.int64, len(ids))
-
-
-class BeladyKernelRuntime:
+class BeladyKernelRuntime(_KernelRuntime):
     """The shipped ``belady_oracle`` arm as numba kernels
     (:mod:`spfcore.engine._belady_nb`), with
     :class:`~spfcore.runtime.PolicyRuntime`'s driver interface
@@ -747,12 +704,7 @@ class BeladyKernelRuntime:
     that block (0 if none).
     """
 
-    wants_block_hashes = True
-    id_arrays = True  # (release may be handed the queue's int64 id arrays)
     needs_future = True
-    vllm_order = False
-    hints_issued = hints_used = 0
-    hook_seconds = 0.0
 
     def __init__(self, num_blocks: int, block_size: int, *, policy_name: str = "belady_oracle",
                  cap: int | None = None) -> None:
@@ -785,30 +737,7 @@ class BeladyKernelRuntime:
         self._span = len(s["off"]) - 1
 
     # ------------------------------------------------------------ counters
-    @property
-    def evictions(self) -> int:
-        """Cached victims so far."""
-        return int(self.c[self.nb.EVICTIONS])
-
-    @property
-    def evict_calls(self) -> int:
-        """Allocations (``evict`` calls) so far."""
-        return int(self.c[self.nb.EVICT_CALLS])
-
-    @property
-    def hook_calls(self) -> int:
-        """The hook calls the hook path would have made so far (see the class)."""
-        return int(self.c[self.nb.HOOK_CALLS])
-
-    def stats(self) -> dict:
-        """:meth:`PolicyRuntime.stats <spfcore.runtime.PolicyRuntime.stats>`'s counters."""
-        return {"hook_seconds": 0.0, "hook_calls": self.hook_calls, "policy_seconds": self.policy_seconds,
-                "evictions": self.evictions, "evict_seconds": self.evict_seconds, "evict_calls": self.evict_calls,
-                "hints_issued": 0, "hints_used": 0, "pins_refused": 0}
-
-    def _bad(self, what: str, hook: str | None = None) -> PolicyError:
-        return PolicyError(f"policy {self.policy_name!r} (compiled runtime): {what}", policy=self.policy_name,
-                           hook=hook)
+    evict_calls = _counter("EVICT_CALLS", "Allocations (``evict`` calls) so far.")
 
     # ------------------------------------------------------------ events
     def set_future(self, requests) -> None:
@@ -906,15 +835,8 @@ class BeladyKernelRuntime:
             n = len(ids)
             if not n:
                 return
-            raw = b"".join(keys)
-            hb = self._hash_bytes or len(keys[0])
-            if hb not in (8, 16, 24, 32) or len(keys[0]) != hb or len(raw) != hb * n or len(keys) != n:
-                raise self._bad(f"stored {n} blocks with {len(keys)} hashes of {len(raw)} bytes in all: need one "
-                                f"length of 8, 16, 24 or 32 bytes a hash ({self._hash_bytes or 'any'} here)")
-            w = np.frombuffer(raw, np.int64).reshape(n, hb // 8)
-            if hb != HASH_BYTES:  # the same int: zero words in front (big-endian)
-                w = np.pad(w, ((0, 0), ((HASH_BYTES - hb) // 8, 0)))
-            a = _arr(ids)
+            w, hb = _stored_words(self, n, keys, pad="left")  # the same int: zero words in front (big-endian)
+            a = _ids(ids)
             r = self.nb.stored(a, w, int(first_depth), int(request.arrival_index), *self._stored_args)
             if r:
                 raise self._bad(f"stored block {int(a[-1 - r])}: holds a block hash already, or named twice "
@@ -923,16 +845,13 @@ class BeladyKernelRuntime:
         finally:
             self.policy_seconds += _perf() - t0
 
-    def finished(self, request: RequestView, now: float) -> None:
-        """The request finished: nothing to do (no finished hook)."""
-
     def release(self, cached_ids: Sequence[int], hashless_ids: Sequence[int], now: float) -> None:
         """Blocks whose ref count reached 0: cached ones scored into the
         order (new release orders, in the order given); hashless ones on top."""
         t0 = _perf()
         try:
-            ca = _arr(cached_ids) if len(cached_ids) else self._empty
-            ha = _arr(hashless_ids) if len(hashless_ids) else self._empty
+            ca = _ids(cached_ids) if len(cached_ids) else self._empty
+            ha = _ids(hashless_ids) if len(hashless_ids) else self._empty
             r = self.nb.release(ca, ha, float(now), *self._release_args)
             if r:
                 j = -1 - r
@@ -968,27 +887,14 @@ class BeladyKernelRuntime:
         """
         t0 = _perf()
         try:
-            a = _arr(ids if isinstance(ids, (list, tuple)) else list(ids))
+            a = _ids(ids if isinstance(ids, (list, tuple)) else list(ids))
             r = self.nb.touch(a, *self._touch_args)
             if r:
                 raise KeyError(int(a[-1 - r]))
         finally:
             self.policy_seconds += _perf() - t0
 
-    def forget(self, ids: Sequence[int]) -> None:
-        """Not supported: a prefix-cache reset starts a fresh runtime.
-
-        Raises:
-            NotImplementedError: always."""
-        raise NotImplementedError("BeladyKernelRuntime.forget: start a fresh runtime instead")
-
     # ------------------------------------------------------------ queries
-    @property
-    def num_free(self) -> int:
-        """Free blocks now (hashless and cached), blocks."""
-        c = self.c
-        return int(c[self.nb.HSN] + c[self.nb.LRUN])
-
     def free_ids(self) -> list[int]:
         """Every free block id: hashless first (the next one handed out
         first), then cached in no fixed order."""
@@ -1047,7 +953,7 @@ def _hash_words(rt, keys: Sequence[bytes], what: str) -> np.ndarray:
     return w if hb == HASH_BYTES else np.pad(w, ((0, 0), (0, (HASH_BYTES - hb) // 8)))
 
 
-class SpfKernelRuntime:
+class SpfKernelRuntime(_KernelRuntime):
     """The shipped ``spf_expected_utility`` arm, variant ``"utility"``
     (learned hit density), as numba kernels
     (:mod:`spfcore.engine._spf_nb`, on the simulator's compiled replay's
@@ -1102,13 +1008,7 @@ class SpfKernelRuntime:
     runtime does.
     """
 
-    wants_block_hashes = True
-    id_arrays = True  # (release may be handed the queue's int64 id arrays)
     wants_prompt_hashes = True
-    needs_future = False
-    vllm_order = False
-    hints_issued = hints_used = 0
-    hook_seconds = 0.0
 
     def __init__(self, num_blocks: int, block_size: int, *, policy, pin_cap: int = 0,
                  policy_name: str = "spf_expected_utility", key_ids: int | None = None) -> None:
@@ -1189,29 +1089,11 @@ class SpfKernelRuntime:
         self.rs._grow_slots(self.st, m)
         self._bind()
 
-    def _bad(self, what: str) -> PolicyError:
-        return PolicyError(f"policy {self.policy_name!r} (compiled runtime): {what}", policy=self.policy_name)
-
     # ------------------------------------------------------------ counters
-    @property
-    def evictions(self) -> int:
-        """Cached victims so far."""
-        return int(self.c[self.nb.EVICTIONS])
-
     @property
     def evict_calls(self) -> int:
         """``evict`` calls so far."""
         return int(self.c[self.rs.EVICT_CALLS])
-
-    @property
-    def hook_calls(self) -> int:
-        return int(self.c[self.nb.HOOK_CALLS])
-
-    def stats(self) -> dict:
-        """:meth:`PolicyRuntime.stats <spfcore.runtime.PolicyRuntime.stats>`'s counters."""
-        return {"hook_seconds": 0.0, "hook_calls": self.hook_calls, "policy_seconds": self.policy_seconds,
-                "evictions": self.evictions, "evict_seconds": self.evict_seconds, "evict_calls": self.evict_calls,
-                "hints_issued": 0, "hints_used": 0, "pins_refused": 0}
 
     # ------------------------------------------------------------ events
     def arrived(self, request: RequestView, now: float) -> tuple:
@@ -1309,9 +1191,6 @@ class SpfKernelRuntime:
         finally:
             self.policy_seconds += _perf() - t0
 
-    def finished(self, request: RequestView, now: float) -> None:
-        """The request finished: nothing to do (no finished hook)."""
-
     def release(self, cached_ids: Sequence[int], hashless_ids: Sequence[int], now: float) -> None:
         """Blocks whose ref count reached 0: cached ones scored (one call) into
         the order with new release orders, hashless ones on top of the stack.
@@ -1377,13 +1256,6 @@ class SpfKernelRuntime:
                 raise KeyError(int(a[-1 - r]))
         finally:
             self.policy_seconds += _perf() - t0
-
-    def forget(self, ids: Sequence[int]) -> None:
-        """Not supported: a prefix-cache reset starts a fresh runtime.
-
-        Raises:
-            NotImplementedError: always."""
-        raise NotImplementedError("SpfKernelRuntime.forget: start a fresh runtime instead")
 
     # ------------------------------------------------------------ queries
     @property
