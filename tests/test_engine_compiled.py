@@ -225,6 +225,11 @@ def test_only_the_shipped_class_with_plain_params_is_compiled():
     assert compiled_runtime(PolicyRuntime.for_policy("lru", 8, BS, None)) is None  # (vLLM's own queue serves lru)
     for arm in ("frequency", "session_ttl", "belady_oracle", "spf_expected_utility"):  # every shipped plugin arm
         assert compiled_runtime(PolicyRuntime.for_policy(arm, 8, BS, None)) is not None, arm
+    from spfcore.sim.replay import record_runtime_calls
+
+    with record_runtime_calls():  # the record is PolicyRuntime's calls: the hooks serve while it records
+        assert compiled_runtime(PolicyRuntime.for_policy("frequency", 8, BS, None)) is None
+    assert compiled_runtime(PolicyRuntime.for_policy("frequency", 8, BS, None)) is not None
 
 
 @pytest.mark.engine

@@ -51,8 +51,9 @@ def compiled_runtime(rt: PolicyRuntime):
 
     Stands in only for a shipped plugin's own class (a :data:`STANDINS`
     entry: not a subclass), alone in ``rt``'s plugin manager, hook calls not
-    monitored, no hook budget, and with parameters its builder takes (each
-    builder's docstring says which).
+    monitored, no hook budget, runtime calls not being recorded
+    (:func:`spfcore.sim.replay.recording`: the record is ``PolicyRuntime``'s),
+    and with parameters its builder takes (each builder's docstring says which).
 
     Args:
         rt: A fresh runtime of the configured policy (its
@@ -60,7 +61,9 @@ def compiled_runtime(rt: PolicyRuntime):
     """
     from spfcore.runtime import _PLAIN_EXEC
 
-    if rt.hook_budget_s is not None or getattr(rt.pm, "_inner_hookexec", None) is not _PLAIN_EXEC:
+    from spfcore.sim.replay import recording
+
+    if rt.hook_budget_s is not None or getattr(rt.pm, "_inner_hookexec", None) is not _PLAIN_EXEC or recording():
         return None
     plugins = rt.pm.get_plugins()
     if len(plugins) != 1:

@@ -15,7 +15,8 @@ Metrics (label ``policy`` on every one):
 * ``spfcore_policy_seconds``: histogram of the policy's wall time per
   scheduler step, seconds, label ``part``: ``hooks`` (the plugin's hook
   calls) or ``evictor`` (spfcore's own bookkeeping around them: the
-  policy-ordered free queue, re-scoring, validation).
+  policy-ordered free queue, re-scoring, validation; all of a compiled
+  runtime's time, whose hooks part stays 0).
 * ``spfcore_pins_refused_total``: pins refused by the pin cap (blocks);
   ``spfcore_pinned_blocks``: free blocks pinned now (gauge).
 * ``spfcore_hints_issued_total`` / ``spfcore_hints_used_total``: prefetch
@@ -47,7 +48,7 @@ def _metrics() -> dict:
                                  ["policy"]),
             "seconds": Histogram("spfcore_policy_seconds",
                                  "Policy wall time per scheduler step (s); part=hooks: the plugin's hooks, "
-                                 "part=evictor: spfcore's free queue, re-scoring and checks around them.",
+                                 "part=evictor: spfcore's free queue, re-scoring and checks around them (a compiled runtime: all).",
                                  ["policy", "part"], buckets=BUCKETS),
             "pins_refused": Counter("spfcore_pins_refused", "Pins refused by the pin cap (blocks).", ["policy"]),
             "pinned": Gauge("spfcore_pinned_blocks", "Free KV blocks pinned by the policy now.", ["policy"],

@@ -80,12 +80,24 @@ def _driver() -> str:
     return "sim"
 
 
+_recording = False
+
+
+def recording() -> bool:
+    """Whether :func:`record_runtime_calls` is recording now (then the
+    engine serves every arm through :class:`PolicyRuntime`, whose calls it
+    records, not a compiled runtime: :func:`spfcore.engine.compiled.compiled_runtime`)."""
+    return _recording
+
+
 @contextlib.contextmanager
 def record_runtime_calls() -> Iterator[EventLog]:
     """Record every :data:`RECORDED` call on any :class:`PolicyRuntime`
     while the block runs (class attributes patched, restored on exit; not
     re-entrant). A call that raised is recorded too (its result is None), since the
-    runtime's state after it is part of the stream."""
+    runtime's state after it is part of the stream. Engines started or reset
+    inside run the hooks, not a compiled runtime (:func:`recording`)."""
+    global _recording
     log = EventLog()
     originals = {name: PolicyRuntime.__dict__[name] for name in RECORDED}
 
@@ -111,8 +123,10 @@ def record_runtime_calls() -> Iterator[EventLog]:
     try:
         for name, fn in originals.items():
             setattr(PolicyRuntime, name, wrap(name, fn))
+        _recording = True
         yield log
     finally:
+        _recording = False
         for name, fn in originals.items():
             setattr(PolicyRuntime, name, fn)
 
