@@ -154,6 +154,17 @@ def test_protocol_breaks_raise_and_apply_nothing():
         rt.evict(5, 0.0)
     with pytest.raises(ValueError, match="negative"):
         rt.evict(-1, 0.0)
+    for bad in (8, -1, 10**6):  # block ids outside the 8-block pool (numba checks no bounds): refused
+        with pytest.raises(PolicyError, match=f"released block {bad}: .*outside the pool"):
+            rt.release([], [bad], 0.0)
+        with pytest.raises(PolicyError, match=f"released block {bad}: .*outside the pool"):
+            rt.release([bad], [], 0.0)
+        with pytest.raises(PolicyError, match=f"stored block {bad}: .*outside the pool"):
+            rt.stored(view, [bad], [_hash(5)], 0, None, BS, 0.0)
+        with pytest.raises(PolicyError, match=f"hit block {bad}: outside the pool"):
+            rt.hit(view, [1, bad], 0.0)
+        with pytest.raises(KeyError):
+            rt.touch([bad])
     assert unchanged()
     rt.release([2, 1], [3], 0.0)  # the request ends: counts 1 < min_count 2, not admitted
     assert rt.num_free == 7

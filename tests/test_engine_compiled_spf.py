@@ -259,6 +259,17 @@ def test_protocol_breaks_raise_and_apply_nothing():
         rt.evict(5, 0.0)
     with pytest.raises(ValueError, match="negative"):
         rt.evict(-1, 0.0)
+    for bad in (8, -1, 10**6):  # block ids outside the 8-block pool (numba checks no bounds): refused
+        with pytest.raises(PolicyError, match=f"released block {bad}: .*outside the pool"):
+            rt.release([], [bad], 0.0)
+        with pytest.raises(PolicyError, match=f"released block {bad}: .*outside the pool"):
+            rt.release([bad], [], 0.0)
+        with pytest.raises(PolicyError, match=f"stored block {bad}: .*outside the pool"):
+            rt.stored(v, [bad], [_hash(2)], 2, _hash(1), BS, 0.0)
+        with pytest.raises(PolicyError, match=f"hit block {bad} .*outside the pool"):
+            rt.hit(v, [1, bad], 0.0)
+        with pytest.raises(KeyError):
+            rt.touch([bad])
     live = rt.live.copy()
     rt._room_keys(0)  # a sweep frees what the failed calls interned and nothing named
     assert unchanged() or not np.array_equal(live, rt.live)

@@ -262,9 +262,10 @@ def _twice(ids, BL, c):
 def touch(ids, BL, BQ, bits, c):
     """Hit blocks that were free leave the order (ref count 0 -> 1).
     Returns 0, or ``-1 - j`` for ``ids[j]`` not a free cached block (nothing
-    applied), or named twice."""
+    applied), named twice, or outside the pool."""
+    nb = BL.shape[0]
     for j in range(ids.shape[0]):
-        if not BL[ids[j], INN]:
+        if ids[j] < 0 or ids[j] >= nb or not BL[ids[j], INN]:
             return -1 - j
     j = _twice(ids, BL, c)
     if j >= 0:
@@ -284,7 +285,12 @@ def hit(ids, BL, R, c):
     left with an evicted duplicate starts again at 1). A block the runtime
     never heard stored (vLLM cached it while a prefix-cache reset had dropped
     its request) has no key: the hook path counts it under the key ``None``,
-    and so does ``c[NONECNT]``. Returns 0."""
+    and so does ``c[NONECNT]``. Returns 0, or ``-1 - j`` for ``ids[j]``
+    outside the pool (nothing applied)."""
+    nb = BL.shape[0]
+    for j in range(ids.shape[0]):
+        if ids[j] < 0 or ids[j] >= nb:
+            return -1 - j
     for j in range(ids.shape[0]):
         k = BL[ids[j], KEY]
         if k >= 0:
@@ -301,9 +307,10 @@ def stored(ids, w, BL, R, T, mask, fk, c):
     row of four words each), in order: each key interned (a new key id: a
     freed one from ``fk``, else the next never used), then its count + 1, or 1 + its ghost count (it stops being a
     ghost). Returns 0, or ``-1 - j`` for block ``ids[j]`` holding a key
-    already or named twice (nothing applied), or ``E_FULL``."""
+    already, named twice or outside the pool (nothing applied), or ``E_FULL``."""
+    nb = BL.shape[0]
     for j in range(ids.shape[0]):
-        if BL[ids[j], KEY] >= 0:
+        if ids[j] < 0 or ids[j] >= nb or BL[ids[j], KEY] >= 0:
             return -1 - j
     j = _twice(ids, BL, c)
     if j >= 0:
@@ -410,16 +417,16 @@ def release(cached, hashless, BL, hs, R, min_count, BQ, bits, H, c):
     A cached block with no key (see :func:`hit`) is scored by
     ``c[NONECNT]``, as the hook path scores the key ``None``. Returns 0, or
     ``-1 - j`` for ``cached[j]`` (``j < len(cached)``) or
-    ``hashless[j - len(cached)]`` that is free already or named twice in the
-    call: nothing applied."""
-    nc = cached.shape[0]
+    ``hashless[j - len(cached)]`` that is free already, named twice in the
+    call or outside the pool: nothing applied."""
+    nc, nb = cached.shape[0], BL.shape[0]
     for j in range(nc):
         b = cached[j]
-        if BL[b, INN] or BL[b, HFREE]:
+        if b < 0 or b >= nb or BL[b, INN] or BL[b, HFREE]:
             return -1 - j
     for j in range(hashless.shape[0]):
         b = hashless[j]
-        if BL[b, INN] or BL[b, HFREE]:
+        if b < 0 or b >= nb or BL[b, INN] or BL[b, HFREE]:
             return -1 - nc - j
     j = _twice(cached, BL, c)
     if j >= 0:

@@ -184,13 +184,15 @@ def hit(ids, S, mk, ic):
     """``spfcore_blocks_hit`` of blocks ``ids`` (depth order): hashes without
     a resident record get one, the others are re-accessed; free copies of
     their hashes get the new score inputs. Returns 0, ``-1 - j`` (``ids[j]``
-    named twice), :data:`NO_KEY` (a block with no hash here) or
+    named twice or outside the pool), :data:`NO_KEY` (a block with no hash here) or
     :data:`NEED_SLOTS`; nothing applied but 0."""
     (ip, fp, bucket, lo_int, rep, lo_f, gap_prior, pw, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, bsc, bq, fs,
      q, hist, never, vals, offs, pc, pf, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe, qb, ec, c) = S
     n = ids.shape[0]
     m = 0
     for j in range(n):
+        if ids[j] < 0 or ids[j] >= key_of.shape[0]:
+            return -1 - j
         k = key_of[ids[j]]
         if k < 0:
             return NO_KEY
@@ -211,11 +213,11 @@ def hit(ids, S, mk, ic):
 @_jit
 def touch(ids, S, mk, ic):
     """Hit blocks that were free leave the order and the calendar. Returns 0
-    or ``-1 - j`` (``ids[j]`` not a free cached block, or named twice;
-    nothing applied)."""
+    or ``-1 - j`` (``ids[j]`` not a free cached block, named twice or
+    outside the pool; nothing applied)."""
     ib, ok, cmb, cmk, cmo, qe, qb, ec = S[28], S[29], S[30], S[31], S[32], S[37], S[38], S[39]
     for j in range(ids.shape[0]):
-        if not ib[ev.IN, ids[j]]:
+        if ids[j] < 0 or ids[j] >= ib.shape[1] or not ib[ev.IN, ids[j]]:
             return -1 - j
     j = _twice(ids, mk, ic)
     if j >= 0:
@@ -234,7 +236,8 @@ def stored(ids, kid, parent, depth0, S, mk, ic):
     """``PolicyRuntime.stored``: blocks ``ids`` cached with key ids ``kid``
     (interned) at depths ``depth0 ..``, the first one's parent key id
     ``parent`` (-1: none); one stored call (also for no block). Returns 0,
-    ``-1 - j`` (``ids[j]`` holds a hash already, or named twice) or
+    ``-1 - j`` (``ids[j]`` holds a hash already, named twice or outside
+    the pool) or
     :data:`NEED_SLOTS`; nothing applied but 0."""
     (ip, fp, bucket, lo_int, rep, lo_f, gap_prior, pw, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, bsc, bq, fs,
      q, hist, never, vals, offs, pc, pf, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe, qb, ec, c) = S
@@ -243,7 +246,7 @@ def stored(ids, kid, parent, depth0, S, mk, ic):
         c[HOOK_CALLS] += 1
         return 0
     for j in range(n):
-        if key_of[ids[j]] >= 0:
+        if ids[j] < 0 or ids[j] >= key_of.shape[0] or key_of[ids[j]] >= 0:
             return -1 - j
     j = _twice(ids, mk, ic)
     if j >= 0:
@@ -261,19 +264,19 @@ def release(cached, hashless, S, hf, mk, ic):
     call and placed with new release orders; then hashless blocks onto the
     stack, ``hashless[0]`` on top. Returns 0, ``-1 - j`` for ``cached[j]``
     (``j < len(cached)``) or ``hashless[j - len(cached)]`` that is free
-    already, named twice, or (hashless) holds a hash; :data:`NO_KEY` (a
+    already, named twice, outside the pool, or (hashless) holds a hash; :data:`NO_KEY` (a
     cached block with no hash here), :data:`ORDERS` or :data:`BUG`; nothing
     applied but 0 (and :data:`BUG`)."""
     (ip, fp, bucket, lo_int, rep, lo_f, gap_prior, pw, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, bsc, bq, fs,
      q, hist, never, vals, offs, pc, pf, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe, qb, ec, c) = S
-    nc = cached.shape[0]
+    nc, nb = cached.shape[0], key_of.shape[0]
     for j in range(nc):
         b = cached[j]
-        if ib[ev.IN, b] or hf[b]:
+        if b < 0 or b >= nb or ib[ev.IN, b] or hf[b]:
             return -1 - j
     for j in range(hashless.shape[0]):
         b = hashless[j]
-        if ib[ev.IN, b] or hf[b] or key_of[b] >= 0:
+        if b < 0 or b >= nb or ib[ev.IN, b] or hf[b] or key_of[b] >= 0:
             return -1 - nc - j
     j = _twice(cached, mk, ic)
     if j >= 0:

@@ -197,7 +197,8 @@ class FrequencyKernelRuntime(_KernelRuntime):
     Errors: an event raises :class:`~spfcore.runtime.PolicyError` (naming
     the policy and the block) when the driver breaks the event protocol (a
     block released while free, a block named twice in one call, a store into
-    a block holding a hash, hashes of another length); nothing of that event
+    a block holding a hash, a block id outside the pool, hashes of another
+    length); nothing of that event
     is applied, so the adapter fails open. ``touch`` raises ``KeyError`` for
     a block that is not free and cached, ``evict`` ``ValueError`` when
     ``n < 0`` or fewer than ``n`` blocks are free, as the runtime does. What
@@ -239,10 +240,16 @@ class FrequencyKernelRuntime(_KernelRuntime):
     def hit(self, request: RequestView, ids: Sequence[int], now: float) -> None:
         """The lookup hit blocks ``ids``: each one's hash counts one more access
         (a block stored before a prefix-cache reset: the hook path's key
-        ``None``, see :func:`~spfcore.engine._frequency_nb.hit`)."""
+        ``None``, see :func:`~spfcore.engine._frequency_nb.hit`).
+
+        Raises:
+            PolicyError: a block id outside the pool (nothing applied)."""
         t0 = _perf()
         try:
-            self._k.hit(_ids(ids) if len(ids) else self._empty, *self._hit_args)
+            a = _ids(ids) if len(ids) else self._empty
+            r = self._k.hit(a, *self._hit_args)
+            if r:
+                raise self._bad(f"hit block {int(a[-1 - r])}: outside the pool")
         finally:
             self.policy_seconds += _perf() - t0
 
@@ -257,7 +264,7 @@ class FrequencyKernelRuntime(_KernelRuntime):
 
         Raises:
             PolicyError: a hash of another length, a block holding a hash
-                already or named twice (nothing applied).
+                already, named twice or outside the pool (nothing applied).
         """
         t0 = _perf()
         try:
@@ -265,13 +272,15 @@ class FrequencyKernelRuntime(_KernelRuntime):
             if not n:
                 self.c[self.nb.HOOK_CALLS] += 1  # (the hook path calls spfcore_blocks_stored on an empty store too)
                 return
-            w, self._hash_bytes = _stored_words(self, n, keys)
+            w, hb = _stored_words(self, n, keys)
             a = _ids(ids)
             r = self._k.stored(a, w, *self._stored_args)
             if r == self._k.E_FULL:
                 raise self._bad(f"every key id is live ({len(self.s['fk'])}): the bound does not hold")
             if r:
-                raise self._bad(f"stored block {int(a[-1 - r])}: holds a block hash already, or named twice")
+                raise self._bad(f"stored block {int(a[-1 - r])}: holds a block hash already, or named twice "
+                                "(or outside the pool)")
+            self._hash_bytes = hb  # (fixed by the first store taken)
         finally:
             self.policy_seconds += _perf() - t0
 
@@ -286,7 +295,7 @@ class FrequencyKernelRuntime(_KernelRuntime):
             if r:
                 j = -1 - r
                 b = int(ca[j]) if j < len(ca) else int(ha[j - len(ca)])
-                raise self._bad(f"released block {b}: free already, or named twice")
+                raise self._bad(f"released block {b}: free already, or named twice (or outside the pool)")
         finally:
             self.policy_seconds += _perf() - t0
 
@@ -319,7 +328,7 @@ class FrequencyKernelRuntime(_KernelRuntime):
             a = _ids(list(ids))
             r = self._k.touch(a, *self._touch_args)
             if r:
-                raise KeyError(int(a[-1 - r]))  # not a free cached block, or named twice
+                raise KeyError(int(a[-1 - r]))  # not a free cached block, named twice, or outside the pool
         finally:
             self.policy_seconds += _perf() - t0
 
@@ -1156,7 +1165,7 @@ class SpfKernelRuntime(_KernelRuntime):
             if r == self.nb.NO_KEY:
                 raise self._bad("hit a block it never heard stored (after a prefix-cache reset?)")
             if r:
-                raise self._bad(f"hit block {int(a[-1 - r])} twice")
+                raise self._bad(f"hit block {int(a[-1 - r])} twice (or outside the pool)")
         finally:
             self.policy_seconds += _perf() - t0
 
@@ -1190,7 +1199,8 @@ class SpfKernelRuntime(_KernelRuntime):
                     break
                 self._room_slots(2 * n + 2)
             if r:
-                raise self._bad(f"stored block {int(a[-1 - r])}: holds a block hash already, or named twice")
+                raise self._bad(f"stored block {int(a[-1 - r])}: holds a block hash already, or named twice "
+                                "(or outside the pool)")
         finally:
             self.policy_seconds += _perf() - t0
 
@@ -1220,7 +1230,8 @@ class SpfKernelRuntime(_KernelRuntime):
             if r:
                 j = -1 - r
                 b = int(ca[j]) if j < len(ca) else int(ha[j - len(ca)])
-                raise self._bad(f"released block {b}: free already, named twice, or hashless with a hash")
+                raise self._bad(f"released block {b}: free already, named twice, hashless with a hash, or outside "
+                                "the pool")
         finally:
             self.policy_seconds += _perf() - t0
 
