@@ -57,6 +57,12 @@ def main(arm, model, block_size, num_blocks, pressure, personas, prefix_tokens, 
     block_size = block_size or default_block_size()
     nb = num_blocks or num_blocks_for_pressure(wl, pressure, block_size)
     spec = EngineSpec(model=model, block_size=block_size, num_blocks=nb)
+    from spfcore.engine.compiled import compiled_runtime
+    from spfcore.runtime import PolicyRuntime
+
+    if compiled_runtime(PolicyRuntime.for_policy(arm, nb, block_size, None, key_map=False)) is None:
+        raise click.BadParameter(f"{arm!r} has no compiled runtime (spfcore.engine.compiled.STANDINS): "
+                                 "both runs would be its hooks", param_hint="--arm")
     n = len(wl.requests)
     console.print(f"workload: {n} requests, {personas} personas x {prefix_tokens} tokens, {query_tokens}-token "
                   f"queries, {output_tokens} output tokens; {nb} blocks of {block_size} tokens; arm {arm}")

@@ -208,8 +208,10 @@ class EngineSession:
         (:meth:`reset`), so a failed arm never blocks the next one.
 
         ``compiled=False`` runs the policy's hooks even where a compiled
-        runtime stands in for them (:mod:`spfcore.engine.compiled`: the
-        shipped ``frequency``): for tests and benchmarks that compare the two.
+        runtime stands in for them (:mod:`spfcore.engine.compiled`: every
+        shipped plugin arm, within its builder's params): for tests and
+        benchmarks that compare the two. (From the command line, a hook
+        budget, ``--hook-budget-ms``, also runs the hooks.)
 
         Raises:
             ValueError: on a stock session or ``arm`` ``"stock"``/``None``.
