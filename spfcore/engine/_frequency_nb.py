@@ -63,6 +63,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from spfcore.engine._prefetch_nb import prefetch
+
 #: Counter indices: hashless blocks on the stack, cached free blocks,
 #: evicted cached blocks, allocations, hook calls the hook path makes, heap
 #: entries, release orders handed out, live ghosts, the ring's head and tail
@@ -302,9 +304,9 @@ def hit(ids, BL, R, c):
 
 
 @_jit
-def stored(ids, w, BL, R, T, mask, fk, c):
-    """``spfcore_blocks_stored``: blocks ``ids`` cached with keys ``w`` (one
-    row of four words each), in order: each key interned (a new key id: a
+def stored(ids, raw, BL, R, T, mask, fk, c):
+    """``spfcore_blocks_stored``: blocks ``ids`` cached with keys ``raw``
+    (``bytes``, 32 a key: four int64 words each), in order: each key interned (a new key id: a
     freed one from ``fk``, else the next never used), then its count + 1, or 1 + its ghost count (it stops being a
     ghost). Returns 0, or ``-1 - j`` for block ``ids[j]`` holding a key
     already, named twice or outside the pool (nothing applied), or ``E_FULL``."""
@@ -317,6 +319,13 @@ def stored(ids, w, BL, R, T, mask, fk, c):
         return -1 - j
     if c[NFREE] + R.shape[0] - c[NEXTID] < ids.shape[0]:
         return E_FULL
+    w = np.frombuffer(raw, np.int64).reshape((ids.shape[0], 4))
+    for j in range(ids.shape[0]):  # the keys' home slots, then their key rows: the misses overlapped
+        prefetch(T, w[j, 0] & mask, 0)
+    for j in range(ids.shape[0]):
+        k = T[w[j, 0] & mask, 1] - 1
+        if k >= 0:
+            prefetch(R, k, 0)
     for j in range(ids.shape[0]):
         i = _find(T, mask, R, w, j)
         if i >= 0:
@@ -397,6 +406,11 @@ def evict(n, out, BL, hs, R, ghost_cap, re, rseq, BQ, bits, H, T, mask, fk, c):
     if cached:
         c[HOOK_CALLS] += 1
         cap = re.shape[0]
+        m = min(c[GN] - ghost_cap, c[RTAIL] - c[RHEAD])  # (at least this many entries are read)
+        for p in range(c[RHEAD], c[RHEAD] + m):  # their key rows, then their table slots: the misses overlapped
+            prefetch(R, re[p % cap], 0)
+        for p in range(c[RHEAD], c[RHEAD] + m):
+            prefetch(T, R[re[p % cap], W0] & mask, 0)
         while c[GN] > ghost_cap:  # the least recently evicted leave
             q = c[RHEAD] % cap
             c[RHEAD] += 1
@@ -525,12 +539,11 @@ def new_state(num_blocks: int, min_count: int, ghost_cap: int, buckets: int = NB
 
 def warm() -> None:
     """Compile every kernel (or load numba's on-disk cache) on a tiny state,
-    with the argument types the runtime passes (the hashes' words read-only,
-    as ``np.frombuffer`` makes them)."""
+    with the argument types the runtime passes."""
     s = new_state(4, 2, 4)
     i64 = np.int64
     ids = np.array([1, 2], i64)
-    w = np.frombuffer(np.arange(8, dtype=i64).tobytes(), i64).reshape(2, 4)
+    w = np.arange(8, dtype=i64).tobytes()
     release(np.zeros(0, i64), ids, s["BL"], s["hs"], s["R"], 2, s["BQ"], s["bits"], s["H"], s["c"])
     evict(2, s["out"], s["BL"], s["hs"], s["R"], 4, s["re"], s["rseq"], s["BQ"], s["bits"], s["H"], s["T"], s["mask"],
           s["fk"], s["c"])

@@ -93,13 +93,14 @@ def _ids(ids) -> np.ndarray:
     return ids if isinstance(ids, np.ndarray) else np.fromiter(ids, np.int64, len(ids))
 
 
-def _stored_words(rt, n: int, keys: Sequence[bytes], pad: str = "right") -> tuple[np.ndarray, int]:
-    """``(n, 4)`` int64 words (read-only unless padded) of the ``n`` vLLM block hashes
-    ``keys`` a ``stored`` event names, and their length, bytes: one length of
-    8, 16, 24 or 32 bytes, the runtime's first hashes' (``rt._hash_bytes``;
-    the caller sets it), zero-padded to 32 on the ``pad`` side (``"right"``;
-    ``"left"``: the same big-endian int). Checked: the total length and the
-    first hash's (vLLM's hashes of one engine are of one length).
+def _stored_bytes(rt, n: int, keys: Sequence[bytes], pad: str = "right") -> tuple[bytes, int]:
+    """The ``n`` vLLM block hashes ``keys`` a ``stored`` event names as one
+    ``bytes`` of ``32 * n`` (``np.frombuffer`` of it: ``(n, 4)`` int64 words,
+    read-only), and their length, bytes: one length of 8, 16, 24 or 32
+    bytes, the runtime's first hashes' (``rt._hash_bytes``; the caller sets
+    it), zero-padded to 32 on the ``pad`` side (``"right"``; ``"left"``: the
+    same big-endian int). Checked: the total length and the first hash's
+    (vLLM's hashes of one engine are of one length).
 
     Raises:
         PolicyError: hashes of another length, or not ``n`` of them.
@@ -109,11 +110,17 @@ def _stored_words(rt, n: int, keys: Sequence[bytes], pad: str = "right") -> tupl
     if hb not in (8, 16, 24, 32) or len(keys[0]) != hb or len(raw) != hb * n or len(keys) != n:
         raise rt._bad(f"stored {n} blocks with {len(keys)} hashes of {len(raw)} bytes in all: need one "
                       f"length of 8, 16, 24 or 32 bytes a hash ({rt._hash_bytes or 'any'} here)")
-    w = np.frombuffer(raw, np.int64).reshape(n, hb // 8)
     if hb != HASH_BYTES:
-        z = (HASH_BYTES - hb) // 8
-        w = np.pad(w, ((0, 0), (z, 0) if pad == "left" else (0, z)))
-    return w, hb
+        z = HASH_BYTES - hb
+        w = np.frombuffer(raw, np.uint8).reshape(n, hb)
+        raw = np.pad(w, ((0, 0), (z, 0) if pad == "left" else (0, z))).tobytes()
+    return raw, hb
+
+
+def _stored_words(rt, n: int, keys: Sequence[bytes], pad: str = "right") -> tuple[np.ndarray, int]:
+    """:func:`_stored_bytes` as an ``(n, 4)`` int64 array (read-only), and the hashes' length."""
+    raw, hb = _stored_bytes(rt, n, keys, pad)
+    return np.frombuffer(raw, np.int64).reshape(n, 4), hb
 
 
 def _counter(slot: str, doc: str) -> property:
@@ -246,7 +253,10 @@ class FrequencyKernelRuntime(_KernelRuntime):
             PolicyError: a block id outside the pool (nothing applied)."""
         t0 = _perf()
         try:
-            a = _ids(ids) if len(ids) else self._empty
+            if not len(ids):  # (no kernel call: the hook call counted, nothing else)
+                self.c[self.nb.HOOK_CALLS] += 1
+                return
+            a = _ids(ids)
             r = self._k.hit(a, *self._hit_args)
             if r:
                 raise self._bad(f"hit block {int(a[-1 - r])}: outside the pool")
@@ -272,9 +282,9 @@ class FrequencyKernelRuntime(_KernelRuntime):
             if not n:
                 self.c[self.nb.HOOK_CALLS] += 1  # (the hook path calls spfcore_blocks_stored on an empty store too)
                 return
-            w, hb = _stored_words(self, n, keys)
+            raw, hb = _stored_bytes(self, n, keys)
             a = _ids(ids)
-            r = self._k.stored(a, w, *self._stored_args)
+            r = self._k.stored(a, raw, *self._stored_args)
             if r == self._k.E_FULL:
                 raise self._bad(f"every key id is live ({len(self.s['fk'])}): the bound does not hold")
             if r:
