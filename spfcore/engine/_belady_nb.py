@@ -85,6 +85,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from spfcore.engine._kstate_nb import pack, prefetch, region, rows
+
 #: Counter indices: hashless blocks on the stack, cached free blocks, evicted
 #: cached blocks, allocations, hook calls the hook path makes, runs in the
 #: runs' heap, seconds-heap and calendar entries, release orders and score versions
@@ -100,6 +102,11 @@ NCOUNTERS = 21
 W0, W1, W2, W3 = range(4)  # key row columns
 NEXT, WMIN = range(2)  # next-use row columns
 KEY, INN, ORD, HFREE, DEPTH, VER, MARK = range(7)  # block row columns (7: unused)
+#: The state buffer's regions (:func:`~spfcore.engine._kstate_nb.pack`), in this order.
+REGIONS = ("BL", "hs", "E", "E2", "RUN", "HR", "TK", "TI", "QE", "QH", "out", "due", "c", "R", "NW", "T", "off", "rk",
+           "after", "kuse", "koff", "WAIT")
+(X_BL, X_HS, X_E, X_E2, X_RUN, X_HR, X_TK, X_TI, X_QE, X_QH, X_OUT, X_DUE, X_C, X_R, X_NW, X_T, X_OFF, X_RK, X_AFTER,
+ X_KUSE, X_KOFF, X_WAIT) = range(22)
 #: spfcore_belady_oracle.NEVER and DEPTH_SLOTS.
 NEVER = 2**36
 DEPTH_SLOTS = 2**16
@@ -352,6 +359,9 @@ def _place(ids, n, now, NW, BL, E, E2, RUN, HR, TK, TI, QH, QE, c):
     the runs' heap, keyed by a lower bound of its first live entry."""
     if c[EN] + n > E.shape[0] or c[RN] + n > RUN.shape[0]:
         _rebuild(E, E2, RUN, HR, BL, c)
+    for j in range(n):  # the blocks' next-use rows: the misses overlapped
+        k = BL[ids[j], KEY]
+        prefetch(NW, k if k > 0 else 0, 0)
     cur = -1
     lv = lo = 0
     for j in range(n):
@@ -478,6 +488,13 @@ def _expire(now, arrival, due, NW, BL, E, E2, RUN, HR, TK, TI, QH, QE, c):
 
 # ------------------------------------------------------------ events
 @_jit
+def _order(S):
+    """The order's and the expiries' regions of ``S``, and the counters."""
+    return (rows(S, X_E, 4), rows(S, X_E2, 4), rows(S, X_RUN, 4), rows(S, X_HR, 4), region(S, X_TK).view(np.float64),
+            rows(S, X_TI, 2), region(S, X_QH), rows(S, X_QE, 4), region(S, X_C))
+
+
+@_jit
 def _pass(j, off, rk, after, NW):
     """Arrival ``j``'s uses pass: each of its keys' next use is the following one."""
     for u in range(off[j], off[j + 1]):
@@ -485,13 +502,16 @@ def _pass(j, off, rk, after, NW):
 
 
 @_jit
-def arrived(i, now, off, rk, after, WAIT, due, NW, BL, E, E2, RUN, HR, TK, TI, QH, QE, c):
+def arrived(i, now, S):
     """``spfcore_request_arrived`` of arrival index ``i`` (``0 <= i < span``,
     not waiting: the caller checks), then the expired scores re-scored
     (``PolicyRuntime.arrived``). The position moves to ``i`` as the policy's
     does (the next arrival's uses pass, skipped ones too, a position that
     went back is rewound); arrival ``i`` waits: its keys' ``WMIN`` drops to
     ``i`` where it was later. Returns 0."""
+    off, rk, after, WAIT = region(S, X_OFF), region(S, X_RK), region(S, X_AFTER), region(S, X_WAIT)
+    due, NW, BL = region(S, X_DUE), rows(S, X_NW, 2), rows(S, X_BL, 8)
+    E, E2, RUN, HR, TK, TI, QH, QE, c = _order(S)
     c[HOOK_CALLS] += 1
     at = c[AT]
     span = off.shape[0] - 1
@@ -525,11 +545,13 @@ def arrived(i, now, off, rk, after, WAIT, due, NW, BL, E, E2, RUN, HR, TK, TI, Q
 
 
 @_jit
-def served(a, off, rk, kuse, koff, WAIT, NW, c):
+def served(a, S):
     """``spfcore_blocks_hit`` of the request that waits at arrival ``a``
     (``a < 0``: none waits under its id, a repeated lookup): it no longer
     waits; a key whose ``WMIN`` was ``a`` gets the next waiting arrival
     among its uses. Counts the hook call. Returns 0."""
+    off, rk, kuse, koff = region(S, X_OFF), region(S, X_RK), region(S, X_KUSE), region(S, X_KOFF)
+    WAIT, NW, c = region(S, X_WAIT), rows(S, X_NW, 2), region(S, X_C)
     c[HOOK_CALLS] += 1
     if a < 0:
         return 0
@@ -575,11 +597,12 @@ def _twice(ids, BL, c):
 
 
 @_jit
-def touch(ids, BL, c):
+def touch(ids, S):
     """Hit blocks that were free leave the order (ref count 0 -> 1; their
     heap entries go stale). Returns 0, or ``-1 - j`` for ``ids[j]`` not a
     free cached block (an id outside the pool too), or named twice (nothing
     applied)."""
+    BL, c = rows(S, X_BL, 8), region(S, X_C)
     nb = BL.shape[0]
     for j in range(ids.shape[0]):
         b = ids[j]
@@ -595,8 +618,9 @@ def touch(ids, BL, c):
 
 
 @_jit
-def stored(ids, w, first_depth, a, off, rk, BL, R, T, mask, c):
-    """Blocks ``ids`` cached with keys ``w`` (one row of four words each) at
+def stored(ids, raw, first_depth, a, S):
+    """Blocks ``ids`` cached with keys ``raw`` (``bytes``, 32 a key: four
+    int64 words each) at
     depths ``first_depth, first_depth + 1, ...`` by the request of arrival
     index ``a`` (-1: none known): each block's key id (0 for a hash no future
     request holds) and depth (the hooks' table columns; no hook is called).
@@ -604,6 +628,8 @@ def stored(ids, w, first_depth, a, off, rk, BL, R, T, mask, c):
     (its words compared: a prompt's chain, read in order), else the table.
     Returns 0, or ``-1 - j`` for block ``ids[j]`` outside the pool, holding
     a key already or named twice (nothing applied)."""
+    off, rk, BL, R, T = region(S, X_OFF), region(S, X_RK), rows(S, X_BL, 8), rows(S, X_R, 4), rows(S, X_T, 2)
+    c, mask = region(S, X_C), T.shape[0] - 1
     nb = BL.shape[0]
     for j in range(ids.shape[0]):
         b = ids[j]
@@ -612,9 +638,12 @@ def stored(ids, w, first_depth, a, off, rk, BL, R, T, mask, c):
     j = _twice(ids, BL, c)
     if j >= 0:
         return -1 - j
+    w = np.frombuffer(raw, np.int64).reshape((ids.shape[0], 4))
     s0, n0 = 0, 0
     if 0 <= a < off.shape[0] - 1:
         s0, n0 = off[a], off[a + 1] - off[a]
+    for d in range(max(first_depth, 0), min(first_depth + ids.shape[0], n0)):  # the chain's key rows, overlapped
+        prefetch(R, rk[s0 + d], 0)
     for j in range(ids.shape[0]):
         b = ids[j]
         d = first_depth + j
@@ -632,13 +661,15 @@ def stored(ids, w, first_depth, a, off, rk, BL, R, T, mask, c):
 
 
 @_jit
-def release(cached, hashless, now, BL, hs, NW, E, E2, RUN, HR, TK, TI, QH, QE, c):
+def release(cached, hashless, now, S):
     """``PolicyRuntime.release``: cached blocks (release order) scored (one
     ``spfcore_score_blocks`` call), each with a new release order, into the
     order; then hashless blocks onto the stack, ``hashless[0]`` on top.
     Returns 0, or ``-1 - j`` for ``cached[j]`` (``j < len(cached)``) or
     ``hashless[j - len(cached)]`` that is outside the pool, free already or
     named twice in the call: nothing applied."""
+    BL, hs, NW = rows(S, X_BL, 8), region(S, X_HS), rows(S, X_NW, 2)
+    E, E2, RUN, HR, TK, TI, QH, QE, c = _order(S)
     nc = cached.shape[0]
     nb = BL.shape[0]
     for j in range(nc):
@@ -675,13 +706,15 @@ def release(cached, hashless, now, BL, hs, NW, E, E2, RUN, HR, TK, TI, QH, QE, c
 
 
 @_jit
-def evict(n, now, out, due, BL, hs, NW, E, E2, RUN, HR, TK, TI, QH, QE, c):
+def evict(n, now, S):
     """``PolicyRuntime.evict(n)``: when cached blocks are taken, the expired
     scores re-scored first (clocks ``now`` and the latest arrival); then
     ``n`` victims into ``out[:n]``, the top hashless block first, then the
     lowest live order entry. Each cached victim loses its key (an eviction;
     no hook: the policy has no evicted hook). Returns 0, or ``E_TOO_FEW``
     (nothing taken)."""
+    out, due, BL, hs, NW = region(S, X_OUT), region(S, X_DUE), rows(S, X_BL, 8), region(S, X_HS), rows(S, X_NW, 2)
+    E, E2, RUN, HR, TK, TI, QH, QE, c = _order(S)
     if n > c[HSN] + c[LRUN]:
         return E_TOO_FEW
     c[EVICT_CALLS] += 1
@@ -726,8 +759,9 @@ def new_state(num_blocks: int, cap: int | None = None) -> dict:
     ``2 * num_blocks + 1`` (a test sets it low to reach the compactions).
 
     Returns:
-        ``{name: array}`` of the kernels' arguments (names as there),
-        ``mask`` the table's (``S - 1``).
+        ``{name: array}``: ``S``, the buffer the kernels take, and views of
+        its regions (:data:`REGIONS`; names as in the kernels), ``mask`` the
+        table's (its rows - 1).
     """
     i64 = np.int64
     cap = heap_cap(num_blocks) if cap is None else cap
@@ -747,7 +781,8 @@ def new_state(num_blocks: int, cap: int | None = None) -> dict:
 
 def set_index(s: dict, words: np.ndarray, off: np.ndarray, rk: np.ndarray, after: np.ndarray,
               first: np.ndarray) -> None:
-    """Install a future index in state ``s`` (no request waiting).
+    """Install a future index in state ``s`` (no request waiting), and lay
+    the state out in a new buffer ``s["S"]`` (every array a view of it).
 
     Args:
         words: int64 ``(K, 4)``: key id ``k``'s hash words in row ``k - 1``.
@@ -774,28 +809,25 @@ def set_index(s: dict, words: np.ndarray, off: np.ndarray, rk: np.ndarray, after
     s.update(R=R, NW=NW, QH=np.full(span + 1, -1, i64), T=T, mask=S - 1, off=off, rk=rk, after=after,
              kuse=np.ascontiguousarray(arr[o]),
              koff=np.searchsorted(rk[o], np.arange(nk + 2)).astype(i64), WAIT=np.zeros(max(span, 1), i64))
+    pack(s, REGIONS)
 
 
 def warm() -> None:
     """Compile every kernel (or load numba's on-disk cache) on a tiny state,
-    with the argument types the runtime passes (the hashes' words read-only,
-    as ``np.frombuffer`` makes them of 32-byte hashes, and writable, as
-    ``np.pad`` makes them of shorter ones)."""
+    with the argument types the runtime passes."""
     i64 = np.int64
     s = new_state(4)
     words = np.arange(8, dtype=i64).reshape(2, 4) + 1
     set_index(s, words, np.array([0, 2, 3], i64), np.array([1, 2, 1], i64), np.array([1, NEVER, NEVER], i64),
               np.array([NEVER, 0, 0], i64))
     ids = np.array([1, 2], i64)
-    w = np.frombuffer(words.tobytes(), i64).reshape(2, 4)
-    order = (s["E"], s["E2"], s["RUN"], s["HR"], s["TK"], s["TI"], s["QH"], s["QE"], s["c"])
-    release(np.zeros(0, i64), ids, 0.0, s["BL"], s["hs"], s["NW"], *order)
-    arrived(0, 0.0, s["off"], s["rk"], s["after"], s["WAIT"], s["due"], s["NW"], s["BL"], *order)
-    evict(2, 0.0, s["out"], s["due"], s["BL"], s["hs"], s["NW"], *order)
-    stored(ids, w, 0, 0, s["off"], s["rk"], s["BL"], s["R"], s["T"], s["mask"], s["c"])
-    # hashes shorter than 32 bytes come zero-padded (np.pad: a writable array, another signature)
-    stored(np.array([3], i64), words[:1].copy(), 0, 0, s["off"], s["rk"], s["BL"], s["R"], s["T"], s["mask"], s["c"])
-    release(ids, np.zeros(0, i64), 1.0, s["BL"], s["hs"], s["NW"], *order)
-    arrived(1, 1.0, s["off"], s["rk"], s["after"], s["WAIT"], s["due"], s["NW"], s["BL"], *order)
-    served(0, s["off"], s["rk"], s["kuse"], s["koff"], s["WAIT"], s["NW"], s["c"])
-    touch(np.zeros(0, i64), s["BL"], s["c"])
+    w = words.tobytes()
+    S = s["S"]
+    release(np.zeros(0, i64), ids, 0.0, S)
+    arrived(0, 0.0, S)
+    evict(2, 0.0, S)
+    stored(ids, w, 0, 0, S)
+    release(ids, np.zeros(0, i64), 1.0, S)
+    arrived(1, 1.0, S)
+    served(0, S)
+    touch(np.zeros(0, i64), S)

@@ -63,7 +63,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from spfcore.engine._prefetch_nb import prefetch
+from spfcore.engine._kstate_nb import pack, prefetch, region, rows
 
 #: Counter indices: hashless blocks on the stack, cached free blocks,
 #: evicted cached blocks, allocations, hook calls the hook path makes, heap

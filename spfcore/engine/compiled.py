@@ -738,8 +738,7 @@ class BeladyKernelRuntime(_KernelRuntime):
         nb.warm()
         self.nb, self.num_blocks, self.block_size, self.policy_name = nb, num_blocks, block_size, policy_name
         self.s = nb.new_state(num_blocks, cap)
-        self.c = self.s["c"]
-        self.c[nb.HOOK_CALLS] = 1  # spfcore_cache_configured, as the runtime counts it at construction
+        self.s["c"][nb.HOOK_CALLS] = 1  # spfcore_cache_configured, as the runtime counts it at construction
         self.policy_seconds = self.evict_seconds = 0.0
         self._future_set = False
         self._waiting: dict = {}  # request id -> its arrival index, while it waits for its lookup
@@ -748,14 +747,9 @@ class BeladyKernelRuntime(_KernelRuntime):
         self._hash_bytes = 0  # the hashes' length, set by the first store
 
     def _bind(self) -> None:
-        s, c = self.s, self.c
-        self._touch_args = (s["BL"], c)
-        self._stored_args = (s["off"], s["rk"], s["BL"], s["R"], s["T"], s["mask"], c)
-        order = (s["E"], s["E2"], s["RUN"], s["HR"], s["TK"], s["TI"], s["QH"], s["QE"], c)
-        self._arrived_args = (s["off"], s["rk"], s["after"], s["WAIT"], s["due"], s["NW"], s["BL"]) + order
-        self._served_args = (s["off"], s["rk"], s["kuse"], s["koff"], s["WAIT"], s["NW"], c)
-        self._release_args = (s["BL"], s["hs"], s["NW"]) + order
-        self._evict_args = (s["out"], s["due"], s["BL"], s["hs"], s["NW"]) + order
+        """The state buffer the kernels take and the views read here, anew after ``set_index``."""
+        s = self.s
+        self._S, self.c, self._out, self._wait = s["S"], s["c"], s["out"], s["WAIT"]
         self._span = len(s["off"]) - 1
 
     # ------------------------------------------------------------ counters
@@ -822,11 +816,11 @@ class BeladyKernelRuntime(_KernelRuntime):
                                   policy=self.policy_name, hook="spfcore_future_requests")
             i = request.arrival_index
             rid = request.request_id
-            if not (0 <= i < self._span) or self.s["WAIT"][i] or rid in self._waiting:
+            if not (0 <= i < self._span) or self._wait[i] or rid in self._waiting:
                 raise self._bad(f"arrival index {i!r} of request {rid!r}: outside the future (0..{self._span - 1}) "
                                 "or already waiting", "spfcore_request_arrived")
             self._waiting[rid] = i
-            self.nb.arrived(int(i), float(now), *self._arrived_args)
+            self.nb.arrived(int(i), float(now), self._S)
             return ()
         finally:
             self.policy_seconds += _perf() - t0
@@ -836,7 +830,7 @@ class BeladyKernelRuntime(_KernelRuntime):
         lookup, a preempted request's, changes nothing)."""
         t0 = _perf()
         try:
-            self.nb.served(self._waiting.pop(request.request_id, -1), *self._served_args)
+            self.nb.served(self._waiting.pop(request.request_id, -1), self._S)
         finally:
             self.policy_seconds += _perf() - t0
 
@@ -857,9 +851,9 @@ class BeladyKernelRuntime(_KernelRuntime):
             n = len(ids)
             if not n:
                 return
-            w, hb = _stored_words(self, n, keys, pad="left")  # the same int: zero words in front (big-endian)
+            raw, hb = _stored_bytes(self, n, keys, pad="left")  # the same int: zero bytes in front (big-endian)
             a = _ids(ids)
-            r = self.nb.stored(a, w, int(first_depth), int(request.arrival_index), *self._stored_args)
+            r = self.nb.stored(a, raw, int(first_depth), int(request.arrival_index), self._S)
             if r:
                 raise self._bad(f"stored block {int(a[-1 - r])}: holds a block hash already, or named twice "
                                 "(or outside the pool)")
@@ -874,7 +868,7 @@ class BeladyKernelRuntime(_KernelRuntime):
         try:
             ca = _ids(cached_ids) if len(cached_ids) else self._empty
             ha = _ids(hashless_ids) if len(hashless_ids) else self._empty
-            r = self.nb.release(ca, ha, float(now), *self._release_args)
+            r = self.nb.release(ca, ha, float(now), self._S)
             if r:
                 j = -1 - r
                 b = int(ca[j]) if j < len(ca) else int(ha[j - len(ca)])
@@ -894,9 +888,9 @@ class BeladyKernelRuntime(_KernelRuntime):
         try:
             if n < 0:
                 raise ValueError(f"evict({n}): a negative number of blocks")
-            if self.nb.evict(n, float(now), *self._evict_args):
+            if self.nb.evict(n, float(now), self._S):
                 raise ValueError(f"No free blocks available: asked for {n}, {self.num_free} free")
-            return self.s["out"][:n].tolist()
+            return self._out[:n].tolist()
         finally:
             self.policy_seconds += (dt := _perf() - t0)
             self.evict_seconds += dt
@@ -910,7 +904,7 @@ class BeladyKernelRuntime(_KernelRuntime):
         t0 = _perf()
         try:
             a = _ids(ids if isinstance(ids, (list, tuple)) else list(ids))
-            r = self.nb.touch(a, *self._touch_args)
+            r = self.nb.touch(a, self._S)
             if r:
                 raise KeyError(int(a[-1 - r]))
         finally:
