@@ -737,14 +737,6 @@ def evict(n, now, S):
 
 
 # ------------------------------------------------------------ state
-def _rows(n: int, width: int, fill: int = 0) -> np.ndarray:
-    """An ``(n, width)`` int64 array whose rows start on 64-byte boundaries
-    (cache lines) for ``width`` 4 or 8."""
-    buf = np.zeros(n * width + 8, np.int64) if fill == 0 else np.full(n * width + 8, fill, np.int64)
-    skip = (-buf.ctypes.data % 64) // 8
-    return buf[skip:skip + n * width].reshape(n, width)
-
-
 def heap_cap(num_blocks: int) -> int:
     """Entries of the order, its runs, the seconds heap and the calendar's
     pool, each: ``4 * num_blocks + 4096`` (a full one keeps its live
@@ -759,9 +751,9 @@ def new_state(num_blocks: int, cap: int | None = None) -> dict:
     ``2 * num_blocks + 1`` (a test sets it low to reach the compactions).
 
     Returns:
-        ``{name: array}``: ``S``, the buffer the kernels take, and views of
-        its regions (:data:`REGIONS`; names as in the kernels), ``mask`` the
-        table's (its rows - 1).
+        ``{name: array}`` of the kernels' state (names as there; the kernels
+        take :func:`~spfcore.engine._kstate_nb.pack` of it, :data:`REGIONS`),
+        ``mask`` the table's (its rows - 1).
     """
     i64 = np.int64
     cap = heap_cap(num_blocks) if cap is None else cap
@@ -769,11 +761,11 @@ def new_state(num_blocks: int, cap: int | None = None) -> dict:
         raise ValueError(f"cap {cap}: need at least 2 * num_blocks + 1 = {2 * num_blocks + 1}")
     c = np.zeros(NCOUNTERS, i64)
     c[POS] = c[AT] = -1
-    BL = _rows(num_blocks, 8)
+    BL = np.zeros((num_blocks, 8), i64)
     BL[:, KEY] = -1
-    s = {"BL": BL, "hs": np.zeros(num_blocks, i64), "E": _rows(cap, 4), "E2": _rows(cap, 4), "RUN": _rows(cap, 4),
-         "HR": _rows(cap, 4), "TK": np.zeros(cap, np.float64),
-         "TI": np.zeros((cap, 2), i64), "QE": _rows(cap, 4), "out": np.zeros(num_blocks, i64),
+    s = {"BL": BL, "hs": np.zeros(num_blocks, i64), "E": np.zeros((cap, 4), i64), "E2": np.zeros((cap, 4), i64),
+         "RUN": np.zeros((cap, 4), i64), "HR": np.zeros((cap, 4), i64), "TK": np.zeros(cap, np.float64),
+         "TI": np.zeros((cap, 2), i64), "QE": np.zeros((cap, 4), i64), "out": np.zeros(num_blocks, i64),
          "due": np.zeros(num_blocks, i64), "c": c}
     set_index(s, np.zeros((0, 4), i64), np.zeros(1, i64), np.zeros(0, i64), np.zeros(0, i64), np.full(1, NEVER, i64))
     return s
@@ -781,8 +773,8 @@ def new_state(num_blocks: int, cap: int | None = None) -> dict:
 
 def set_index(s: dict, words: np.ndarray, off: np.ndarray, rk: np.ndarray, after: np.ndarray,
               first: np.ndarray) -> None:
-    """Install a future index in state ``s`` (no request waiting), and lay
-    the state out in a new buffer ``s["S"]`` (every array a view of it).
+    """Install a future index in state ``s`` (no request waiting); the
+    kernels take ``pack(s, REGIONS)`` after it.
 
     Args:
         words: int64 ``(K, 4)``: key id ``k``'s hash words in row ``k - 1``.
@@ -793,9 +785,9 @@ def set_index(s: dict, words: np.ndarray, off: np.ndarray, rk: np.ndarray, after
     """
     i64 = np.int64
     nk = len(words)
-    R = _rows(nk + 1, 4)
+    R = np.zeros((nk + 1, 4), i64)
     R[1:] = words
-    NW = _rows(nk + 1, 2)
+    NW = np.zeros((nk + 1, 2), i64)
     NW[:, NEXT] = first
     NW[:, WMIN] = NEVER
     S = 1
@@ -809,7 +801,6 @@ def set_index(s: dict, words: np.ndarray, off: np.ndarray, rk: np.ndarray, after
     s.update(R=R, NW=NW, QH=np.full(span + 1, -1, i64), T=T, mask=S - 1, off=off, rk=rk, after=after,
              kuse=np.ascontiguousarray(arr[o]),
              koff=np.searchsorted(rk[o], np.arange(nk + 2)).astype(i64), WAIT=np.zeros(max(span, 1), i64))
-    pack(s, REGIONS)
 
 
 def warm() -> None:
@@ -822,7 +813,7 @@ def warm() -> None:
               np.array([NEVER, 0, 0], i64))
     ids = np.array([1, 2], i64)
     w = words.tobytes()
-    S = s["S"]
+    S = pack(s, REGIONS)
     release(np.zeros(0, i64), ids, 0.0, S)
     arrived(0, 0.0, S)
     evict(2, 0.0, S)

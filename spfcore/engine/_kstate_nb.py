@@ -67,8 +67,7 @@ def pack(s: dict, names: tuple[str, ...]) -> np.ndarray:
     """Lay the arrays ``s[name]`` (8-byte dtypes, C order) out in one new
     int64 buffer as regions ``0, 1, ...`` in ``names`` order; each ``s[name]``
     becomes its view there (same shape, dtype and contents: all-zero arrays are
-    not copied, so their pages are committed only as used). Returns the buffer,
-    also ``s["S"]``."""
+    not copied, so their pages are committed only as used). Returns the buffer."""
     p = (2 * len(names) + 7) // 8 * 8
     starts = []
     for name in names:
@@ -86,5 +85,4 @@ def pack(s: dict, names: tuple[str, ...]) -> np.ndarray:
         if a.any():
             v[...] = a
         s[name] = v
-    s["S"] = S
     return S

@@ -749,7 +749,8 @@ class BeladyKernelRuntime(_KernelRuntime):
     def _bind(self) -> None:
         """The state buffer the kernels take and the views read here, anew after ``set_index``."""
         s = self.s
-        self._S, self.c, self._out, self._wait = s["S"], s["c"], s["out"], s["WAIT"]
+        self._S = self.nb.pack(s, self.nb.REGIONS)
+        self.c, self._out, self._wait = s["c"], s["out"], s["WAIT"]
         self._span = len(s["off"]) - 1
 
     # ------------------------------------------------------------ counters
