@@ -20,7 +20,9 @@ and the values it gives, are what decide; the order in which a round
 re-scores its blocks decides nothing (each block keeps its release order,
 and ``(value, release order)`` is total).
 
-State (arrays, :func:`new_state`):
+State (arrays, :func:`new_state`; the kernels take them as one int64
+buffer whose regions they are, :func:`~spfcore.engine._kstate_nb.pack`: one
+array argument to unbox a call, where an event's dozen were each unboxed):
 
 * **Key rows** ``R[K + 1, 4]`` int64, 32 bytes per key id: the hash's four
   words ``W0 .. W3`` (the key, an ``int`` below ``2**256``, as 32
