@@ -498,6 +498,16 @@ def release(cached, hashless, min_count, S):
     return 0
 
 
+def _rows(n: int, width: int, fill: int = 0) -> np.ndarray:
+    """An ``(n, width)`` int64 array whose rows start on 64-byte boundaries
+    (cache lines) for ``width`` 4 or 8; zeros are not written (the pages are
+    committed as they are first used). (For the session_ttl kernels' state;
+    this state's regions are aligned by ``pack``.)"""
+    buf = np.zeros(n * width + 8, np.int64) if fill == 0 else np.full(n * width + 8, fill, np.int64)
+    skip = (-buf.ctypes.data % 64) // 8
+    return buf[skip:skip + n * width].reshape(n, width)
+
+
 def key_ids(num_blocks: int, ghost_cap: int) -> int:
     """Key ids a state holds: ``2 * num_blocks + ghost_cap + 64`` (the bound
     in the module docstring)."""
