@@ -11,10 +11,7 @@ prefix-cache map, so the kernels keep only the policy's state and the
 eviction order; keys are vLLM's block hashes, interned here. Between engine
 steps the model's work evicts the CPU caches, so the state is laid out for
 few cache lines per block event (results/gpu-h200-engine-calls-75ab649: cold
-caches were most of the engine's policy time), and the kernels take it as
-one int64 buffer whose regions are the arrays below
-(:func:`~spfcore.engine._kstate_nb.pack`: one array argument to unbox a call,
-where the event's dozen were each unboxed):
+caches were most of the engine's policy time):
 
 * **Key rows** ``R[K, 8]`` int64, one 64-byte line per key id: the hash's
   four words (``W0`` .. ``W3``: vLLM's 32-byte block hash, every bit
@@ -66,7 +63,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from spfcore.engine._kstate_nb import pack, prefetch, region, rows
+from spfcore.engine._kstate_nb import prefetch
 
 #: Counter indices: hashless blocks on the stack, cached free blocks,
 #: evicted cached blocks, allocations, hook calls the hook path makes, heap
@@ -79,9 +76,6 @@ HSN, LRUN, EVICTIONS, EVICT_CALLS, HOOK_CALLS, HN, ORDER, GN, RHEAD, RTAIL, SEQ,
 NCOUNTERS = 15
 W0, W1, W2, W3, CNT, GV, GSEQ, NBLK = range(8)  # key row columns
 KEY, INN, ORD, HFREE, PREV, NEXT, BKT, MARK = range(8)  # block row columns
-#: The state buffer's regions (:func:`~spfcore.engine._kstate_nb.pack`), in this order.
-REGIONS = ("BL", "R", "T", "fk", "hs", "re", "rseq", "BQ", "bits", "H", "out", "c")
-X_BL, X_R, X_T, X_FK, X_HS, X_RE, X_RSEQ, X_BQ, X_BITS, X_H, X_OUT, X_C = range(12)
 #: Counts below this have a FIFO bucket each (by default); a block of a higher count waits in the heap.
 NBUCKETS = 4096
 TIER1 = 2**62  # heap value of an admitted block: TIER1 + count (a non-admitted one: its count)
@@ -267,11 +261,10 @@ def _twice(ids, BL, c):
 
 
 @_jit
-def touch(ids, S):
+def touch(ids, BL, BQ, bits, c):
     """Hit blocks that were free leave the order (ref count 0 -> 1).
     Returns 0, or ``-1 - j`` for ``ids[j]`` not a free cached block (nothing
     applied), named twice, or outside the pool."""
-    BL, BQ, bits, c = rows(S, X_BL, 8), rows(S, X_BQ, 2), region(S, X_BITS).view(np.uint64), region(S, X_C)
     nb = BL.shape[0]
     for j in range(ids.shape[0]):
         if ids[j] < 0 or ids[j] >= nb or not BL[ids[j], INN]:
@@ -289,14 +282,13 @@ def touch(ids, S):
 
 
 @_jit
-def hit(ids, S):
+def hit(ids, BL, R, c):
     """``spfcore_blocks_hit``: +1 to each hit block's key (a key whose count
     left with an evicted duplicate starts again at 1). A block the runtime
     never heard stored (vLLM cached it while a prefix-cache reset had dropped
     its request) has no key: the hook path counts it under the key ``None``,
     and so does ``c[NONECNT]``. Returns 0, or ``-1 - j`` for ``ids[j]``
     outside the pool (nothing applied)."""
-    BL, R, c = rows(S, X_BL, 8), rows(S, X_R, 8), region(S, X_C)
     nb = BL.shape[0]
     for j in range(ids.shape[0]):
         if ids[j] < 0 or ids[j] >= nb:
@@ -312,14 +304,12 @@ def hit(ids, S):
 
 
 @_jit
-def stored(ids, raw, S):
+def stored(ids, raw, BL, R, T, mask, fk, c):
     """``spfcore_blocks_stored``: blocks ``ids`` cached with keys ``raw``
     (``bytes``, 32 a key: four int64 words each), in order: each key interned (a new key id: a
     freed one from ``fk``, else the next never used), then its count + 1, or 1 + its ghost count (it stops being a
     ghost). Returns 0, or ``-1 - j`` for block ``ids[j]`` holding a key
     already, named twice or outside the pool (nothing applied), or ``E_FULL``."""
-    BL, R, T, fk, c = rows(S, X_BL, 8), rows(S, X_R, 8), rows(S, X_T, 2), region(S, X_FK), region(S, X_C)
-    mask = T.shape[0] - 1
     nb = BL.shape[0]
     for j in range(ids.shape[0]):
         if ids[j] < 0 or ids[j] >= nb or BL[ids[j], KEY] >= 0:
@@ -367,7 +357,7 @@ def stored(ids, raw, S):
 
 
 @_jit
-def evict(n, ghost_cap, S):
+def evict(n, out, BL, hs, R, ghost_cap, re, rseq, BQ, bits, H, T, mask, fk, c):
     """``PolicyRuntime.evict(n)``: ``n`` victims into ``out[:n]``, the top
     hashless block first, then the lowest live heap entry; each cached
     victim's key leaves ``count`` for the ghost list (its first victim in the
@@ -375,10 +365,6 @@ def evict(n, ghost_cap, S):
     call with a cached victim the ghost list is trimmed to ``ghost_cap``
     (one ``spfcore_blocks_evicted`` call). Key ids left with nothing are
     freed. Returns 0, or ``E_TOO_FEW`` (nothing taken)."""
-    out, BL, hs, R = region(S, X_OUT), rows(S, X_BL, 8), region(S, X_HS), rows(S, X_R, 8)
-    re, rseq = region(S, X_RE), region(S, X_RSEQ)
-    BQ, bits, H, T = rows(S, X_BQ, 2), region(S, X_BITS).view(np.uint64), rows(S, X_H, 4), rows(S, X_T, 2)
-    fk, c, mask = region(S, X_FK), region(S, X_C), T.shape[0] - 1
     if n > c[HSN] + c[LRUN]:
         return E_TOO_FEW
     c[EVICT_CALLS] += 1
@@ -420,11 +406,6 @@ def evict(n, ghost_cap, S):
     if cached:
         c[HOOK_CALLS] += 1
         cap = re.shape[0]
-        m = min(c[GN] - ghost_cap, c[RTAIL] - c[RHEAD])  # (at least this many entries are read)
-        for p in range(c[RHEAD], c[RHEAD] + m):  # their key rows, then their table slots: the misses overlapped
-            prefetch(R, re[p % cap], 0)
-        for p in range(c[RHEAD], c[RHEAD] + m):
-            prefetch(T, R[re[p % cap], W0] & mask, 0)
         while c[GN] > ghost_cap:  # the least recently evicted leave
             q = c[RHEAD] % cap
             c[RHEAD] += 1
@@ -437,7 +418,7 @@ def evict(n, ghost_cap, S):
 
 
 @_jit
-def release(cached, hashless, min_count, S):
+def release(cached, hashless, BL, hs, R, min_count, BQ, bits, H, c):
     """``PolicyRuntime.release``: cached blocks (release order) admitted and
     scored by their key's count (1 if it has none; ``spfcore_admit_blocks``
     and ``spfcore_score_blocks``), each into the heap with a new release
@@ -447,8 +428,6 @@ def release(cached, hashless, min_count, S):
     ``-1 - j`` for ``cached[j]`` (``j < len(cached)``) or
     ``hashless[j - len(cached)]`` that is free already, named twice in the
     call or outside the pool: nothing applied."""
-    BL, hs, R, BQ = rows(S, X_BL, 8), region(S, X_HS), rows(S, X_R, 8), rows(S, X_BQ, 2)
-    bits, H, c = region(S, X_BITS).view(np.uint64), rows(S, X_H, 4), region(S, X_C)
     nc, nb = cached.shape[0], BL.shape[0]
     for j in range(nc):
         b = cached[j]
@@ -501,8 +480,7 @@ def release(cached, hashless, min_count, S):
 def _rows(n: int, width: int, fill: int = 0) -> np.ndarray:
     """An ``(n, width)`` int64 array whose rows start on 64-byte boundaries
     (cache lines) for ``width`` 4 or 8; zeros are not written (the pages are
-    committed as they are first used). (For the session_ttl kernels' state;
-    this state's regions are aligned by ``pack``.)"""
+    committed as they are first used)."""
     buf = np.zeros(n * width + 8, np.int64) if fill == 0 else np.full(n * width + 8, fill, np.int64)
     skip = (-buf.ctypes.data % 64) // 8
     return buf[skip:skip + n * width].reshape(n, width)
@@ -532,10 +510,9 @@ def new_state(num_blocks: int, min_count: int, ghost_cap: int, buckets: int = NB
     counts wait in the heap (a test sets it low to reach the heap).
 
     Returns:
-        ``{name: array}`` of the kernels' state (names as there; the kernels
-        take :func:`~spfcore.engine._kstate_nb.pack` of it, :data:`REGIONS`),
+        ``{name: array}`` of the kernels' arguments (names as there),
         ``min_count`` and ``ghost_cap`` as ints, ``mask`` the table's
-        (its rows - 1).
+        (``S - 1``).
     """
     i64 = np.int64
     nk = key_ids(num_blocks, ghost_cap)
@@ -544,13 +521,14 @@ def new_state(num_blocks: int, min_count: int, ghost_cap: int, buckets: int = NB
         s *= 2
     c = np.zeros(NCOUNTERS, i64)
     T = np.zeros((s, 2), i64)  # (first word, key id + 1; 0: empty)
-    BL = np.zeros((num_blocks, 8), i64)
+    BL = _rows(num_blocks, 8)
     BL[:, KEY] = BL[:, BKT] = -1
+    BQ = _rows(buckets, 2, -1)
     rcap = 2 * (ghost_cap + num_blocks) + 1024  # > the live ghosts (<= ghost_cap + one allocation's victims)
-    return {"BL": BL, "R": np.zeros((nk, 8), i64), "T": T, "mask": s - 1, "fk": np.zeros(nk, i64),
+    return {"BL": BL, "R": _rows(nk, 8), "T": T, "mask": s - 1, "fk": np.empty(nk, i64),
             "hs": np.zeros(num_blocks, i64), "re": np.zeros(rcap, i64), "rseq": np.zeros(rcap, i64),
-            "BQ": np.full((buckets, 2), -1, i64), "bits": np.zeros((buckets + 63) // 64, np.uint64),
-            "H": np.zeros((2 * num_blocks + 1024, 4), i64), "out": np.zeros(num_blocks, i64), "c": c,
+            "BQ": BQ, "bits": np.zeros((buckets + 63) // 64, np.uint64), "H": _rows(2 * num_blocks + 1024, 4),
+            "out": np.zeros(num_blocks, i64), "c": c,
             "min_count": min_count, "ghost_cap": ghost_cap}
 
 
@@ -558,11 +536,12 @@ def warm() -> None:
     """Compile every kernel (or load numba's on-disk cache) on a tiny state,
     with the argument types the runtime passes."""
     s = new_state(4, 2, 4)
-    S = pack(s, REGIONS)
     i64 = np.int64
     ids = np.array([1, 2], i64)
-    release(np.zeros(0, i64), ids, 2, S)
-    evict(2, 4, S)
-    stored(ids, np.arange(8, dtype=i64).tobytes(), S)
-    hit(ids, S)
-    touch(np.zeros(0, i64), S)
+    w = np.arange(8, dtype=i64).tobytes()
+    release(np.zeros(0, i64), ids, s["BL"], s["hs"], s["R"], 2, s["BQ"], s["bits"], s["H"], s["c"])
+    evict(2, s["out"], s["BL"], s["hs"], s["R"], 4, s["re"], s["rseq"], s["BQ"], s["bits"], s["H"], s["T"], s["mask"],
+          s["fk"], s["c"])
+    stored(ids, w, s["BL"], s["R"], s["T"], s["mask"], s["fk"], s["c"])
+    hit(ids, s["BL"], s["R"], s["c"])
+    touch(np.zeros(0, i64), s["BL"], s["BQ"], s["bits"], s["c"])

@@ -1,5 +1,5 @@
-"""What the frequency and belady kernels share: their state in one int64
-buffer, and ``prefetch``.
+"""Helpers of the compiled runtimes' kernels: a state in one int64 buffer
+(the belady kernels'), and ``prefetch`` (the frequency and belady kernels').
 
 **One buffer.** A numba call unboxes every array argument (a fraction of a
 microsecond each, more with cold caches), and an event's kernel read a dozen

@@ -225,11 +225,16 @@ class FrequencyKernelRuntime(_KernelRuntime):
         nb.warm()
         self.nb, self.num_blocks, self.block_size, self.policy_name = nb, num_blocks, block_size, policy_name
         self.s = s = nb.new_state(num_blocks, min_count, ghost_cap, buckets or nb.NBUCKETS)
-        s["c"][nb.HOOK_CALLS] = 1  # spfcore_cache_configured, as the runtime counts it at construction
+        self.c = s["c"]
+        self.c[nb.HOOK_CALLS] = 1  # spfcore_cache_configured, as the runtime counts it at construction
         self.policy_seconds = self.evict_seconds = 0.0
         self._k = nb
-        self._S = nb.pack(s, nb.REGIONS)  # (the kernels take the state buffer; s holds views of it)
-        self.c, self._out, self._min_count, self._ghost_cap = s["c"], s["out"], min_count, ghost_cap
+        self._touch_args = (s["BL"], s["BQ"], s["bits"], self.c)
+        self._hit_args = (s["BL"], s["R"], self.c)
+        self._stored_args = (s["BL"], s["R"], s["T"], s["mask"], s["fk"], self.c)
+        self._evict_args = tuple(s[x] for x in ("out", "BL", "hs", "R", "ghost_cap", "re", "rseq", "BQ", "bits", "H",
+                                                "T", "mask", "fk", "c"))
+        self._release_args = (s["BL"], s["hs"], s["R"], s["min_count"], s["BQ"], s["bits"], s["H"], self.c)
         self._empty = np.zeros(0, np.int64)
         self._hash_bytes = 0  # the hashes' length, set by the first store
 
@@ -252,7 +257,7 @@ class FrequencyKernelRuntime(_KernelRuntime):
                 self.c[self.nb.HOOK_CALLS] += 1
                 return
             a = _ids(ids)
-            r = self._k.hit(a, self._S)
+            r = self._k.hit(a, *self._hit_args)
             if r:
                 raise self._bad(f"hit block {int(a[-1 - r])}: outside the pool")
         finally:
@@ -279,7 +284,7 @@ class FrequencyKernelRuntime(_KernelRuntime):
                 return
             raw, hb = _stored_bytes(self, n, keys)
             a = _ids(ids)
-            r = self._k.stored(a, raw, self._S)
+            r = self._k.stored(a, raw, *self._stored_args)
             if r == self._k.E_FULL:
                 raise self._bad(f"every key id is live ({len(self.s['fk'])}): the bound does not hold")
             if r:
@@ -296,7 +301,7 @@ class FrequencyKernelRuntime(_KernelRuntime):
         try:
             ca = _ids(cached_ids) if len(cached_ids) else self._empty
             ha = _ids(hashless_ids) if len(hashless_ids) else self._empty
-            r = self._k.release(ca, ha, self._min_count, self._S)
+            r = self._k.release(ca, ha, *self._release_args)
             if r:
                 j = -1 - r
                 b = int(ca[j]) if j < len(ca) else int(ha[j - len(ca)])
@@ -315,9 +320,9 @@ class FrequencyKernelRuntime(_KernelRuntime):
         try:
             if n < 0:
                 raise ValueError(f"evict({n}): a negative number of blocks")
-            if self._k.evict(n, self._ghost_cap, self._S):
+            if self._k.evict(n, *self._evict_args):
                 raise ValueError(f"No free blocks available: asked for {n}, {self.num_free} free")
-            return self._out[:n].tolist()
+            return self.s["out"][:n].tolist()
         finally:
             self.policy_seconds += (dt := _perf() - t0)
             self.evict_seconds += dt
@@ -331,7 +336,7 @@ class FrequencyKernelRuntime(_KernelRuntime):
         t0 = _perf()
         try:
             a = _ids(list(ids))
-            r = self._k.touch(a, self._S)
+            r = self._k.touch(a, *self._touch_args)
             if r:
                 raise KeyError(int(a[-1 - r]))  # not a free cached block, named twice, or outside the pool
         finally:
