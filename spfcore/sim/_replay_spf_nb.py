@@ -302,21 +302,6 @@ def _o_scan(c, cmb, cmk, cmo, ok, ib):
 
 
 @_jit
-def _o_set(b, old, cmb, cmk, cmo, ok, ib):
-    """Block ``b`` (free) got its key ``ok[b]`` (``old``: its key before,
-    ``EMPTY`` if it was not in the order)."""
-    c = b // CHUNK
-    m = cmb[c]
-    if m == b:
-        if ok[b] > old:  # its chunk's minimum rose
-            _o_scan(c, cmb, cmk, cmo, ok, ib)
-        else:
-            cmk[c] = ok[b]
-    elif m < 0 or _o_less(b, m, ok, ib):
-        _o_min(b, cmb, cmk, cmo, ok, ib)
-
-
-@_jit
 def _o_remove(b, cmb, cmk, cmo, ok, ib):
     """Block ``b`` leaves the order (``ib[IN, b]`` already 0)."""
     ok[b] = EMPTY
@@ -341,8 +326,9 @@ def _o_pop(cmb, cmk, cmo, ok, ib, ec):
 # waits in bucket ``x % QW``, in push order = version order; others on the arrivals heap, merged by
 # ``(expiry, version)`` when read; ``base``: ``ec[QBASE]``, moved as the evictor moves it), kept
 # intrusively: a free block has at most one live expiry (the one of its version), so each block is
-# in at most one bucket, a doubly linked list through ``qe`` (``(3, blocks)``: its expiry, next and
-# previous block; -1 none), and leaves it when re-placed, hit or taken. The buckets hold no stale
+# in at most one bucket, a doubly linked list through ``qe`` (``(blocks, 4)``: per block its expiry,
+# next and previous block, -1 none, and a pad: one 32-byte row, so a push or an unlink touches one
+# line per block), and leaves it when re-placed, hit or taken. The buckets hold no stale
 # entry, so a round reads only due blocks. ``qb`` ``(2, QW)``: first and last block per bucket.
 QW = ev.QW
 
@@ -350,20 +336,20 @@ QW = ev.QW
 @_jit
 def _c_unlink(b, qe, qb):
     """Block ``b`` leaves its bucket (if in one)."""
-    x = qe[0, b]
+    x = qe[b, 0]
     if x < 0:
         return
     k = x & (QW - 1)
-    nx, pv = qe[1, b], qe[2, b]
+    nx, pv = qe[b, 1], qe[b, 2]
     if pv >= 0:
-        qe[1, pv] = nx
+        qe[pv, 1] = nx
     else:
         qb[0, k] = nx
     if nx >= 0:
-        qe[2, nx] = pv
+        qe[nx, 2] = pv
     else:
         qb[1, k] = pv
-    qe[0, b] = -1
+    qe[b, 0] = -1
 
 
 @_jit
@@ -371,9 +357,9 @@ def _c_push(b, y, qe, qb):
     """Block ``b`` (in no bucket) at the end of bucket ``y % QW``."""
     k = y & (QW - 1)
     t = qb[1, k]
-    qe[0, b], qe[1, b], qe[2, b] = y, -1, t
+    qe[b, 0], qe[b, 1], qe[b, 2] = y, -1, t
     if t >= 0:
-        qe[1, t] = b
+        qe[t, 1] = b
     else:
         qb[0, k] = b
     qb[1, k] = b
@@ -412,7 +398,8 @@ def _place(ids, values, exp_a, orders, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe
     per block a new version, its expiry registered (the calendar if it fits,
     else the arrivals heap), and its key set (a block in the order at the same
     value stays where it is; ``orders`` empty: each block's own release order,
-    a re-score); then stale expiry entries dropped as ``place`` does. The
+    a re-score; a chunk whose minimum rose is scanned once, after the
+    batch); then stale expiry entries dropped as ``place`` does. The
     blocks are in no calendar bucket (a due block left it in :func:`_due`, a
     hit or taken block in :func:`_c_unlink`), so a heap entry of theirs is
     what goes stale. Returns False (nothing done) if an expiry structure lacks
@@ -421,6 +408,9 @@ def _place(ids, values, exp_a, orders, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe
     if max(ec[ev.TN], ec[ev.AN]) + n > ak.shape[0]:
         return False
     has_ord = orders.shape[0] > 0
+    rise = np.zeros(cmb.shape[0], np.bool_)  # per chunk: its minimum rose in this batch (in ``rn[:nr]``)
+    rn = np.empty(cmb.shape[0], np.int64)
+    nr = 0
     v = ec[ev.VERSION]
     an = ec[ev.AN]
     for k in range(n):
@@ -446,7 +436,21 @@ def _place(ids, values, exp_a, orders, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe
             if has_ord:
                 ib[ev.ORD, i] = orders[k]
         ok[i] = key
-        _o_set(i, old, cmb, cmk, cmo, ok, ib)
+        c = i // CHUNK
+        if rise[c]:
+            continue
+        m = cmb[c]
+        if m == i:
+            if key > old:  # its chunk's minimum rose: scanned once, after the batch
+                rise[c] = True
+                rn[nr] = c
+                nr += 1
+            else:
+                cmk[c] = key
+        elif m < 0 or _o_less(i, m, ok, ib):
+            _o_min(i, cmb, cmk, cmo, ok, ib)
+    for j in range(nr):
+        _o_scan(rn[j], cmb, cmk, cmo, ok, ib)
     ec[ev.VERSION] = v
     tn = ec[ev.TN]
     if tn + an > 2 * ec[ev.LIVE] + 1024:  # (stale heap entries; the calendar keeps none)
@@ -612,8 +616,8 @@ def _due(now, arrival, ib, tk, ti, ak, ai, qe, qb, c):
                     h += 1
             out[m] = b
             m += 1
-            qe[0, b] = -1  # (out of its bucket: _c_drain empties the buckets read here)
-            b = qe[1, b]
+            qe[b, 0] = -1  # (out of its bucket: _c_drain empties the buckets read here)
+            b = qe[b, 1]
     while h < nh:
         m = _keep_live(out, m, aid[h], av[h], ib)
         h += 1
@@ -1122,7 +1126,7 @@ def new_state(num_blocks: int, params: tuple, nkeys: int = 0) -> dict:
               cmo=np.zeros(nch, i64),
               tk=np.zeros(cap), ti=np.zeros((2, cap), i64), ak=np.zeros(cap),
               ai=np.zeros((2, cap), i64))
-    st["qe"], st["qb"] = np.full((3, nblk), -1, i64), np.full((2, QW), -1, i64)
+    st["qe"], st["qb"] = np.full((nblk, 4), -1, i64), np.full((2, QW), -1, i64)
     st["ec"] = np.zeros(ev.NCOUNTERS, i64)
     c = np.zeros(NCOUNTERS_S, i64)
     init(num_blocks, np.zeros(num_blocks, i64), np.zeros(num_blocks, i64), st["hs"], c)
