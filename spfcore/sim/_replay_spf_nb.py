@@ -321,6 +321,69 @@ def _o_pop(cmb, cmk, cmo, ok, ib, ec):
     return b
 
 
+#: :func:`_o_take` pops through a heap of the chunks from this many blocks on (below, :func:`_o_pop`
+#: each: its scan of the chunk minima is cheaper than building the heap).
+HEAP_FROM = 8
+
+
+@_jit
+def _c_less(a, b, cmk, cmo):
+    """Whether chunk ``a``'s minimum ranks below chunk ``b``'s."""
+    return cmk[a] < cmk[b] or (cmk[a] == cmk[b] and cmo[a] < cmo[b])
+
+
+@_jit
+def _c_sift(h, i, m, cmk, cmo):
+    """Chunk ``h[i]`` sifted down the binary min-heap ``h[:m]`` of chunks (by their minima)."""
+    x = h[i]
+    while True:
+        j = 2 * i + 1
+        if j >= m:
+            break
+        if j + 1 < m and _c_less(h[j + 1], h[j], cmk, cmo):
+            j += 1
+        if not _c_less(h[j], x, cmk, cmo):
+            break
+        h[i] = h[j]
+        i = j
+    h[i] = x
+
+
+@_jit
+def _o_take(n, blocks, at, cmb, cmk, cmo, ok, ib, ec, qe, qb):
+    """The ``n`` lowest free blocks (at most the free ones), lowest first,
+    into ``blocks[at:]``, out of the order and the calendar: :func:`_o_pop`
+    each, the same blocks, found through a heap of the chunks by their
+    minima (built once; a chunk is scanned anew and sifted down after each
+    block it gives) when ``n`` is :data:`HEAP_FROM` or more."""
+    if n < HEAP_FROM:
+        for j in range(n):
+            b = _o_pop(cmb, cmk, cmo, ok, ib, ec)
+            _c_unlink(b, qe, qb)
+            blocks[at + j] = b
+        return
+    h = np.empty(cmb.shape[0], np.int64)
+    m = 0
+    for c in range(cmb.shape[0]):
+        if cmb[c] >= 0:
+            h[m] = c
+            m += 1
+    for i in range(m // 2 - 1, -1, -1):
+        _c_sift(h, i, m, cmk, cmo)
+    for j in range(n):
+        c = h[0]
+        b = cmb[c]
+        ib[ev.IN, b] = 0
+        ec[ev.LIVE] -= 1
+        _o_remove(b, cmb, cmk, cmo, ok, ib)
+        _c_unlink(b, qe, qb)
+        blocks[at + j] = b
+        if cmb[c] < 0:  # the chunk is empty: the heap's last takes its place
+            m -= 1
+            h[0] = h[m]
+        _c_sift(h, 0, m, cmk, cmo)
+
+
 # ------------------------------------------------------------ the expiry calendar
 # The evictor's arrivals calendar (an expiry at integer arrival ``x`` with ``base <= x < base + QW``
 # waits in bucket ``x % QW``, in push order = version order; others on the arrivals heap, merged by
@@ -828,12 +891,7 @@ def _alloc(n, blocks, at, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, 
         c[HSN] -= 1
         blocks[at + got] = hs[c[HSN]]
         got += 1
-    need = n - got
-    if need:
-        for j in range(need):  # the lowest (value, release order) first
-            b = _o_pop(cmb, cmk, cmo, ok, ib, ec)
-            _c_unlink(b, qe, qb)
-            blocks[at + got + j] = b
+    _o_take(n - got, blocks, at + got, cmb, cmk, cmo, ok, ib, ec, qe, qb)  # the lowest (value, release order) first
     m = 0
     for j in range(n):
         if key_of[blocks[at + j]] >= 0:
