@@ -70,11 +70,13 @@ NIC = 16
 #: The state arrays (:func:`~spfcore.sim._replay_spf_nb.new_state`'s names) each kernel below reads,
 #: in its tuple's order (the runtime builds the tuples): every array of an argument is unboxed on
 #: each call (about 0.45 us when the caches are cold), so a kernel that reads few takes only those;
-#: :func:`arrived` and :func:`evict` take them all (``rs._ARGS``).
+#: :func:`arrived` takes them all (``rs._ARGS``).
 HIT = ("key_of", "depth_of", "kh", "dn", "dp", "kr", "sr", "fs", "hist", "bucket", "ip", "pc", "ib", "bsc", "c")
 TOUCH = ("ib", "ok", "cmb", "cmk", "cmo", "qe", "qb", "ec", "c")
 STORED = ("key_of", "kh", "kt", "dn", "dp", "par_of", "depth_of", "kr", "sr", "bsc", "ib", "fs", "hist", "never", "pw",
           "bucket", "ip", "pc", "c")
+EVICT = ("key_of", "kh", "kt", "dn", "dp", "hs", "par_of", "depth_of", "kr", "sr", "bsc", "bq", "fs", "q", "never", "vals",
+         "offs", "bucket", "ip", "pc", "pf", "ib", "ok", "cmb", "cmk", "cmo", "tk", "ti", "ak", "ai", "qe", "qb", "ec", "c")
 RELEASE = ("key_of", "par_of", "depth_of", "kh", "dn", "kr", "sr", "bsc", "bq", "vals", "offs", "bucket", "ip", "pc", "ib",
            "ok", "cmb", "cmk", "cmo", "tk", "ti", "ak", "ai", "qe", "qb", "ec", "hs", "c")
 
@@ -375,15 +377,15 @@ def renumber(O):
 
 
 @_jit
-def evict(n, out, now, S, hf):
+def evict(n, out, now, E, hf):
     """``PolicyRuntime.evict(n)`` into ``out[:n]``: expired scores re-scored
     first when cached blocks are taken; hashless blocks first (the stack's
     top), then the lowest ``(value, release order)``; one evicted call with
     the cached victims' hashes (records to ghosts, the ghost list trimmed);
     the victims leave the prefix cache. Returns 0, :data:`TOO_FEW` (nothing
-    applied) or :data:`BUG`."""
-    (ip, fp, bucket, lo_int, rep, lo_f, gap_prior, pw, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, bsc, bq, fs,
-     q, hist, never, vals, offs, pc, pf, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe, qb, ec, c) = S
+    applied) or :data:`BUG`. ``E``: the arrays :data:`EVICT` names."""
+    (key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, bsc, bq, fs, q, never, vals, offs, bucket, ip, pc, pf, ib, ok,
+     cmb, cmk, cmo, tk, ti, ak, ai, qe, qb, ec, c) = E
     if n > c[HSN] + ec[ev.LIVE]:
         return TOO_FEW
     if not rs._alloc(n, out, 0, now, pc[T], key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, bsc, bq, fs, q, never,

@@ -1065,8 +1065,8 @@ class SpfKernelRuntime(_KernelRuntime):
         self.c, self.pc, self.ec = st["c"], st["pc"], st["ec"]
         nb = self.nb
         self._S = tuple(st[a] for a in self.rs._ARGS)
-        self._H, self._O, self._D, self._R = (tuple(st[a] for a in names) for names in (nb.HIT, nb.TOUCH, nb.STORED,
-                                                                                        nb.RELEASE))
+        self._H, self._O, self._D, self._R, self._E = (tuple(st[a] for a in names)
+                                                       for names in (nb.HIT, nb.TOUCH, nb.STORED, nb.RELEASE, nb.EVICT))
         self._iargs = (self.KW, self.T, self.fk, self.ic, self.live, st["kr"], st["kh"], st["kt"])
 
     def _room_keys(self, m: int) -> None:
@@ -1251,7 +1251,7 @@ class SpfKernelRuntime(_KernelRuntime):
         try:
             if n < 0:
                 raise ValueError(f"evict({n}): a negative number of blocks")
-            r = self.nb.evict(n, self.out, float(now), self._S, self.hf)
+            r = self.nb.evict(n, self.out, float(now), self._E, self.hf)
             if r == self.nb.TOO_FEW:
                 raise ValueError(f"No free blocks available: asked for {n}, {self.num_free} free")
             if r:
