@@ -275,7 +275,7 @@ def test_protocol_breaks_raise_and_apply_nothing():
     assert unchanged() or not np.array_equal(live, rt.live)
     before["KW"], before["T"], before["live"] = rt.KW.copy(), rt.T.copy(), rt.live.copy()
     assert unchanged()
-    assert np.array_equal(rt.live[:3], [1, 1, 0])  # the stored hashes are named (a prompt's are not interned)
+    assert np.array_equal(rt.live[:3], [1, 1, 1])  # the prompt's (and stored) hashes are named
     rt.release([2, 1], [3], 0.0)
     assert rt.num_free == 7
     assert rt.evict(5, 0.0) == [3, 4, 5, 6, 7]  # hashless first, hashless[0] on top

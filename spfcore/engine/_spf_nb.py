@@ -22,22 +22,16 @@ called here as they are; this module adds what the engine needs around them:
   (:func:`sweep`, run by the caller when an intern finds no free id) frees
   every id the state no longer names, the simulator's
   :func:`~spfcore.sim._replay_spf_nb.keep_keys` condition (cached, with a
-  record or a ghost record, the parent of a cached block). The caller grows
-  the arrays when a sweep frees too little, so at most about twice the named
-  ids are held.
+  record or a ghost record, the parent of a cached block) plus the latest
+  arrival's prompt (its ``MARK``). The caller grows the arrays when a sweep
+  frees too little, so at most about twice the named ids are held.
 * **The pool** is vLLM's: blocks come free through :func:`release`
   (hashless ones onto a stack, ``hashless[0]`` on top: vLLM ``prepend_n``),
   leave it through :func:`evict` and :func:`touch`; ``hf[b]``: block ``b``
   is free and hashless.
 * **Events come one at a time**; the request's prompt hashes arrive with
   :func:`arrived` (the arrival hook's seen prefix and the prompt's hash set
-  are the request view's ``block_keys``). The prompt's hashes are not
-  interned: its seen prefix is looked up, its hash set kept apart (``PW``
-  its words, ``PT`` a table of the intern table's form over them, rebuilt
-  per arrival), and :func:`stored` stamps a stored hash found in it
-  (``kr[k, MARK]``, the simulator's prompt stamp) before the store hook
-  reads the stamps: the same kinds, at a few hundred lookups in a table
-  of a few KiB instead of one intern per prompt block.
+  are the request view's ``block_keys``).
 
 Kernels return 0, a negative number ``-1 - j`` naming the ``j``-th block of
 the call that breaks the event protocol (nothing applied), or a code below
@@ -62,9 +56,8 @@ from spfcore.sim._replay_spf_nb import DUAL, HOOK_CALLS, KIND, MARK, NEXT_BUILD,
 #: runtime never heard stored (no key); an expiry structure or the ghost list lacked room (a bug).
 NEED_KEYS, NEED_SLOTS, TOO_FEW, ORDERS, NO_KEY, BUG = range(1, 7)
 #: Intern counters ``ic``: freed key ids on ``fk`` (``NFREE``), ids never used yet start at
-#: ``NEXTID`` (both as :mod:`spfcore.engine._frequency_nb` names them), the event stamp (``STAMP``),
-#: hashes in the latest prompt's set (``PROMPT``, :func:`arrived`).
-STAMP, PROMPT = 13, 14
+#: ``NEXTID`` (both as :mod:`spfcore.engine._frequency_nb` names them), the event stamp (``STAMP``).
+STAMP = 13
 NIC = 16
 
 #: The state arrays (:func:`~spfcore.sim._replay_spf_nb.new_state`'s names) each kernel below reads,
@@ -120,14 +113,14 @@ def intern(w, kid, KW, T_, fk, ic, live, kr, kh, kt):
 
 
 @_jit
-def sweep(KW, T_, fk, ic, live, kr, kh, key_of, par_of):
+def sweep(KW, T_, fk, ic, live, kr, kh, key_of, par_of, t):
     """Free every live key id the state no longer names (not cached, no
-    record, no ghost record, not the parent of a cached block); returns how
-    many."""
+    record, no ghost record, not the parent of a cached block, not in the
+    prompt of the arrival ``t``); returns how many."""
     n = ic[NEXTID]
     keep = np.zeros(n, np.bool_)
     for k in range(n):
-        if live[k] and (kh[k] >= 0 or kr[k, REC] >= 0 or kr[k, DUAL] >= 0):
+        if live[k] and (kh[k] >= 0 or kr[k, REC] >= 0 or kr[k, DUAL] >= 0 or kr[k, MARK] == t + 1):
             keep[k] = True
     for b in range(key_of.shape[0]):
         if key_of[b] >= 0 and par_of[b] >= 0:
@@ -169,52 +162,34 @@ def _twice(ids, mk, ic):
 
 
 @_jit
-def _prompt_set(w, PT, PW, ic):
-    """The hash set of a prompt ``w`` (``(n, 4)`` int64 words): ``PW[:n]``
-    its words, ``PT`` (a power of two of at least ``2 n`` rows) the table
-    over them (first word, row + 1), ``ic[PROMPT]`` its size."""
-    PT[:] = 0
-    mask = PT.shape[0] - 1
-    for j in range(w.shape[0]):
-        for x in range(4):
-            PW[j, x] = w[j, x]
-        i = _find(PT, mask, PW, w, j)
-        if i < 0:
-            PT[-1 - i, 0] = w[j, 0]
-            PT[-1 - i, 1] = j + 1
-    ic[PROMPT] = w.shape[0]
-
-
-@_jit
-def arrived(w, t, now, S, KW, T_, ic, PT, PW):
+def arrived(w, t, now, S, I):
     """``PolicyRuntime.arrived`` at arrival ``t`` of a request with prompt
-    hashes ``w`` (``(n, 4)`` int64 words; ``PW`` at least ``n`` rows, ``PT``
-    a power of two of at least ``2 n``): the arrival hook (a table rebuild
-    when due, the request's kind from its seen prefix, looked up in the
-    intern table ``KW``, ``T_``; the prompt's hash set, :func:`_prompt_set`),
-    then expired scores re-scored (one score call when any is due). Returns
-    0 or :data:`BUG`."""
+    hashes ``w`` (``(n, 4)`` int64 words), interned first (``I``: the
+    arguments of :func:`intern` after ``kid``): the arrival hook (a table
+    rebuild when due, the request's kind from its seen prefix, the prompt's
+    hashes stamped), then expired scores re-scored (one score call when any
+    is due). Returns 0, :data:`NEED_KEYS` (nothing applied) or :data:`BUG`."""
     (ip, fp, bucket, lo_int, rep, lo_f, gap_prior, pw, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, bsc, bq, fs,
      q, hist, never, vals, offs, pc, pf, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe, qb, ec, c) = S
+    pk = np.empty(w.shape[0], np.int64)
+    if not intern(w, pk, *I):
+        return NEED_KEYS
     c[HOOK_CALLS] += 1
     pc[T] = t
     if t >= pc[NEXT_BUILD]:
         rs._build(hist, never, vals, offs, gap_prior, rep, lo_f, lo_int, ip, fp, pc, pf)
         per = ip[PERIOD]
-        wait = 1 + t // 4
-        pc[NEXT_BUILD] = t + (per if per < wait else wait)
+        w = 1 + t // 4
+        pc[NEXT_BUILD] = t + (per if per < w else w)
     seen = 0
     rb = ip[ROOT_BLOCKS]
-    mask = T_.shape[0] - 1
-    for j in range(w.shape[0]):
-        if seen > rb:
-            break
-        i = _find(T_, mask, KW, w, j)
-        if i < 0 or kr[T_[i, 1] - 1, REC] < 0:  # (a hash not interned has no record)
+    for j in range(pk.shape[0]):
+        if seen > rb or kr[pk[j], REC] < 0:
             break
         seen += 1
     pc[KIND] = 2 if seen > rb else 1
-    _prompt_set(w, PT, PW, ic)
+    for j in range(pk.shape[0]):
+        kr[pk[j], MARK] = t + 1
     if rs._expire(now, float(t), key_of, par_of, depth_of, kh, dn, kr, sr, bsc, bq, vals, offs, bucket, ip, ib, ok,
                   cmb, cmk, cmo, tk, ti, ak, ai, qe, qb, ec, c) < -1:
         return BUG
@@ -273,14 +248,13 @@ def touch(ids, O, mk, ic):
 
 
 @_jit
-def stored(ids, w, has_parent, depth0, D, mk, I, PT, PW):
+def stored(ids, w, has_parent, depth0, D, mk, I):
     """``PolicyRuntime.stored``: blocks ``ids`` cached with hashes ``w``
     (``(n, 4)`` int64 words; ``has_parent``: the first row is the first
     block's parent hash, else it has none), interned here (``I``: the
     arguments of :func:`intern` after ``kid``, its ``ic`` the event stamp's),
-    at depths ``depth0 ..``, those in the latest prompt's set (``PT``,
-    ``PW``: :func:`_prompt_set`) stamped; one stored call. ``D``: the arrays
-    :data:`STORED` names. Returns 0, ``-1 - j`` (``ids[j]`` holds a hash already, named
+    at depths ``depth0 ..``; one stored call. ``D``: the arrays :data:`STORED`
+    names. Returns 0, ``-1 - j`` (``ids[j]`` holds a hash already, named
     twice or outside the pool), :data:`NEED_SLOTS` or :data:`NEED_KEYS`;
     nothing applied but 0."""
     key_of, kh, kt, dn, dp, par_of, depth_of, kr, sr, bsc, ib, fs, hist, never, pw, bucket, ip, pc, c = D
@@ -297,14 +271,9 @@ def stored(ids, w, has_parent, depth0, D, mk, I, PT, PW):
     kid = np.empty(w.shape[0], np.int64)
     if not intern(w, kid, *I):
         return NEED_KEYS
-    k0 = 1 if has_parent else 0
-    if ic[PROMPT]:
-        mask = PT.shape[0] - 1
-        for j in range(k0, k0 + n):
-            if _find(PT, mask, PW, w, j) >= 0:
-                kr[kid[j], MARK] = pc[T] + 1
-    rs._stored(ids, 0, n, depth0, kid[0] if has_parent else -1, kid, k0, pc[T], key_of, kh, kt, dn, dp, par_of,
-               depth_of, kr, sr, bsc, ib, fs, hist, never, pw, bucket, ip, pc, c)
+    parent = kid[0] if has_parent else -1
+    rs._stored(ids, 0, n, depth0, parent, kid, 1 if has_parent else 0, pc[T], key_of, kh, kt, dn, dp, par_of, depth_of,
+               kr, sr, bsc, ib, fs, hist, never, pw, bucket, ip, pc, c)
     return 0
 
 

@@ -1044,7 +1044,6 @@ class SpfKernelRuntime(_KernelRuntime):
         self.ic = np.zeros(nb.NIC, i64)
         self.hf, self.mk = np.zeros(nblk, i64), np.zeros(nblk, i64)
         self.out = np.zeros(max(num_blocks, 1), i64)
-        self.PW, self.PT = np.zeros((0, 4), i64), np.zeros((1, 2), i64)  # the latest prompt's hash set (_room_prompt)
         self.policy_seconds = self.evict_seconds = 0.0
         self._hash_bytes = 0
         self._empty = np.zeros(0, i64)
@@ -1075,7 +1074,8 @@ class SpfKernelRuntime(_KernelRuntime):
         names no more; the arrays double (the table rebuilt) when fewer than
         a quarter of them and ``m`` are free after it."""
         nb, st, ic = self.nb, self.st, self.ic
-        nb.sweep(self.KW, self.T, self.fk, ic, self.live, st["kr"], st["kh"], st["key_of"], st["par_of"])
+        nb.sweep(self.KW, self.T, self.fk, ic, self.live, st["kr"], st["kh"], st["key_of"], st["par_of"],
+                 int(self.pc[self.rs.T]))
         k = len(self.KW)
         if ic[nb.NFREE] + k - ic[nb.NEXTID] >= m + k // 4:
             return
@@ -1094,13 +1094,6 @@ class SpfKernelRuntime(_KernelRuntime):
         self.T = np.zeros((self._table_rows(new), 2), i64)
         nb.rehash(self.KW, self.T, self.live, int(ic[nb.NEXTID]))
         self._bind()
-
-    def _room_prompt(self, n: int) -> None:
-        """Room for a prompt of ``n`` hashes in its hash set (``PW`` rows at
-        least doubled, ``PT`` a power of two of at least twice as many)."""
-        m = max(n, 2 * len(self.PW), 64)
-        self.PW = np.zeros((m, 4), np.int64)
-        self.PT = np.zeros((self._table_rows(m), 2), np.int64)
 
     def _room_slots(self, m: int) -> None:
         self.rs._grow_slots(self.st, m)
@@ -1144,9 +1137,9 @@ class SpfKernelRuntime(_KernelRuntime):
                 mark = self.st["kr"][:, self.rs.MARK]  # (t + 1) are no longer the latest prompt's
                 mark[mark == t + 1] = 0
             self._t_top = max(self._t_top, t)
-            if len(w) > len(self.PW):
-                self._room_prompt(len(w))
-            if self.nb.arrived(w, t, float(now), self._S, self.KW, self.T, self.ic, self.PT, self.PW):
+            while (r := self.nb.arrived(w, t, float(now), self._S, self._iargs)) == self.nb.NEED_KEYS:
+                self._room_keys(len(w))
+            if r:
                 raise self._bad("the evictor lacked room (a bug)")
             return ()
         finally:
@@ -1196,8 +1189,7 @@ class SpfKernelRuntime(_KernelRuntime):
             w = _hash_words(self, keys if parent is None else [parent, *keys], "stored with")
             a = _ids(ids)
             while True:
-                r = self.nb.stored(a, w, parent is not None, int(first_depth), self._D, self.mk, self._iargs, self.PT,
-                                   self.PW)
+                r = self.nb.stored(a, w, parent is not None, int(first_depth), self._D, self.mk, self._iargs)
                 if r == self.nb.NEED_SLOTS:
                     self._room_slots(2 * n + 2)
                 elif r == self.nb.NEED_KEYS:
