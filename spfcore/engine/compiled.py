@@ -990,9 +990,8 @@ class SpfKernelRuntime(_KernelRuntime):
     block). Key ids are reused once the state names a hash no more (a sweep
     when none is free; the arrays double when a sweep frees less than a
     quarter), so memory follows what the policy keeps: cached hashes, their
-    parents, records and ghosts (``ghost_factor * num_blocks``); the latest
-    prompt's hashes are not interned but kept as a set apart (``PW``, ``PT``:
-    its words and a table over them, sized to the longest prompt).
+    parents, records and ghosts (``ghost_factor * num_blocks``), the
+    latest prompt.
 
     Attributes:
         policy_seconds: Wall time of every event, seconds
