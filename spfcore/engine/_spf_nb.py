@@ -60,6 +60,19 @@ NEED_KEYS, NEED_SLOTS, TOO_FEW, ORDERS, NO_KEY, BUG = range(1, 7)
 STAMP = 13
 NIC = 16
 
+#: The state arrays (:func:`~spfcore.sim._replay_spf_nb.new_state`'s names) each kernel below reads,
+#: in its tuple's order (the runtime builds the tuples): every array of an argument is unboxed on
+#: each call (about 0.45 us when the caches are cold), so a kernel that reads few takes only those;
+#: :func:`arrived` takes them all (``rs._ARGS``).
+HIT = ("key_of", "depth_of", "kh", "dn", "dp", "kr", "sr", "fs", "hist", "bucket", "ip", "pc", "ib", "bsc", "c")
+TOUCH = ("ib", "ok", "cmb", "cmk", "cmo", "qe", "qb", "ec", "c")
+STORED = ("key_of", "kh", "kt", "dn", "dp", "par_of", "depth_of", "kr", "sr", "bsc", "ib", "fs", "hist", "never", "pw",
+          "bucket", "ip", "pc", "c")
+EVICT = ("key_of", "kh", "kt", "dn", "dp", "hs", "par_of", "depth_of", "kr", "sr", "bsc", "bq", "fs", "q", "never", "vals",
+         "offs", "bucket", "ip", "pc", "pf", "ib", "ok", "cmb", "cmk", "cmo", "tk", "ti", "ak", "ai", "qe", "qb", "ec", "c")
+RELEASE = ("key_of", "par_of", "depth_of", "kh", "dn", "kr", "sr", "bsc", "bq", "vals", "offs", "bucket", "ip", "pc", "ib",
+           "ok", "cmb", "cmk", "cmo", "tk", "ti", "ak", "ai", "qe", "qb", "ec", "hs", "c")
+
 _jit = numba.njit(cache=True, nogil=True)
 
 
@@ -149,14 +162,18 @@ def _twice(ids, mk, ic):
 
 
 @_jit
-def arrived(pk, t, now, S):
-    """``PolicyRuntime.arrived`` at arrival ``t`` of a request with prompt key
-    ids ``pk`` (interned): the arrival hook (a table rebuild when due, the
-    request's kind from its seen prefix, the prompt's hashes stamped), then
-    expired scores re-scored (one score call when any is due). Returns 0 or
-    :data:`BUG`."""
+def arrived(w, t, now, S, I):
+    """``PolicyRuntime.arrived`` at arrival ``t`` of a request with prompt
+    hashes ``w`` (``(n, 4)`` int64 words), interned first (``I``: the
+    arguments of :func:`intern` after ``kid``): the arrival hook (a table
+    rebuild when due, the request's kind from its seen prefix, the prompt's
+    hashes stamped), then expired scores re-scored (one score call when any
+    is due). Returns 0, :data:`NEED_KEYS` (nothing applied) or :data:`BUG`."""
     (ip, fp, bucket, lo_int, rep, lo_f, gap_prior, pw, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, bsc, bq, fs,
      q, hist, never, vals, offs, pc, pf, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe, qb, ec, c) = S
+    pk = np.empty(w.shape[0], np.int64)
+    if not intern(w, pk, *I):
+        return NEED_KEYS
     c[HOOK_CALLS] += 1
     pc[T] = t
     if t >= pc[NEXT_BUILD]:
@@ -180,14 +197,13 @@ def arrived(pk, t, now, S):
 
 
 @_jit
-def hit(ids, S, mk, ic):
+def hit(ids, H, mk, ic):
     """``spfcore_blocks_hit`` of blocks ``ids`` (depth order): hashes without
     a resident record get one, the others are re-accessed; free copies of
     their hashes get the new score inputs. Returns 0, ``-1 - j`` (``ids[j]``
     named twice or outside the pool), :data:`NO_KEY` (a block with no hash here) or
-    :data:`NEED_SLOTS`; nothing applied but 0."""
-    (ip, fp, bucket, lo_int, rep, lo_f, gap_prior, pw, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, bsc, bq, fs,
-     q, hist, never, vals, offs, pc, pf, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe, qb, ec, c) = S
+    :data:`NEED_SLOTS`; nothing applied but 0. ``H``: the arrays :data:`HIT` names."""
+    key_of, depth_of, kh, dn, dp, kr, sr, fs, hist, bucket, ip, pc, ib, bsc, c = H
     n = ids.shape[0]
     m = 0
     for j in range(n):
@@ -211,11 +227,11 @@ def hit(ids, S, mk, ic):
 
 
 @_jit
-def touch(ids, S, mk, ic):
+def touch(ids, O, mk, ic):
     """Hit blocks that were free leave the order and the calendar. Returns 0
     or ``-1 - j`` (``ids[j]`` not a free cached block, named twice or
-    outside the pool; nothing applied)."""
-    ib, ok, cmb, cmk, cmo, qe, qb, ec = S[28], S[29], S[30], S[31], S[32], S[37], S[38], S[39]
+    outside the pool; nothing applied). ``O``: the arrays :data:`TOUCH` names."""
+    ib, ok, cmb, cmk, cmo, qe, qb, ec, _ = O
     for j in range(ids.shape[0]):
         if ids[j] < 0 or ids[j] >= ib.shape[1] or not ib[ev.IN, ids[j]]:
             return -1 - j
@@ -232,19 +248,18 @@ def touch(ids, S, mk, ic):
 
 
 @_jit
-def stored(ids, kid, parent, depth0, S, mk, ic):
-    """``PolicyRuntime.stored``: blocks ``ids`` cached with key ids ``kid``
-    (interned) at depths ``depth0 ..``, the first one's parent key id
-    ``parent`` (-1: none); one stored call (also for no block). Returns 0,
-    ``-1 - j`` (``ids[j]`` holds a hash already, named twice or outside
-    the pool) or
-    :data:`NEED_SLOTS`; nothing applied but 0."""
-    (ip, fp, bucket, lo_int, rep, lo_f, gap_prior, pw, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, bsc, bq, fs,
-     q, hist, never, vals, offs, pc, pf, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe, qb, ec, c) = S
+def stored(ids, w, has_parent, depth0, D, mk, I):
+    """``PolicyRuntime.stored``: blocks ``ids`` cached with hashes ``w``
+    (``(n, 4)`` int64 words; ``has_parent``: the first row is the first
+    block's parent hash, else it has none), interned here (``I``: the
+    arguments of :func:`intern` after ``kid``, its ``ic`` the event stamp's),
+    at depths ``depth0 ..``; one stored call. ``D``: the arrays :data:`STORED`
+    names. Returns 0, ``-1 - j`` (``ids[j]`` holds a hash already, named
+    twice or outside the pool), :data:`NEED_SLOTS` or :data:`NEED_KEYS`;
+    nothing applied but 0."""
+    key_of, kh, kt, dn, dp, par_of, depth_of, kr, sr, bsc, ib, fs, hist, never, pw, bucket, ip, pc, c = D
+    ic = I[3]
     n = ids.shape[0]
-    if n == 0:
-        c[HOOK_CALLS] += 1
-        return 0
     for j in range(n):
         if ids[j] < 0 or ids[j] >= key_of.shape[0] or key_of[ids[j]] >= 0:
             return -1 - j
@@ -253,22 +268,26 @@ def stored(ids, kid, parent, depth0, S, mk, ic):
         return -1 - j
     if pc[SLOTS_FREE] < n + 1:
         return NEED_SLOTS
-    rs._stored(ids, 0, n, depth0, parent, kid, 0, pc[T], key_of, kh, kt, dn, dp, par_of, depth_of, kr, sr, bsc, ib,
-               fs, hist, never, pw, bucket, ip, pc, c)
+    kid = np.empty(w.shape[0], np.int64)
+    if not intern(w, kid, *I):
+        return NEED_KEYS
+    parent = kid[0] if has_parent else -1
+    rs._stored(ids, 0, n, depth0, parent, kid, 1 if has_parent else 0, pc[T], key_of, kh, kt, dn, dp, par_of, depth_of,
+               kr, sr, bsc, ib, fs, hist, never, pw, bucket, ip, pc, c)
     return 0
 
 
 @_jit
-def release(cached, hashless, S, hf, mk, ic):
+def release(cached, hashless, R, hf, mk, ic):
     """``PolicyRuntime.release``: cached blocks (release order) scored in one
     call and placed with new release orders; then hashless blocks onto the
     stack, ``hashless[0]`` on top. Returns 0, ``-1 - j`` for ``cached[j]``
     (``j < len(cached)``) or ``hashless[j - len(cached)]`` that is free
     already, named twice, outside the pool, or (hashless) holds a hash; :data:`NO_KEY` (a
     cached block with no hash here), :data:`ORDERS` or :data:`BUG`; nothing
-    applied but 0 (and :data:`BUG`)."""
-    (ip, fp, bucket, lo_int, rep, lo_f, gap_prior, pw, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, bsc, bq, fs,
-     q, hist, never, vals, offs, pc, pf, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe, qb, ec, c) = S
+    applied but 0 (and :data:`BUG`). ``R``: the arrays :data:`RELEASE` names."""
+    (key_of, par_of, depth_of, kh, dn, kr, sr, bsc, bq, vals, offs, bucket, ip, pc, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai,
+     qe, qb, ec, hs, c) = R
     nc, nb = cached.shape[0], key_of.shape[0]
     for j in range(nc):
         b = cached[j]
@@ -310,12 +329,13 @@ def release(cached, hashless, S, hf, mk, ic):
 
 
 @_jit
-def renumber(S):
+def renumber(O):
     """Release orders from 1 again, the free cached blocks' order kept (only
     their relative order is read: ties of value), their chunks' minima anew:
     for :func:`release` when orders reach :data:`~spfcore.sim._replay_spf_nb.MAX_ORDER`
-    (the order packs them below it). O(blocks log blocks)."""
-    ib, ok, cmb, cmk, cmo, c = S[28], S[29], S[30], S[31], S[32], S[40]
+    (the order packs them below it). O(blocks log blocks). ``O``: the arrays
+    :data:`TOUCH` names."""
+    ib, ok, cmb, cmk, cmo, _, _, _, c = O
     free = np.flatnonzero(ib[ev.IN])
     rank = np.argsort(ib[ev.ORD][free])
     for r in range(rank.shape[0]):
@@ -326,15 +346,15 @@ def renumber(S):
 
 
 @_jit
-def evict(n, out, now, S, hf):
+def evict(n, out, now, E, hf):
     """``PolicyRuntime.evict(n)`` into ``out[:n]``: expired scores re-scored
     first when cached blocks are taken; hashless blocks first (the stack's
     top), then the lowest ``(value, release order)``; one evicted call with
     the cached victims' hashes (records to ghosts, the ghost list trimmed);
     the victims leave the prefix cache. Returns 0, :data:`TOO_FEW` (nothing
-    applied) or :data:`BUG`."""
-    (ip, fp, bucket, lo_int, rep, lo_f, gap_prior, pw, key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, bsc, bq, fs,
-     q, hist, never, vals, offs, pc, pf, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe, qb, ec, c) = S
+    applied) or :data:`BUG`. ``E``: the arrays :data:`EVICT` names."""
+    (key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, bsc, bq, fs, q, never, vals, offs, bucket, ip, pc, pf, ib, ok,
+     cmb, cmk, cmo, tk, ti, ak, ai, qe, qb, ec, c) = E
     if n > c[HSN] + ec[ev.LIVE]:
         return TOO_FEW
     if not rs._alloc(n, out, 0, now, pc[T], key_of, kh, kt, dn, dp, hs, par_of, depth_of, kr, sr, bsc, bq, fs, q, never,

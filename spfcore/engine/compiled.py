@@ -1067,7 +1067,10 @@ class SpfKernelRuntime(_KernelRuntime):
         """The kernels' argument tuples, anew after an array grew."""
         st = self.st
         self.c, self.pc, self.ec = st["c"], st["pc"], st["ec"]
+        nb = self.nb
         self._S = tuple(st[a] for a in self.rs._ARGS)
+        self._H, self._O, self._D, self._R, self._E = (tuple(st[a] for a in names)
+                                                       for names in (nb.HIT, nb.TOUCH, nb.STORED, nb.RELEASE, nb.EVICT))
         self._iargs = (self.KW, self.T, self.fk, self.ic, self.live, st["kr"], st["kh"], st["kt"])
 
     def _room_keys(self, m: int) -> None:
@@ -1095,12 +1098,6 @@ class SpfKernelRuntime(_KernelRuntime):
         self.T = np.zeros((self._table_rows(new), 2), i64)
         nb.rehash(self.KW, self.T, self.live, int(ic[nb.NEXTID]))
         self._bind()
-
-    def _intern(self, w: np.ndarray) -> np.ndarray:
-        kid = np.empty(len(w), np.int64)
-        while not self.nb.intern(w, kid, *self._iargs):
-            self._room_keys(len(w))
-        return kid
 
     def _room_slots(self, m: int) -> None:
         self.rs._grow_slots(self.st, m)
@@ -1144,8 +1141,9 @@ class SpfKernelRuntime(_KernelRuntime):
                 mark = self.st["kr"][:, self.rs.MARK]  # (t + 1) are no longer the latest prompt's
                 mark[mark == t + 1] = 0
             self._t_top = max(self._t_top, t)
-            pk = self._intern(w)
-            if self.nb.arrived(pk, t, float(now), self._S):
+            while (r := self.nb.arrived(w, t, float(now), self._S, self._iargs)) == self.nb.NEED_KEYS:
+                self._room_keys(len(w))
+            if r:
                 raise self._bad("the evictor lacked room (a bug)")
             return ()
         finally:
@@ -1163,7 +1161,7 @@ class SpfKernelRuntime(_KernelRuntime):
         try:
             a = _ids(ids) if len(ids) else self._empty
             while True:
-                r = self.nb.hit(a, self._S, self.mk, self.ic)
+                r = self.nb.hit(a, self._H, self.mk, self.ic)
                 if r != self.nb.NEED_SLOTS:
                     break
                 self._room_slots(2 * len(a) + 2)
@@ -1193,16 +1191,15 @@ class SpfKernelRuntime(_KernelRuntime):
                 self.c[self.nb.HOOK_CALLS] += 1  # (the hook path calls spfcore_blocks_stored on an empty store too)
                 return
             w = _hash_words(self, keys if parent is None else [parent, *keys], "stored with")
-            kid = self._intern(w)
-            pid = -1
-            if parent is not None:
-                pid, kid = int(kid[0]), kid[1:]
             a = _ids(ids)
             while True:
-                r = self.nb.stored(a, kid, pid, int(first_depth), self._S, self.mk, self.ic)
-                if r != self.nb.NEED_SLOTS:
+                r = self.nb.stored(a, w, parent is not None, int(first_depth), self._D, self.mk, self._iargs)
+                if r == self.nb.NEED_SLOTS:
+                    self._room_slots(2 * n + 2)
+                elif r == self.nb.NEED_KEYS:
+                    self._room_keys(len(w))
+                else:
                     break
-                self._room_slots(2 * n + 2)
             if r:
                 raise self._bad(f"stored block {int(a[-1 - r])}: holds a block hash already, or named twice "
                                 "(or outside the pool)")
@@ -1222,10 +1219,10 @@ class SpfKernelRuntime(_KernelRuntime):
         try:
             ca = _ids(cached_ids) if len(cached_ids) else self._empty
             ha = _ids(hashless_ids) if len(hashless_ids) else self._empty
-            r = self.nb.release(ca, ha, self._S, self.hf, self.mk, self.ic)
+            r = self.nb.release(ca, ha, self._R, self.hf, self.mk, self.ic)
             if r == self.nb.ORDERS:  # (after 2**39 releases) the free blocks' orders from 1, their order kept
-                self.nb.renumber(self._S)
-                r = self.nb.release(ca, ha, self._S, self.hf, self.mk, self.ic)
+                self.nb.renumber(self._O)
+                r = self.nb.release(ca, ha, self._R, self.hf, self.mk, self.ic)
             if r == self.nb.NO_KEY:
                 raise self._bad("released a cached block it never heard stored (after a prefix-cache reset?)")
             if r == self.nb.ORDERS:
@@ -1251,7 +1248,7 @@ class SpfKernelRuntime(_KernelRuntime):
         try:
             if n < 0:
                 raise ValueError(f"evict({n}): a negative number of blocks")
-            r = self.nb.evict(n, self.out, float(now), self._S, self.hf)
+            r = self.nb.evict(n, self.out, float(now), self._E, self.hf)
             if r == self.nb.TOO_FEW:
                 raise ValueError(f"No free blocks available: asked for {n}, {self.num_free} free")
             if r:
@@ -1270,7 +1267,7 @@ class SpfKernelRuntime(_KernelRuntime):
         t0 = _perf()
         try:
             a = _ids(list(ids))
-            r = self.nb.touch(a, self._S, self.mk, self.ic)
+            r = self.nb.touch(a, self._O, self.mk, self.ic)
             if r:
                 raise KeyError(int(a[-1 - r]))
         finally:
@@ -1323,7 +1320,7 @@ def _warm_spf(rt: SpfKernelRuntime) -> None:
     w.arrived(RequestView("warm2", None, 1, 0.0, 0, ()), 0.0)
     w.evict(3, 0.0)
     w._room_keys(1)
-    w.nb.renumber(w._S)  # (not in the hot path the first time it is needed)
+    w.nb.renumber(w._O)  # (not in the hot path the first time it is needed)
 
 
 #: (module, qualname) of a shipped policy class -> the builder of its compiled

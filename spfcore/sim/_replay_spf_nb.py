@@ -302,21 +302,6 @@ def _o_scan(c, cmb, cmk, cmo, ok, ib):
 
 
 @_jit
-def _o_set(b, old, cmb, cmk, cmo, ok, ib):
-    """Block ``b`` (free) got its key ``ok[b]`` (``old``: its key before,
-    ``EMPTY`` if it was not in the order)."""
-    c = b // CHUNK
-    m = cmb[c]
-    if m == b:
-        if ok[b] > old:  # its chunk's minimum rose
-            _o_scan(c, cmb, cmk, cmo, ok, ib)
-        else:
-            cmk[c] = ok[b]
-    elif m < 0 or _o_less(b, m, ok, ib):
-        _o_min(b, cmb, cmk, cmo, ok, ib)
-
-
-@_jit
 def _o_remove(b, cmb, cmk, cmo, ok, ib):
     """Block ``b`` leaves the order (``ib[IN, b]`` already 0)."""
     ok[b] = EMPTY
@@ -336,13 +321,77 @@ def _o_pop(cmb, cmk, cmo, ok, ib, ec):
     return b
 
 
+#: :func:`_o_take` pops through a heap of the chunks from this many blocks on (below, :func:`_o_pop`
+#: each: its scan of the chunk minima is cheaper than building the heap).
+HEAP_FROM = 8
+
+
+@_jit
+def _c_less(a, b, cmk, cmo):
+    """Whether chunk ``a``'s minimum ranks below chunk ``b``'s."""
+    return cmk[a] < cmk[b] or (cmk[a] == cmk[b] and cmo[a] < cmo[b])
+
+
+@_jit
+def _c_sift(h, i, m, cmk, cmo):
+    """Chunk ``h[i]`` sifted down the binary min-heap ``h[:m]`` of chunks (by their minima)."""
+    x = h[i]
+    while True:
+        j = 2 * i + 1
+        if j >= m:
+            break
+        if j + 1 < m and _c_less(h[j + 1], h[j], cmk, cmo):
+            j += 1
+        if not _c_less(h[j], x, cmk, cmo):
+            break
+        h[i] = h[j]
+        i = j
+    h[i] = x
+
+
+@_jit
+def _o_take(n, blocks, at, cmb, cmk, cmo, ok, ib, ec, qe, qb):
+    """The ``n`` lowest free blocks (at most the free ones), lowest first,
+    into ``blocks[at:]``, out of the order and the calendar: :func:`_o_pop`
+    each, the same blocks, found through a heap of the chunks by their
+    minima (built once; a chunk is scanned anew and sifted down after each
+    block it gives) when ``n`` is :data:`HEAP_FROM` or more."""
+    if n < HEAP_FROM:
+        for j in range(n):
+            b = _o_pop(cmb, cmk, cmo, ok, ib, ec)
+            _c_unlink(b, qe, qb)
+            blocks[at + j] = b
+        return
+    h = np.empty(cmb.shape[0], np.int64)
+    m = 0
+    for c in range(cmb.shape[0]):
+        if cmb[c] >= 0:
+            h[m] = c
+            m += 1
+    for i in range(m // 2 - 1, -1, -1):
+        _c_sift(h, i, m, cmk, cmo)
+    for j in range(n):
+        c = h[0]
+        b = cmb[c]
+        ib[ev.IN, b] = 0
+        ec[ev.LIVE] -= 1
+        _o_remove(b, cmb, cmk, cmo, ok, ib)
+        _c_unlink(b, qe, qb)
+        blocks[at + j] = b
+        if cmb[c] < 0:  # the chunk is empty: the heap's last takes its place
+            m -= 1
+            h[0] = h[m]
+        _c_sift(h, 0, m, cmk, cmo)
+
+
 # ------------------------------------------------------------ the expiry calendar
 # The evictor's arrivals calendar (an expiry at integer arrival ``x`` with ``base <= x < base + QW``
 # waits in bucket ``x % QW``, in push order = version order; others on the arrivals heap, merged by
 # ``(expiry, version)`` when read; ``base``: ``ec[QBASE]``, moved as the evictor moves it), kept
 # intrusively: a free block has at most one live expiry (the one of its version), so each block is
-# in at most one bucket, a doubly linked list through ``qe`` (``(3, blocks)``: its expiry, next and
-# previous block; -1 none), and leaves it when re-placed, hit or taken. The buckets hold no stale
+# in at most one bucket, a doubly linked list through ``qe`` (``(blocks, 4)``: per block its expiry,
+# next and previous block, -1 none, and a pad: one 32-byte row, so a push or an unlink touches one
+# line per block), and leaves it when re-placed, hit or taken. The buckets hold no stale
 # entry, so a round reads only due blocks. ``qb`` ``(2, QW)``: first and last block per bucket.
 QW = ev.QW
 
@@ -350,20 +399,20 @@ QW = ev.QW
 @_jit
 def _c_unlink(b, qe, qb):
     """Block ``b`` leaves its bucket (if in one)."""
-    x = qe[0, b]
+    x = qe[b, 0]
     if x < 0:
         return
     k = x & (QW - 1)
-    nx, pv = qe[1, b], qe[2, b]
+    nx, pv = qe[b, 1], qe[b, 2]
     if pv >= 0:
-        qe[1, pv] = nx
+        qe[pv, 1] = nx
     else:
         qb[0, k] = nx
     if nx >= 0:
-        qe[2, nx] = pv
+        qe[nx, 2] = pv
     else:
         qb[1, k] = pv
-    qe[0, b] = -1
+    qe[b, 0] = -1
 
 
 @_jit
@@ -371,9 +420,9 @@ def _c_push(b, y, qe, qb):
     """Block ``b`` (in no bucket) at the end of bucket ``y % QW``."""
     k = y & (QW - 1)
     t = qb[1, k]
-    qe[0, b], qe[1, b], qe[2, b] = y, -1, t
+    qe[b, 0], qe[b, 1], qe[b, 2] = y, -1, t
     if t >= 0:
-        qe[1, t] = b
+        qe[t, 1] = b
     else:
         qb[0, k] = b
     qb[1, k] = b
@@ -412,7 +461,8 @@ def _place(ids, values, exp_a, orders, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe
     per block a new version, its expiry registered (the calendar if it fits,
     else the arrivals heap), and its key set (a block in the order at the same
     value stays where it is; ``orders`` empty: each block's own release order,
-    a re-score); then stale expiry entries dropped as ``place`` does. The
+    a re-score; a chunk whose minimum rose is scanned once, after the
+    batch); then stale expiry entries dropped as ``place`` does. The
     blocks are in no calendar bucket (a due block left it in :func:`_due`, a
     hit or taken block in :func:`_c_unlink`), so a heap entry of theirs is
     what goes stale. Returns False (nothing done) if an expiry structure lacks
@@ -421,6 +471,9 @@ def _place(ids, values, exp_a, orders, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe
     if max(ec[ev.TN], ec[ev.AN]) + n > ak.shape[0]:
         return False
     has_ord = orders.shape[0] > 0
+    rise = np.zeros(cmb.shape[0], np.bool_)  # per chunk: its minimum rose in this batch (in ``rn[:nr]``)
+    rn = np.empty(cmb.shape[0], np.int64)
+    nr = 0
     v = ec[ev.VERSION]
     an = ec[ev.AN]
     for k in range(n):
@@ -446,7 +499,21 @@ def _place(ids, values, exp_a, orders, ib, ok, cmb, cmk, cmo, tk, ti, ak, ai, qe
             if has_ord:
                 ib[ev.ORD, i] = orders[k]
         ok[i] = key
-        _o_set(i, old, cmb, cmk, cmo, ok, ib)
+        c = i // CHUNK
+        if rise[c]:
+            continue
+        m = cmb[c]
+        if m == i:
+            if key > old:  # its chunk's minimum rose: scanned once, after the batch
+                rise[c] = True
+                rn[nr] = c
+                nr += 1
+            else:
+                cmk[c] = key
+        elif m < 0 or _o_less(i, m, ok, ib):
+            _o_min(i, cmb, cmk, cmo, ok, ib)
+    for j in range(nr):
+        _o_scan(rn[j], cmb, cmk, cmo, ok, ib)
     ec[ev.VERSION] = v
     tn = ec[ev.TN]
     if tn + an > 2 * ec[ev.LIVE] + 1024:  # (stale heap entries; the calendar keeps none)
@@ -612,8 +679,8 @@ def _due(now, arrival, ib, tk, ti, ak, ai, qe, qb, c):
                     h += 1
             out[m] = b
             m += 1
-            qe[0, b] = -1  # (out of its bucket: _c_drain empties the buckets read here)
-            b = qe[1, b]
+            qe[b, 0] = -1  # (out of its bucket: _c_drain empties the buckets read here)
+            b = qe[b, 1]
     while h < nh:
         m = _keep_live(out, m, aid[h], av[h], ib)
         h += 1
@@ -824,12 +891,7 @@ def _alloc(n, blocks, at, now, t, key_of, kh, kt, dn, dp, hs, par_of, depth_of, 
         c[HSN] -= 1
         blocks[at + got] = hs[c[HSN]]
         got += 1
-    need = n - got
-    if need:
-        for j in range(need):  # the lowest (value, release order) first
-            b = _o_pop(cmb, cmk, cmo, ok, ib, ec)
-            _c_unlink(b, qe, qb)
-            blocks[at + got + j] = b
+    _o_take(n - got, blocks, at + got, cmb, cmk, cmo, ok, ib, ec, qe, qb)  # the lowest (value, release order) first
     m = 0
     for j in range(n):
         if key_of[blocks[at + j]] >= 0:
@@ -1122,7 +1184,7 @@ def new_state(num_blocks: int, params: tuple, nkeys: int = 0) -> dict:
               cmo=np.zeros(nch, i64),
               tk=np.zeros(cap), ti=np.zeros((2, cap), i64), ak=np.zeros(cap),
               ai=np.zeros((2, cap), i64))
-    st["qe"], st["qb"] = np.full((3, nblk), -1, i64), np.full((2, QW), -1, i64)
+    st["qe"], st["qb"] = np.full((nblk, 4), -1, i64), np.full((2, QW), -1, i64)
     st["ec"] = np.zeros(ev.NCOUNTERS, i64)
     c = np.zeros(NCOUNTERS_S, i64)
     init(num_blocks, np.zeros(num_blocks, i64), np.zeros(num_blocks, i64), st["hs"], c)
