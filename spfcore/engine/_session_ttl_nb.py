@@ -23,12 +23,12 @@ interned with :mod:`spfcore.engine._frequency_nb`'s table functions.
 
 State (:func:`new_state`; ``nb`` = ``num_blocks``):
 
-* **Blocks** ``BL[nb + 1, 16]`` int64, 128 bytes a block (two cache lines):
-  key id (-1: none), free and cached (in the order), pinned, on the hashless
-  stack, release order, score version, order-heap stamp (-1: no live entry),
-  next / previous block of the release queue and in it, the event stamp
-  (``MARK``: a block twice in one call). Row ``nb`` is the release queue's
-  sentinel (``LN``: the oldest).
+* **Blocks** ``BL[nb + 4, 8]`` int64, one 64-byte line a block: key id (-1:
+  none), flags ``FL`` (``F_IN``: free and cached, in the order; ``F_PIN``:
+  pinned; ``F_HFREE``: on the hashless stack), release order, score version,
+  order-heap stamp (-1: in a list, no live heap entry), next / previous block
+  of its list, the event stamp (``MARK``: a block twice in one call). Rows
+  ``nb .. nb + 3`` are the lists' sentinels (``LN``: the oldest).
 * **Key rows** ``R[K + 1, 8]``, one 64-byte line per key id: the hash's four
   words (every bit compared), ``until``, the first owner edge, ``OWN`` and
   the cached blocks holding it. Row ``K`` is the hook path's key ``None``:
@@ -36,32 +36,49 @@ State (:func:`new_state`; ``nb`` = ``num_blocks``):
   runtime never heard them stored) hold no key here; the plugin touches and
   scores them as the key ``None`` (it is never evicted from the policy: the
   runtime reports only held keys evicted), so does row ``K``.
-* **Table** ``T`` and free key ids ``fk``: :mod:`spfcore.engine._frequency_nb`'s
+* **Table** ``T`` and free key ids ``V[FK]``: :mod:`spfcore.engine._frequency_nb`'s
   (the same counters ``NFREE``, ``NEXTID``). A key id is freed once no cached
   block holds it (its policy state went with the eviction before), so at most
   ``nb`` ids are live; ``K = 2 * nb + 64``.
 * **Sessions** ``S[SC, 8]``: first / last key edge, key count, previous /
   next session in activity order, live. Session ids are interned by the
   caller (a dead id may be reused: a live one names one session).
-* **Edges** ``E[EC, 8]``: session (-1: free), key, previous / next edge of the
-  session (first-touch order), previous / next edge of the key (newest
-  first: order there decides nothing), in the edge hash or not (``EIN``).
-  Free edges are chained through ``ESN`` from ``c[EFREE]``. A touch finds
+* **Edges** ``E[EC, 8]`` int32, two edges a cache line: session (-1:
+  free), key, previous / next edge of the session (first-touch order),
+  previous / next edge of the key (newest first: order there decides
+  nothing), in the edge hash or not (``EIN``). Free edge ids are a stack in
+  the last column, ``E[:c[EFREE], EF]`` (an edge taken is the stack's top:
+  no chain of cold rows to follow). A touch finds
   the edge (session, key) by walking the key's first four owners; a key of
   more has all its edges in ``ht``, hashed by (session, key)
   (:func:`spfcore.sim._replay_ttl_nb._slot`, linear probing, backward-shift
   deletion), and only those edges (and those of keys that had more) are.
   The caller grows the edges (:func:`grow_edges`) when a touch may need more
   than are free.
-* **The order**: the release queue (unpinned blocks in release order, O(1)
-  each) and the order heap ``H[cap, 4]``, a 32-byte row an entry: ``(pinned *
-  2**62 + release order, block, stamp, -)``, a binary min-heap on the first
-  with lazy deletion (an entry is live iff its block is free with that
-  stamp), as the simulator kernel's ``(pinned, release order)`` heap.
-* **Expiries**: the calendar ``qe, qb`` (``W`` buckets, a power of two above
-  the TTL: every expiry lies within a TTL of the clock), as there, an entry's
-  (version, block, next entry) side by side in a 32-byte row of ``qe``.
-* ``c``: int64 counters (indices below).
+* **The order**, lowest ``(pinned, release order)`` first, as the simulator
+  kernel's heap: four doubly linked lists through the block rows, each in
+  ascending release order (:data:`NLISTS`: blocks released unpinned,
+  re-scored unpinned, released pinned, re-scored pinned; O(1) a block, one
+  cache line: a released block's order is the newest, and an expiry's
+  re-scored blocks come in release order), and the order heap ``H = HQ[0]``
+  for a re-scored block older than its list's tail (rare), a 32-byte row an
+  entry: ``(pinned * 2**62 + release order, block, stamp, -)``, a binary
+  min-heap on the first with lazy deletion (an entry is live iff its block
+  is free with that stamp). A victim is the lowest of the four heads and the
+  heap's top.
+* **Expiries**: the calendar ``qe = HQ[1], qb`` (``W`` buckets, a power of
+  two above the TTL: every expiry lies within a TTL of the clock), as there,
+  an entry's (version, block, next entry) side by side in a 32-byte row of
+  ``qe``.
+* **Vectors** ``V[5, K]`` int64: a call's victims (``V[OUT]``), scratch
+  (``V[DUE]``, ``V[KS]``), the hashless stack (``V[HS]``, top at
+  ``c[HSN] - 1``) and the free key ids (``V[FK]``): one argument for five.
+* ``c``: int64 counters and the parameters ``ttl_arrivals``, pin cap and
+  ``max_sessions`` (indices below).
+
+A kernel call unboxes each argument array (about half a microsecond each
+with cold caches), so the kernels take few: the rows above, the order heap
+and calendar entries in one array, the parameters in ``c``.
 
 Kernels return 0, or a negative code (the caller raises; nothing of the event
 is applied).
@@ -72,20 +89,26 @@ from __future__ import annotations
 import numpy as np
 
 from spfcore.engine._frequency_nb import (EPOCH, EVICT_CALLS, EVICTIONS, HN, HOOK_CALLS, HSN, LRUN, NEXTID,
-                                          NFREE, ORDER, _find, _jit, _rows, _unintern)
+                                          NFREE, ORDER, _find, _jit, _rows)
 from spfcore.sim._replay_ttl_nb import _slot
 
 #: More counter indices (after :mod:`spfcore.engine._frequency_nb`'s): score
 #: versions, pinned free blocks, pins refused, order-heap stamps, live sessions,
-#: first / last session in activity order, free-edge chain head, live edges,
+#: first / last session in activity order, free edge ids (``E[:, EF]``), live edges,
 #: the calendar's first arrival not drained yet, its free-entry chain head and
-#: entries ever used, the clock (the latest arrival index).
-VERSION, NPIN, REFUSED, HSEQ, NSESS, AH, AT, EFREE, NEDGE, QBASE, QFREE, QTOP, ARR = range(15, 28)
-NCOUNTERS = 28
-KEY, IN, PIN, HFREE, ORD, VER, HST, LN, LP, INL, MARK = range(11)  # block row columns
+#: entries ever used, the clock (the latest arrival index); then the
+#: parameters: ``ttl_arrivals``, the pin cap, ``max_sessions``.
+VERSION, NPIN, REFUSED, HSEQ, NSESS, AH, AT, EFREE, NEDGE, QBASE, QFREE, QTOP, ARR, TTL, CAP, MAXS = range(15, 31)
+NCOUNTERS = 31
+OUT, DUE, KS, HS, FK = range(5)  # rows of ``V``
+KEY, FL, ORD, VER, HST, LN, LP, MARK = range(8)  # block row columns
+F_IN, F_PIN, F_HFREE = 1, 2, 4  # FL bits: free and cached (in the order), pinned, on the hashless stack
+#: The order's release-ordered lists (sentinel row ``nb + i`` each): released unpinned, re-scored unpinned,
+#: released pinned, re-scored pinned.
+NLISTS = 4
 W0, W1, W2, W3, UNTIL, OH, OWN, NBLK = range(8)  # key row columns
 SH, ST, SN, SP, SX, ALIVE = range(6)  # session row columns
-ES, EK, ESP, ESN, EKP, EKN, EIN = range(7)  # edge row columns (EIN: in the edge hash)
+ES, EK, ESP, ESN, EKP, EKN, EIN, EF = range(8)  # edge row columns (EIN: in the edge hash; EF: see ``E``)
 #: Longest TTL (arrivals) the calendar takes; the builder runs the hooks above it.
 QMAX = 1 << 16
 E_TOO_FEW = -1  # evict: fewer than n blocks free
@@ -185,36 +208,9 @@ def _e_free(e, E, ht, c):
         _e_unput(e, E, ht)
         E[e, EIN] = 0
     E[e, ES] = -1
-    E[e, ESN] = c[EFREE]
-    c[EFREE] = e
+    E[c[EFREE], EF] = e
+    c[EFREE] += 1
     c[NEDGE] -= 1
-
-
-@_jit
-def _e_new(s, k, R, S, E, c):
-    """Edge (``s``, ``k``): the session's newest key, the key's first owner
-    (not in the edge hash yet). Returns it."""
-    e = c[EFREE]
-    c[EFREE] = E[e, ESN]
-    c[NEDGE] += 1
-    E[e, ES] = s
-    E[e, EK] = k
-    t = S[s, ST]
-    E[e, ESP] = t
-    E[e, ESN] = -1
-    if t >= 0:
-        E[t, ESN] = e
-    else:
-        S[s, SH] = e
-    S[s, ST] = e
-    S[s, SN] += 1
-    h = R[k, OH]
-    E[e, EKP] = -1
-    E[e, EKN] = h
-    if h >= 0:
-        E[h, EKP] = e
-    R[k, OH] = e
-    return e
 
 
 @_jit
@@ -237,34 +233,79 @@ def _forget_session(s, R, S, E, ht, c):
 
 
 @_jit
-def _evict_key(k, R, S, E, ht, c):
-    """``spfcore_blocks_evicted`` for key ``k``: its ``until`` and edges go; a
-    session left with no key is dropped."""
-    R[k, UNTIL] = -1
-    e = R[k, OH]
-    while e >= 0:
-        nx = E[e, EKN]
-        s = E[e, ES]
-        p, q = E[e, ESP], E[e, ESN]
-        if p >= 0:
-            E[p, ESN] = q
-        else:
-            S[s, SH] = q
-        if q >= 0:
-            E[q, ESP] = p
-        else:
-            S[s, ST] = p
-        S[s, SN] -= 1
-        _e_free(e, E, ht, c)
-        if S[s, SN] == 0:
-            _s_drop(s, S, c)
-        e = nx
-    R[k, OH] = -1
+def _evict_keys(ks, n, R, S, E, ht, c):
+    """``spfcore_blocks_evicted`` for the keys ``ks[:n]`` (-1: none), in
+    order: each one's ``until`` and edges go; a session left with no key is
+    dropped. Returns whether any key was named. (One call for all: a call a
+    key or an edge costs more than its work, its array arguments passed
+    field by field; :func:`_e_free`'s body is inline.)"""
+    keyed = False
+    for j in range(n):
+        k = ks[j]
+        if k < 0:
+            continue
+        keyed = True
+        R[k, UNTIL] = -1
+        e = R[k, OH]
+        while e >= 0:
+            nx = E[e, EKN]
+            s = E[e, ES]
+            p, q = E[e, ESP], E[e, ESN]
+            if p >= 0:
+                E[p, ESN] = q
+            else:
+                S[s, SH] = q
+            if q >= 0:
+                E[q, ESP] = p
+            else:
+                S[s, ST] = p
+            S[s, SN] -= 1
+            if E[e, EIN]:
+                _e_unput(e, E, ht)
+                E[e, EIN] = 0
+            E[e, ES] = -1
+            E[c[EFREE], EF] = e
+            c[EFREE] += 1
+            c[NEDGE] -= 1
+            if S[s, SN] == 0:
+                _s_drop(s, S, c)
+            e = nx
+        R[k, OH] = -1
+    return keyed
 
 
 @_jit
-def _touch(s, ks, n, end, maxs, R, S, E, ht, c):
-    """A store or hit of session ``s`` (-1: none) on key ids ``ks[:n]``."""
+def _unintern_all(ks, m, T, R, fk, c):
+    """Key ids ``ks[:m]`` leave the table and go back on the free stack, in
+    order: :func:`spfcore.engine._frequency_nb._unintern`'s backward-shift
+    deletion, one call for all (a call a key costs more than its work)."""
+    mask = T.shape[0] - 1
+    for x in range(m):
+        k = ks[x]
+        i = R[k, W0] & mask
+        while T[i, 1] != k + 1:
+            i = (i + 1) & mask
+        j = i
+        while True:
+            j = (j + 1) & mask
+            q = T[j, 1]
+            if q == 0:
+                break
+            home = T[j, 0] & mask
+            if (j > i and (home <= i or home > j)) or (j < i and home <= i and home > j):
+                T[i, 0], T[i, 1] = T[j, 0], q
+                i = j
+        T[i, 1] = 0
+        fk[c[NFREE]] = k
+        c[NFREE] += 1
+
+
+@_jit
+def _touch(s, ks, n, end, R, S, E, ht, c):
+    """A store or hit of session ``s`` (-1: none) on key ids ``ks[:n]``: a
+    key it does not own yet gets an edge, the session's newest key and the
+    key's first owner. (The loop calls nothing for a key of no owner, the
+    common case: a call a key costs more than its work.)"""
     if s < 0 or n <= 0:
         return
     if not S[s, ALIVE]:
@@ -273,7 +314,7 @@ def _touch(s, ks, n, end, maxs, R, S, E, ht, c):
         S[s, SN] = 0
         _s_append(s, S, c)
         c[NSESS] += 1
-        if c[NSESS] > maxs:
+        if c[NSESS] > c[MAXS]:
             _forget_session(c[AH], R, S, E, ht, c)
     elif c[AT] != s:
         _s_unlink(s, S, c)
@@ -282,10 +323,29 @@ def _touch(s, ks, n, end, maxs, R, S, E, ht, c):
         k = ks[j]
         if R[k, UNTIL] < end:
             R[k, UNTIL] = end
-        r = _owns(s, k, R, E, ht)
+        h = R[k, OH]
+        r = -1 if h < 0 else _owns(s, k, R, E, ht)
         if r >= 0:
             continue
-        e = _e_new(s, k, R, S, E, c)
+        c[EFREE] -= 1  # the new edge (s, k)
+        e = E[c[EFREE], EF]
+        c[NEDGE] += 1
+        E[e, ES] = s
+        E[e, EK] = k
+        t = S[s, ST]
+        E[e, ESP] = t
+        E[e, ESN] = -1
+        if t >= 0:
+            E[t, ESN] = e
+        else:
+            S[s, SH] = e
+        S[s, ST] = e
+        S[s, SN] += 1
+        E[e, EKP] = -1
+        E[e, EKN] = h
+        if h >= 0:
+            E[h, EKP] = e
+        R[k, OH] = e
         if r == -6:  # a key of more than four owners: its edges are in the hash
             _e_put(e, E, ht)
             E[e, EIN] = 1
@@ -326,7 +386,7 @@ def _q_compact(BL, qe, qb, c):
         while e >= 0:
             nx = qe[e, 2]
             b = qe[e, 1]
-            if BL[b, IN] and BL[b, VER] == qe[e, 0]:
+            if BL[b, FL] & F_IN and BL[b, VER] == qe[e, 0]:
                 qe[e, 2] = -1
                 if qb[0, q] < 0:
                     qb[0, q] = e
@@ -337,26 +397,6 @@ def _q_compact(BL, qe, qb, c):
                 qe[e, 2] = c[QFREE]
                 c[QFREE] = e
             e = nx
-
-
-@_jit
-def _q_push(x, v, b, BL, qe, qb, c):
-    e = c[QFREE]
-    if e < 0 and c[QTOP] == qe.shape[0]:
-        _q_compact(BL, qe, qb, c)
-        e = c[QFREE]
-    if e >= 0:
-        c[QFREE] = qe[e, 2]
-    else:
-        e = c[QTOP]
-        c[QTOP] = e + 1
-    qe[e, 0], qe[e, 1], qe[e, 2] = v, b, -1
-    q = x & (qb.shape[1] - 1)
-    if qb[0, q] < 0:
-        qb[0, q] = e
-    else:
-        qe[qb[1, q], 2] = e
-    qb[1, q] = e
 
 
 # ------------------------------------------------------------ the evictor's order
@@ -407,7 +447,7 @@ def _h_compact(H, n, BL):
     m = 0
     for j in range(n):
         b = H[j, 1]
-        if BL[b, IN] and H[j, 2] == BL[b, HST]:
+        if BL[b, FL] & F_IN and H[j, 2] == BL[b, HST]:
             H[m, 0], H[m, 1], H[m, 2] = H[j, 0], H[j, 1], H[j, 2]
             m += 1
     for j in range(m // 2 - 1, -1, -1):
@@ -420,67 +460,98 @@ def _l_unlink(b, BL):
     p, q = BL[b, LP], BL[b, LN]
     BL[p, LN] = q
     BL[q, LP] = p
-    BL[b, INL] = 0
 
 
 @_jit
-def _place(b, pos, order, cap, BL, R, H, qe, qb, c):
-    """Score block ``b`` at arrival ``pos`` and (re-)place it, as the
-    simulator's ``_place`` (``order``: its release order if it is not free)."""
-    k = BL[b, KEY]
-    if k < 0:
-        k = R.shape[0] - 1  # the key None
-    u = R[k, UNTIL]
-    c[VERSION] += 1
-    v = c[VERSION]
-    pin = False
-    if u > pos:
-        _q_push(u, v, b, BL, qe, qb, c)
-        if c[NPIN] < cap or BL[b, PIN]:
-            pin = True
+def _place_all(bs, m, pos, released, us, cap, BL, R, H, qe, qb, c):
+    """Score blocks ``bs[:m]`` at arrival ``pos`` and (re-)place them, in
+    order, as the simulator's ``_place`` (``released``: they are not free,
+    each takes a new release order): a block whose key's ``until`` lies ahead
+    has its expiry registered in the calendar and is pinned (within the cap);
+    it goes onto the tail of its list (released or re-scored, pinned or not)
+    if its release order is above the tail's (always so for a released
+    block), else onto the heap; a free block of unchanged rank stays.
+
+    The keys' ``until`` is read first into ``us[:m]`` (a pass of its own: the
+    key rows fetched at once), and the loop makes no call on the common paths
+    (a call a block costs more than its work, its array arguments passed
+    field by field)."""
+    none = R.shape[0] - 1  # the key None
+    for j in range(m):
+        k = BL[bs[j], KEY]
+        us[j] = R[k if k >= 0 else none, UNTIL]
+    w = qb.shape[1] - 1
+    for j in range(m):
+        b, u = bs[j], us[j]
+        c[VERSION] += 1
+        v = c[VERSION]
+        f = BL[b, FL]
+        was = (f & F_PIN) != 0
+        pin = False
+        if u > pos:  # the expiry into the calendar's bucket u (a free entry, else a new one; compacted when full)
+            e = c[QFREE]
+            if e < 0 and c[QTOP] == qe.shape[0]:
+                _q_compact(BL, qe, qb, c)
+                e = c[QFREE]
+            if e >= 0:
+                c[QFREE] = qe[e, 2]
+            else:
+                e = c[QTOP]
+                c[QTOP] = e + 1
+            qe[e, 0], qe[e, 1], qe[e, 2] = v, b, -1
+            q = u & w
+            if qb[0, q] < 0:
+                qb[0, q] = e
+            else:
+                qe[qb[1, q], 2] = e
+            qb[1, q] = e
+            if c[NPIN] < cap or was:
+                pin = True
+            else:
+                c[REFUSED] += 1
+        BL[b, VER] = v
+        if f & F_IN:
+            if pin == was:  # same rank (pinned or not, its release order): stays where it is
+                continue
+            if BL[b, HST] < 0:  # (in a list; in the heap its entry goes stale)
+                _l_unlink(b, BL)
+            lst = 1
         else:
-            c[REFUSED] += 1
-    was = BL[b, PIN] != 0
-    if BL[b, IN]:
-        if pin == was:  # same rank (pinned or not, its release order): stays where it is, its heap entry live
-            BL[b, VER] = v
-            return
-    else:
-        BL[b, IN] = 1
-        c[LRUN] += 1
-        BL[b, ORD] = order
-    BL[b, VER] = v
-    if pin:
-        if not was:
-            BL[b, PIN] = 1
+            f |= F_IN
+            c[LRUN] += 1
+            if released:
+                c[ORDER] += 1
+                BL[b, ORD] = c[ORDER]
+            lst = 0
+        if pin:  # (was not: its rank changed, or it was not free)
+            f |= F_PIN
             c[NPIN] += 1
-    elif was:
-        BL[b, PIN] = 0
-        c[NPIN] -= 1
-    elif not BL[b, INL]:  # released unpinned: the release queue's tail (release orders only grow)
-        z = BL.shape[0] - 1
-        BL[b, HST] = -1
-        BL[b, INL] = 1
+            lst += 2
+        elif was:
+            f &= ~F_PIN
+            c[NPIN] -= 1
+        BL[b, FL] = f
+        z = BL.shape[0] - NLISTS + lst
         t = BL[z, LP]
-        BL[t, LN] = b
-        BL[b, LP] = t
-        BL[b, LN] = z
-        BL[z, LP] = b
-        return
-    if BL[b, INL]:
-        _l_unlink(b, BL)
-    if c[HN] == H.shape[0]:
-        c[HN] = _h_compact(H, c[HN], BL)
-    c[HSEQ] += 1
-    BL[b, HST] = c[HSEQ]
-    n = c[HN]
-    H[n, 0], H[n, 1], H[n, 2] = (PINK if pin else 0) + BL[b, ORD], b, c[HSEQ]
-    c[HN] = n + 1
-    _h_up(H, n)
+        if t == z or BL[t, ORD] < BL[b, ORD]:
+            BL[b, HST] = -1
+            BL[t, LN] = b
+            BL[b, LP] = t
+            BL[b, LN] = z
+            BL[z, LP] = b
+            continue
+        if c[HN] == H.shape[0]:
+            c[HN] = _h_compact(H, c[HN], BL)
+        c[HSEQ] += 1
+        BL[b, HST] = c[HSEQ]
+        n = c[HN]
+        H[n, 0], H[n, 1], H[n, 2] = (PINK if pin else 0) + BL[b, ORD], b, c[HSEQ]
+        c[HN] = n + 1
+        _h_up(H, n)
 
 
 @_jit
-def _rescore_due(pos, cap, due, BL, R, H, qe, qb, c):
+def _rescore_due(pos, cap, due, us, BL, R, H, qe, qb, c):
     """Re-score the free blocks whose score expired by ``pos`` in (expiry,
     version) order (one score call if any); the due buckets are emptied."""
     m = 0
@@ -494,7 +565,7 @@ def _rescore_due(pos, cap, due, BL, R, H, qe, qb, c):
         e = h
         while True:
             b = qe[e, 1]
-            if BL[b, IN] and qe[e, 0] == BL[b, VER]:
+            if BL[b, FL] & F_IN and qe[e, 0] == BL[b, VER]:
                 due[m] = b
                 m += 1
             if qe[e, 2] < 0:
@@ -507,8 +578,7 @@ def _rescore_due(pos, cap, due, BL, R, H, qe, qb, c):
         c[QBASE] = pos + 1
     if m:
         c[HOOK_CALLS] += 1
-        for j in range(m):
-            _place(due[j], pos, 0, cap, BL, R, H, qe, qb, c)
+        _place_all(due, m, pos, False, us, cap, BL, R, H, qe, qb, c)
 
 
 @_jit
@@ -533,15 +603,16 @@ def _twice(ids, BL, c):
 
 # ------------------------------------------------------------ the events
 @_jit
-def arrived(pos, s, ttl, cap, due, BL, R, S, E, H, qe, qb, c):
+def arrived(pos, s, V, BL, R, S, E, HQ, qb, c):
     """``PolicyRuntime.arrived`` at arrival index ``pos`` of session ``s``
     (-1: none or unknown): the arrived hook (the session's keys protected to
     ``pos + ttl``, it becomes the most recently active), the expired scores
     re-scored, then the free blocks ``OWN`` of the session's keys
     (first-touch order) re-scored (``spfcore_rescore_keys``). Returns 0."""
+    cap, due, H, qe = c[CAP], V[DUE], HQ[0], HQ[1]
     c[ARR] = pos
     c[HOOK_CALLS] += 2  # spfcore_request_arrived, spfcore_rescore_keys
-    end = pos + ttl
+    end = pos + c[TTL]
     live = s >= 0 and S[s, ALIVE] != 0
     if live:
         if c[AT] != s:
@@ -551,30 +622,30 @@ def arrived(pos, s, ttl, cap, due, BL, R, S, E, H, qe, qb, c):
         while e >= 0:
             R[E[e, EK], UNTIL] = end
             e = E[e, ESN]
-    _rescore_due(pos, cap, due, BL, R, H, qe, qb, c)
+    _rescore_due(pos, cap, due, V[KS], BL, R, H, qe, qb, c)
     if live:
         m = 0
         e = S[s, SH]
         while e >= 0:
             b = R[E[e, EK], OWN]
-            if b >= 0 and BL[b, IN]:
+            if b >= 0 and BL[b, FL] & F_IN:
                 due[m] = b
                 m += 1
             e = E[e, ESN]
         if m:
             c[HOOK_CALLS] += 1
-            for j in range(m):
-                _place(due[j], pos, 0, cap, BL, R, H, qe, qb, c)
+            _place_all(due, m, pos, False, V[KS], cap, BL, R, H, qe, qb, c)
     return 0
 
 
 @_jit
-def hit(ids, s, end, maxs, ks, BL, R, S, E, ht, c):
+def hit(ids, s, end, V, BL, R, S, E, ht, c):
     """``spfcore_blocks_hit`` of session ``s`` (-1: none): each hit block's key
     (the key None for a block with none) protected to ``end``, the session
     owning it. Returns 0, ``E_RANGE - j`` for ``ids[j]`` out of range, or
     ``E_EDGES`` (nothing applied)."""
-    nb = BL.shape[0] - 1
+    ks = V[KS]
+    nb = BL.shape[0] - NLISTS
     j = _range(ids, nb)
     if j >= 0:
         return E_RANGE - j
@@ -588,18 +659,19 @@ def hit(ids, s, end, maxs, ks, BL, R, S, E, ht, c):
     for j in range(n):
         k = BL[ids[j], KEY]
         ks[j] = k if k >= 0 else none
-    _touch(s, ks, n, end, maxs, R, S, E, ht, c)
+    _touch(s, ks, n, end, R, S, E, ht, c)
     return 0
 
 
 @_jit
-def stored(ids, w, s, end, maxs, ks, BL, R, T, mask, fk, S, E, ht, c):
+def stored(ids, w, s, end, V, BL, R, T, S, E, ht, c):
     """``spfcore_blocks_stored``: blocks ``ids`` cached with keys ``w`` (four
     words a row), in order: each key interned, held by its block, ``OWN`` the
     block (a key twice: the later block); then session ``s``'s touch (see
     :func:`hit`). Returns 0, ``-1 - j`` for ``ids[j]`` holding a key already or
     named twice, ``E_RANGE - j``, ``E_EDGES`` or ``E_FULL`` (nothing applied)."""
-    nb = BL.shape[0] - 1
+    ks, fk, mask = V[KS], V[FK], T.shape[0] - 1
+    nb = BL.shape[0] - NLISTS
     j = _range(ids, nb)
     if j >= 0:
         return E_RANGE - j
@@ -636,7 +708,7 @@ def stored(ids, w, s, end, maxs, ks, BL, R, T, mask, fk, S, E, ht, c):
         R[k, OWN] = b
         ks[j] = k
     c[HOOK_CALLS] += 1
-    _touch(s, ks, n, end, maxs, R, S, E, ht, c)
+    _touch(s, ks, n, end, R, S, E, ht, c)
     return 0
 
 
@@ -644,42 +716,42 @@ def stored(ids, w, s, end, maxs, ks, BL, R, T, mask, fk, S, E, ht, c):
 def touch(ids, BL, c):
     """Hit blocks that were free leave the order. Returns 0, or ``-1 - j``
     for ``ids[j]`` not a free cached block or named twice (nothing applied)."""
-    nb = BL.shape[0] - 1
+    nb = BL.shape[0] - NLISTS
     for j in range(ids.shape[0]):
         b = ids[j]
-        if b < 0 or b >= nb or not BL[b, IN]:
+        if b < 0 or b >= nb or not BL[b, FL] & F_IN:
             return -1 - j
     j = _twice(ids, BL, c)
     if j >= 0:
         return -1 - j
     for j in range(ids.shape[0]):
         b = ids[j]
-        if BL[b, INL]:
+        if BL[b, HST] < 0:
             _l_unlink(b, BL)
-        BL[b, IN] = 0
-        if BL[b, PIN]:
-            BL[b, PIN] = 0
+        if BL[b, FL] & F_PIN:
             c[NPIN] -= 1
+        BL[b, FL] = 0
     c[LRUN] -= ids.shape[0]
     return 0
 
 
 @_jit
-def release(cached, hashless, cap, BL, R, hs, H, qe, qb, c):
+def release(cached, hashless, V, BL, R, HQ, qb, c):
     """``PolicyRuntime.release``: cached blocks scored at the clock (one score
     call), each with a new release order, in order; then hashless blocks onto
     the stack, ``hashless[0]`` on top. Returns 0, or ``-1 - j`` for
     ``cached[j]`` (``j < len(cached)``) or ``hashless[j - len(cached)]`` free
     already, named twice or out of range (nothing applied)."""
-    nb = BL.shape[0] - 1
+    cap, hs, H, qe = c[CAP], V[HS], HQ[0], HQ[1]
+    nb = BL.shape[0] - NLISTS
     nc = cached.shape[0]
     for j in range(nc):
         b = cached[j]
-        if b < 0 or b >= nb or BL[b, IN] or BL[b, HFREE]:
+        if b < 0 or b >= nb or BL[b, FL]:
             return -1 - j
     for j in range(hashless.shape[0]):
         b = hashless[j]
-        if b < 0 or b >= nb or BL[b, IN] or BL[b, HFREE]:
+        if b < 0 or b >= nb or BL[b, FL]:
             return -1 - nc - j
     j = _twice(cached, BL, c)
     if j >= 0:
@@ -690,69 +762,80 @@ def release(cached, hashless, cap, BL, R, hs, H, qe, qb, c):
         if BL[b, MARK] == e:
             return -1 - nc - j
         BL[b, MARK] = e
-    pos = c[ARR]
-    for j in range(nc):
-        c[ORDER] += 1
-        _place(cached[j], pos, c[ORDER], cap, BL, R, H, qe, qb, c)
+    _place_all(cached, nc, c[ARR], True, V[KS], cap, BL, R, H, qe, qb, c)
     if nc:
         c[HOOK_CALLS] += 1
     for j in range(hashless.shape[0] - 1, -1, -1):
         b = hashless[j]
         hs[c[HSN]] = b
-        BL[b, HFREE] = 1
+        BL[b, FL] = F_HFREE
         c[HSN] += 1
     return 0
 
 
 @_jit
-def evict(n, out, cap, due, BL, R, T, mask, fk, S, E, ht, hs, H, qe, qb, c):
+def evict(n, V, BL, R, T, S, E, ht, HQ, qb, c):
     """``PolicyRuntime.evict(n)``: expired scores re-scored first when cached
-    blocks are taken, then ``n`` victims into ``out[:n]``: the top hashless
-    block, else the older of the release queue's head and the heap's top
-    unless that is pinned. A victim's key leaves ``OWN`` (if the victim owned
+    blocks are taken, then ``n`` victims into ``V[OUT, :n]``: the top hashless
+    block, else the lowest ``(pinned, release order)`` of the lists' heads and
+    the heap's top. A victim's key leaves ``OWN`` (if the victim owned
     it), the policy (``until`` and edges: one evicted-hook call if any) and
     its block; a key id no block holds is freed. Returns 0 or ``E_TOO_FEW``
-    (nothing taken)."""
+    (nothing taken).
+
+    In passes over the victims (their keys into ``V[KS]``, the key ids freed
+    into ``V[DUE]``), each touching one kind of row: the order does not depend on the
+    keys' state, and a pass's rows of different victims are fetched at once
+    (a cold row each) where one victim's chain of rows would wait in turn."""
+    out, due, ks, hs, fk = V[OUT], V[DUE], V[KS], V[HS], V[FK]
+    cap, H, qe = c[CAP], HQ[0], HQ[1]
     if n > c[HSN] + c[LRUN]:
         return E_TOO_FEW
     c[EVICT_CALLS] += 1
     pos = c[ARR]
     if n > c[HSN] and c[QBASE] <= pos:
-        _rescore_due(pos, cap, due, BL, R, H, qe, qb, c)
-    z = BL.shape[0] - 1
-    keyed = False
-    for j in range(n):
+        _rescore_due(pos, cap, due, V[KS], BL, R, H, qe, qb, c)
+    z0 = BL.shape[0] - NLISTS
+    for j in range(n):  # the victims, their blocks
         if c[HSN] > 0:
             c[HSN] -= 1
             b = hs[c[HSN]]
-            BL[b, HFREE] = 0
         else:
-            while c[HN] and not (BL[H[0, 1], IN] and H[0, 2] == BL[H[0, 1], HST]):  # stale tops
+            while c[HN] and not (BL[H[0, 1], FL] & F_IN and H[0, 2] == BL[H[0, 1], HST]):  # stale tops
                 c[HN] = _h_pop(H, c[HN])
-            b = BL[z, LN]
-            if b != z and (c[HN] == 0 or BL[b, ORD] < H[0, 0]):  # (a pinned top's key is above every order)
-                _l_unlink(b, BL)
-            else:
+            b, key = -1, 0
+            for i in range(NLISTS):
+                h = BL[z0 + i, LN]
+                if h != z0 + i:
+                    x = BL[h, ORD] + (PINK if i >= 2 else 0)
+                    if b < 0 or x < key:
+                        b, key = h, x
+            if c[HN] and (b < 0 or H[0, 0] < key):
                 b = H[0, 1]
                 c[HN] = _h_pop(H, c[HN])
-            BL[b, IN] = 0
+            else:
+                _l_unlink(b, BL)
             c[LRUN] -= 1
-            if BL[b, PIN]:
-                BL[b, PIN] = 0
+            if BL[b, FL] & F_PIN:
                 c[NPIN] -= 1
+        BL[b, FL] = 0
         out[j] = b
-        k = BL[b, KEY]
+        ks[j] = BL[b, KEY]
+        BL[b, KEY] = -1
+    m = 0
+    for j in range(n):  # their key rows
+        k = ks[j]
         if k < 0:
             continue
-        keyed = True
         c[EVICTIONS] += 1
-        BL[b, KEY] = -1
-        if R[k, OWN] == b:
+        if R[k, OWN] == out[j]:
             R[k, OWN] = -1
-        _evict_key(k, R, S, E, ht, c)
         R[k, NBLK] -= 1
         if R[k, NBLK] == 0:
-            _unintern(k, T, mask, R, fk, c)
+            due[m] = k
+            m += 1
+    keyed = _evict_keys(ks, n, R, S, E, ht, c)  # their edges
+    _unintern_all(due, m, T, R, fk, c)  # the key ids no block holds
     if keyed:
         c[HOOK_CALLS] += 1
     return 0
@@ -769,22 +852,31 @@ def session_ids(num_blocks: int) -> int:
     return 2 * num_blocks + 64
 
 
+def _edge_rows(n: int) -> np.ndarray:
+    """``(n, 8)`` int32 edge rows, free (-1), starting on a 64-byte boundary (two a cache line)."""
+    buf = np.full(n * 8 + 16, -1, np.int32)
+    skip = (-buf.ctypes.data % 64) // 4
+    return buf[skip:skip + n * 8].reshape(n, 8)
+
+
 def _edge_hash(cap: int) -> np.ndarray:
     return np.full(1 << int(2 * cap - 1).bit_length(), -1, np.int64)
 
 
-def new_state(num_blocks: int, ttl: int, edges: int | None = None, order_cap: int | None = None) -> dict:
-    """A fresh state for ``num_blocks`` blocks and ``ttl_arrivals`` ``ttl``
-    (``1 <= ttl < QMAX``): nothing free (the driver releases the free blocks
-    first), no key, no session; room for ``edges`` edges (default ``4 *
-    num_blocks + 1024``; :func:`grow_edges` adds more), and ``order_cap``
-    entries on the order heap and in the calendar each (default ``4 *
-    num_blocks + 1024``; at least ``num_blocks + 2``: each holds at most one
-    live entry a free block and is compacted when full; tests set it low).
+def new_state(num_blocks: int, ttl: int, pin_cap: int, max_sessions: int, edges: int | None = None,
+              order_cap: int | None = None) -> dict:
+    """A fresh state for ``num_blocks`` blocks, ``ttl_arrivals`` ``ttl``
+    (``1 <= ttl < QMAX``), ``pin_cap`` and ``max_sessions`` (kept in ``c``):
+    nothing free (the driver releases the free blocks first), no key, no
+    session; room for ``edges`` edges (default ``4 * num_blocks + 1024``;
+    :func:`grow_edges` adds more), and ``order_cap`` entries on the order heap
+    and in the calendar each (default ``4 * num_blocks + 1024``; at least
+    ``num_blocks + 2``: each holds at most one live entry a free block and is
+    compacted when full; tests set it low).
 
     Returns:
-        ``{name: array}`` of the kernels' arguments (names as there), ``mask``
-        the key table's (``S - 1``).
+        ``{name: array}`` of the kernels' arguments (names as there; ``HQ[2,
+        cap, 4]``: the order heap and the calendar's entries).
     """
     if not 1 <= ttl < QMAX:
         raise ValueError(f"ttl_arrivals {ttl}: the calendar takes 1 .. {QMAX - 1}")
@@ -793,47 +885,45 @@ def new_state(num_blocks: int, ttl: int, edges: int | None = None, order_cap: in
     ts = 1
     while ts < 2 * nk:
         ts *= 2
-    BL = _rows(num_blocks + 1, 16)
+    BL = _rows(num_blocks + NLISTS, 8)
     BL[:, KEY] = BL[:, HST] = -1
-    z = num_blocks
-    BL[z, LN] = BL[z, LP] = z  # the release queue: empty
+    for z in range(num_blocks, num_blocks + NLISTS):
+        BL[z, LN] = BL[z, LP] = z  # the lists: empty
     R = _rows(nk + 1, 8)
     R[nk, UNTIL] = R[nk, OH] = R[nk, OWN] = -1  # the key None
     ns = session_ids(num_blocks)
     S = _rows(ns, 8)
     S[:, SH] = S[:, ST] = S[:, SP] = S[:, SX] = -1
     ec = edges or 4 * num_blocks + 1024
-    E = _rows(ec, 8, -1)
+    E = _edge_rows(ec)
     E[:, EIN] = 0
-    E[:, ESN] = np.arange(1, ec + 1)
-    E[ec - 1, ESN] = -1
+    E[:, EF] = np.arange(ec - 1, -1, -1)  # (edge 0 taken first)
     c = np.zeros(NCOUNTERS, i64)
     c[AH] = c[AT] = -1
     c[QFREE] = -1
-    c[EFREE] = 0
+    c[EFREE] = ec
+    c[TTL], c[CAP], c[MAXS] = ttl, pin_cap, max_sessions
     w = 1 << int(ttl).bit_length()  # a power of two > ttl
     hc = order_cap or 4 * num_blocks + 1024
     if hc < num_blocks + 2:
         raise ValueError(f"order_cap {hc}: at least num_blocks + 2 = {num_blocks + 2}")
-    return {"BL": BL, "R": R, "T": np.zeros((ts, 2), i64), "mask": ts - 1, "fk": np.empty(nk, i64),
-            "S": S, "E": E, "ht": _edge_hash(ec), "hs": np.zeros(num_blocks, i64),
-            "H": _rows(hc, 4),
-            "qe": _rows(hc, 4), "qb": np.full((2, w), -1, i64),
-            "out": np.zeros(num_blocks, i64), "due": np.zeros(num_blocks, i64), "ks": np.zeros(num_blocks, i64),
-            "c": c}
+    HQ = _rows(2 * hc, 4).reshape(2, hc, 4)
+    return {"BL": BL, "R": R, "T": np.zeros((ts, 2), i64), "S": S, "E": E, "ht": _edge_hash(ec),
+            "V": np.zeros((5, nk), i64), "HQ": HQ, "qb": np.full((2, w), -1, i64), "c": c}
 
 
 def grow_edges(st: dict) -> None:
-    """Double the edges (the new ones chained in front of the free ones) and rebuild their hash."""
+    """Double the edges (the new ones on top of the free stack) and rebuild their hash."""
     E, c = st["E"], st["c"]
     old = E.shape[0]
     cap = 2 * old
-    new = _rows(cap, 8, -1)
-    new[:old] = E
+    new = _edge_rows(cap)
+    new[:old, :EF] = E[:, :EF]
     new[old:, EIN] = 0
-    new[old:, ESN] = np.arange(old + 1, cap + 1)
-    new[cap - 1, ESN] = c[EFREE]
-    c[EFREE] = old
+    nf = int(c[EFREE])
+    new[:nf, EF] = E[:nf, EF]
+    new[nf:nf + old, EF] = np.arange(cap - 1, old - 1, -1)
+    c[EFREE] = nf + old
     st["E"] = new
     st["ht"] = _edge_hash(cap)
     rehash(new, st["ht"])
@@ -842,17 +932,15 @@ def grow_edges(st: dict) -> None:
 def warm() -> None:
     """Compile every kernel (or load numba's on-disk cache) on a tiny state,
     with the argument types the runtime passes."""
-    s = new_state(4, 2, 8)
+    s = new_state(4, 2, 2, 4, 8)
     i64 = np.int64
     ids = np.array([1, 2], i64)
     w = np.frombuffer(np.arange(8, dtype=i64).tobytes(), i64).reshape(2, 4)
-    c = s["c"]
-    order = (s["H"], s["qe"], s["qb"])
-    arrived(0, 0, 2, 2, s["due"], s["BL"], s["R"], s["S"], s["E"], *order, c)
-    release(np.zeros(0, i64), ids, 2, s["BL"], s["R"], s["hs"], *order, c)
-    evict(2, s["out"], 2, s["due"], s["BL"], s["R"], s["T"], s["mask"], s["fk"], s["S"], s["E"], s["ht"], s["hs"],
-          *order, c)
-    stored(ids, w, 0, 2, 4, s["ks"], s["BL"], s["R"], s["T"], s["mask"], s["fk"], s["S"], s["E"], s["ht"], c)
-    hit(ids, 0, 2, 4, s["ks"], s["BL"], s["R"], s["S"], s["E"], s["ht"], c)
-    touch(np.zeros(0, i64), s["BL"], c)
-    rehash(s["E"], s["ht"])
+    V, BL, R, T, S, E, ht, HQ, qb, c = (s[x] for x in ("V", "BL", "R", "T", "S", "E", "ht", "HQ", "qb", "c"))
+    arrived(0, 0, V, BL, R, S, E, HQ, qb, c)
+    release(np.zeros(0, i64), ids, V, BL, R, HQ, qb, c)
+    evict(2, V, BL, R, T, S, E, ht, HQ, qb, c)
+    stored(ids, w, 0, 2, V, BL, R, T, S, E, ht, c)
+    hit(ids, 0, 2, V, BL, R, S, E, ht, c)
+    touch(np.zeros(0, i64), BL, c)
+    rehash(E, ht)

@@ -440,7 +440,7 @@ class SessionTTLKernelRuntime(_KernelRuntime):
         self.max_sessions = max(1, num_blocks) if max_sessions is None else int(max_sessions)
         if not 1 <= self.max_sessions <= max(1, num_blocks):
             raise ValueError(f"max_sessions {self.max_sessions}: 1 .. {max(1, num_blocks)}")
-        self.s = nb.new_state(num_blocks, self.ttl, edges, order_cap)
+        self.s = nb.new_state(num_blocks, self.ttl, self.pin_cap, self.max_sessions, edges, order_cap)
         self.c = self.s["c"]
         self.c[nb.HOOK_CALLS] = 1  # spfcore_cache_configured, as the runtime counts it at construction
         self.policy_seconds = self.evict_seconds = 0.0
@@ -449,20 +449,27 @@ class SessionTTLKernelRuntime(_KernelRuntime):
         self._snext = 0
         self._empty = np.zeros(0, np.int64)
         self._hash_bytes = 0
+        self._arr = 0  # the latest arrival index (``c[nb.ARR]``, as a Python int: cheaper to compare)
+        self._empty_hits = 0  # hit events of no block (each a hit-hook call; counted here, no kernel call)
         self._bind()
 
     def _bind(self) -> None:
         s, c = self.s, self.c
-        order = (s["H"], s["qe"], s["qb"])
-        self._arrived_args = (s["due"], s["BL"], s["R"], s["S"], s["E"], *order, c)
-        self._hit_args = (s["ks"], s["BL"], s["R"], s["S"], s["E"], s["ht"], c)
-        self._stored_args = (s["ks"], s["BL"], s["R"], s["T"], s["mask"], s["fk"], s["S"], s["E"], s["ht"], c)
-        self._release_args = (self.pin_cap, s["BL"], s["R"], s["hs"], *order, c)
-        self._evict_args = (s["out"], self.pin_cap, s["due"], s["BL"], s["R"], s["T"], s["mask"], s["fk"], s["S"],
-                            s["E"], s["ht"], s["hs"], *order, c)
+        self._out = s["V"][self.nb.OUT]
+        self._arrived_args = (s["V"], s["BL"], s["R"], s["S"], s["E"], s["HQ"], s["qb"], c)
+        self._hit_args = (s["V"], s["BL"], s["R"], s["S"], s["E"], s["ht"], c)
+        self._stored_args = (s["V"], s["BL"], s["R"], s["T"], s["S"], s["E"], s["ht"], c)
+        self._release_args = (s["V"], s["BL"], s["R"], s["HQ"], s["qb"], c)
+        self._evict_args = (s["V"], s["BL"], s["R"], s["T"], s["S"], s["E"], s["ht"], s["HQ"], s["qb"], c)
 
     # ------------------------------------------------------------ counters
     evictions = _counter("EVICTIONS", "Keyed victims so far.")
+
+    @property
+    def hook_calls(self) -> int:
+        """The hook calls the hook path would have made so far (see the class)."""
+        return int(self.c[self.nb.HOOK_CALLS]) + self._empty_hits
+
     pins_refused = _counter("REFUSED", "Pins the cap refused so far, blocks.")
     num_pinned = _counter("NPIN", "Pinned free blocks now.")
 
@@ -485,14 +492,13 @@ class SessionTTLKernelRuntime(_KernelRuntime):
         self._sids[session_id] = i
         return i
 
-    def _arrived_check(self, request: RequestView, what: str) -> None:
+    def _ahead(self, request: RequestView, what: str) -> PolicyError:
         """A session's touch protects to ``arrival_index + ttl``, which must
         lie within the expiry calendar's reach (a TTL ahead of the latest
-        arrival): refuse a request ahead of the latest arrival (one that has
-        not arrived; the engine's requests arrive before their lookup)."""
-        if request.arrival_index > self.c[self.nb.ARR]:
-            raise self._bad(f"{what} by request {request.request_id!r} of arrival index {request.arrival_index}: "
-                            f"ahead of the latest arrival's {int(self.c[self.nb.ARR])} (it has not arrived)")
+        arrival): the error for a request ahead of the latest arrival (one that
+        has not arrived; the engine's requests arrive before their lookup)."""
+        return self._bad(f"{what} by request {request.request_id!r} of arrival index {request.arrival_index}: "
+                         f"ahead of the latest arrival's {self._arr} (it has not arrived)")
 
     def _grow(self) -> None:
         self.nb.grow_edges(self.s)
@@ -512,12 +518,13 @@ class SessionTTLKernelRuntime(_KernelRuntime):
         t0 = _perf()
         try:
             pos = request.arrival_index
-            if pos < self.c[self.nb.ARR]:
-                raise self._bad(f"arrival index {pos}: below the latest arrival's {int(self.c[self.nb.ARR])} (the "
+            if pos < self._arr:
+                raise self._bad(f"arrival index {pos}: below the latest arrival's {self._arr} (the "
                                 "expiry calendar takes a clock that only grows)")
             sid = request.session_id
             s = -1 if sid is None else self._sids.get(sid, -1)
-            self.nb.arrived(pos, s, self.ttl, self.pin_cap, *self._arrived_args)
+            self.nb.arrived(pos, s, *self._arrived_args)
+            self._arr = pos
             return ()
         finally:
             self.policy_seconds += _perf() - t0
@@ -534,16 +541,19 @@ class SessionTTLKernelRuntime(_KernelRuntime):
         """
         t0 = _perf()
         try:
-            a = _ids(ids) if len(ids) else self._empty
+            if not len(ids):
+                self._empty_hits += 1  # (spfcore_blocks_hit on an empty hit too; nothing else: no kernel call)
+                return
+            a = _ids(ids)
             if len(a) > self.num_blocks:
                 raise self._bad(f"hit {len(a)} blocks: more than the pool's {self.num_blocks}")
             sid = request.session_id
-            if sid is not None and len(a):  # (a touch that protects)
-                self._arrived_check(request, "hit")
-            s = self._sid(sid) if sid is not None and len(a) else -1
+            if sid is not None and request.arrival_index > self._arr:  # (a touch that protects)
+                raise self._ahead(request, "hit")
+            s = self._sid(sid) if sid is not None else -1
             end = request.arrival_index + self.ttl
             while True:
-                r = self.nb.hit(a, s, end, self.max_sessions, *self._hit_args)
+                r = self.nb.hit(a, s, end, *self._hit_args)
                 if r != self.nb.E_EDGES:
                     break
                 self._grow()
@@ -572,20 +582,20 @@ class SessionTTLKernelRuntime(_KernelRuntime):
                 return
             w, hb = _stored_words(self, n, keys)
             sid = request.session_id
-            if sid is not None:  # (a touch that protects)
-                self._arrived_check(request, "stored")
+            if sid is not None and request.arrival_index > self._arr:  # (a touch that protects)
+                raise self._ahead(request, "stored")
             a = _ids(ids)
             s = self._sid(sid) if sid is not None else -1
             end = request.arrival_index + self.ttl
             while True:
-                r = self.nb.stored(a, w, s, end, self.max_sessions, *self._stored_args)
+                r = self.nb.stored(a, w, s, end, *self._stored_args)
                 if r != self.nb.E_EDGES:
                     break
                 self._grow()
             if not r:
                 self._hash_bytes = hb  # (fixed by the first store taken)
             if r == self.nb.E_FULL:
-                raise self._bad(f"every key id is live ({len(self.s['fk'])}): the bound does not hold")
+                raise self._bad(f"every key id is live ({self.nb.key_ids(self.num_blocks)}): the bound does not hold")
             if r <= self.nb.E_RANGE:
                 raise self._bad(f"stored block {int(a[self.nb.E_RANGE - r])}: not a block of the pool")
             if r:
@@ -629,7 +639,7 @@ class SessionTTLKernelRuntime(_KernelRuntime):
                 raise ValueError(f"evict({n}): a negative number of blocks")
             if self.nb.evict(n, *self._evict_args):
                 raise ValueError(f"No free blocks available: asked for {n}, {self.num_free} free")
-            return self.s["out"][:n].tolist()
+            return self._out[:n].tolist()
         finally:
             self.policy_seconds += (dt := _perf() - t0)
             self.evict_seconds += dt
@@ -654,15 +664,14 @@ class SessionTTLKernelRuntime(_KernelRuntime):
         """Every free block id: hashless first (the next one handed out
         first), then cached in no fixed order."""
         s = self.s
-        return (s["hs"][: self.c[self.nb.HSN]][::-1].tolist()
-                + np.flatnonzero(s["BL"][: self.num_blocks, self.nb.IN]).tolist())
+        return (s["V"][self.nb.HS, : self.c[self.nb.HSN]][::-1].tolist()
+                + np.flatnonzero(s["BL"][: self.num_blocks, self.nb.FL] & self.nb.F_IN).tolist())
 
     def is_free(self, block_id: int) -> bool:
         """Whether physical block ``block_id`` is free (``False`` for an id outside the pool, as the runtime answers)."""
         if not 0 <= block_id < self.num_blocks:
             return False
-        row = self.s["BL"][block_id]
-        return bool(row[self.nb.IN] or row[self.nb.HFREE])
+        return bool(self.s["BL"][block_id, self.nb.FL])  # (free and cached, or on the hashless stack)
 
 
 
