@@ -11,6 +11,12 @@ before their allocation, hashes stored twice (recomputed duplicates),
 allocations that take every free block and lone evictions of 0..free blocks.
 Every answer, the free set after every step, the counters and the end state
 must agree. ``SPFCORE_FUZZ_SEEDS`` sets the seeds (default 300).
+
+Also ``spf_expected_utility`` (tests/test_engine_compiled_spf.py's fuzz) over
+pools of 65-260 blocks and chains of up to 48 blocks: the compiled replay's
+order holds several chunks of ``CHUNK`` (64) blocks (the shipped fuzz's pools
+of at most 40 are one chunk), and allocations of ``HEAP_FROM`` (8) or more
+blocks pop through the chunk heap, under pressure too.
 """
 
 from __future__ import annotations
@@ -234,3 +240,13 @@ def test_compiled_session_ttl_equals_the_hooks_on_adversarial_streams(chunk):
 def test_compiled_session_ttl_equals_the_hooks_on_odd_adversarial_streams(chunk):
     res = [fuzz(s, odd=True) for s in range(chunk, SEEDS, 2)]
     assert sum(e for e, _ in res) > 0 and sum(p for _, p in res) > 0
+
+
+@pytest.mark.parametrize("back", [False, True])
+def test_compiled_spf_equals_the_hooks_over_several_order_chunks(back):
+    from spfcore.sim._replay_spf_nb import CHUNK, HEAP_FROM
+    from test_engine_compiled_spf import fuzz as spf_fuzz
+
+    assert (CHUNK, HEAP_FROM) == (64, 8)  # (the pools and chains below reach past both)
+    evicted = sum(spf_fuzz(s, back=back, pool=(65, 260), chain=48, chains=10) for s in range(SEEDS // 6))
+    assert evicted > 0
