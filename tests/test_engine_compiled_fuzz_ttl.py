@@ -10,7 +10,8 @@ their hashes into other blocks), requests that wait about a TTL of arrivals
 before their allocation, hashes stored twice (recomputed duplicates),
 allocations that take every free block and lone evictions of 0..free blocks.
 Every answer, the free set after every step, the counters and the end state
-must agree. ``SPFCORE_FUZZ_SEEDS`` sets the seeds (default 300).
+must agree; ``breaks``: protocol breaks mid-stream the compiled runtime must
+refuse with nothing applied. ``SPFCORE_FUZZ_SEEDS`` sets the seeds (default 300).
 
 Also ``spf_expected_utility`` (tests/test_engine_compiled_spf.py's fuzz) over
 pools of 65-260 blocks and chains of up to 48 blocks: the compiled replay's
@@ -27,7 +28,7 @@ import random
 import pytest
 
 from spfcore.engine.compiled import SessionTTLKernelRuntime, compiled_runtime
-from spfcore.runtime import PolicyRuntime
+from spfcore.runtime import PolicyError, PolicyRuntime
 from spfcore.views import RequestView
 
 BS = 4
@@ -44,14 +45,14 @@ def _h(rng, mode, hb):
     return rng.randbytes(hb)
 
 
-def fuzz(seed, steps=300, odd=False):
+def fuzz(seed, steps=300, odd=False, ttls=(1, 2, 3, 4, 6, 10), breaks=False):
     """``odd``: the runtime built with few edges and a small heap and calendar (growth, compaction), hashes of
     8-32 bytes (or alike in their first 8), arrival indices that jump by about a TTL (or far beyond the
     calendar), stores vLLM made that the runtime never hears (drawn from a second generator)."""
     rng = random.Random(seed)
     orng = random.Random(-7 - seed)
     nb = rng.randint(2, 12)
-    ttl = rng.choice([1, 2, 3, 4, 6, 10])
+    ttl = rng.choice(ttls)
     capf = rng.choice([0.0, 0.1, 0.2, 0.34, 0.5, 1.0])
     opts = {"ttl_arrivals": str(ttl), "pin_cap_fraction": str(capf)}
     hooks = PolicyRuntime.for_policy("session_ttl", nb, BS, opts, key_map=False)
@@ -87,6 +88,7 @@ def fuzz(seed, steps=300, odd=False):
     ref = [0] * nb
     bhash = [None] * nb
     hmap = {}
+    unheard = set()
     both("release", [], list(range(nb)), 0.0)
     nsess = rng.choice([1, 3, 20, 200])
     sessions = [f"s{i}" for i in range(nsess)] + [None]
@@ -103,6 +105,7 @@ def fuzz(seed, steps=300, odd=False):
         for b in victims:
             assert ref[b] == 0
             h = bhash[b]
+            unheard.discard(b)
             if h is not None:
                 hmap[h].remove(b)
                 if not hmap[h]:
@@ -157,6 +160,7 @@ def fuzz(seed, steps=300, odd=False):
                     bhash[b] = h
                     hmap.setdefault(h, []).append(b)
                 if odd and orng.random() < 0.05:
+                    unheard.update(ids)  # (cached in vLLM; to the runtime hashless)
                     continue
                 both("stored", view, list(ids), list(kk), first, None, BS, t)
         running.append([view, chain, hits + victims, partial])
@@ -217,6 +221,37 @@ def fuzz(seed, steps=300, odd=False):
             view, chain, blocks, partial = ent
             both("finished", view, t)
             free(blocks, rng.random() < 0.5)
+        if breaks and rng.random() < 0.05:  # a protocol break: the compiled runtime refuses it, nothing applied
+            fr = [b for b in range(nb) if ref[b] == 0]
+            held = [b for b in range(nb) if ref[b] > 0]
+            kind = rng.randrange(5)
+            call = None
+            if kind == 0 and fr:  # release a free block (after a held one)
+                call = ("release", held[:1] + [rng.choice(fr)], (), t)
+            elif kind == 1 and fr:
+                call = ("release", (), held[:1] + [rng.choice(fr)], t)
+            elif kind == 2 and running:  # store into a block that holds a hash already (or out of the pool)
+                cachedb = [b for b in range(nb) if bhash[b] is not None and ref[b] > 0 and b not in unheard]
+                bad = rng.choice(cachedb) if cachedb and rng.random() < 0.7 else nb + rng.randrange(3)
+                ids = [b for b in held if bhash[b] is None and b not in unheard][:1] + [bad]
+                call = ("stored", running[0][0], ids, [_h(rng, mode, hb) for _ in ids], 0, None, BS, t)
+            elif kind == 3 and running:  # a hit naming a block out of the pool
+                call = ("hit", running[0][0], held[:1] + [rng.choice([-1, nb, nb + 5])], t)
+            elif kind == 4:
+                call = ("evict", nfree() + 1 + rng.randrange(2), t)
+            if call is not None:
+                from test_engine_compiled_session_ttl import _same, _state
+                before, counts = _state(comp), comp.stats()
+                try:
+                    getattr(comp, call[0])(*call[1:])
+                except (PolicyError, ValueError):
+                    pass
+                else:
+                    raise AssertionError(f"seed {seed} {cfg}: {call!r:.300} taken")
+                if not _same(before, _state(comp)) or comp.stats()["evictions"] != counts["evictions"]:
+                    raise AssertionError(f"seed {seed} {cfg}: {call!r:.300} refused, but applied")
+            if hooks.num_free != comp.num_free or sorted(hooks.free_ids()) != sorted(comp.free_ids()):
+                raise AssertionError(f"seed {seed} {cfg}: free sets differ after a break at step {step}")
         if hooks.num_free != comp.num_free or sorted(hooks.free_ids()) != sorted(comp.free_ids()):
             raise AssertionError(f"seed {seed} {cfg}: free sets differ at step {step}")
     sa, sb = hooks.stats(), comp.stats()
@@ -250,3 +285,19 @@ def test_compiled_spf_equals_the_hooks_over_several_order_chunks(back):
     assert (CHUNK, HEAP_FROM) == (64, 8)  # (the pools and chains below reach past both)
     evicted = sum(spf_fuzz(s, back=back, pool=(65, 260), chain=48, chains=10) for s in range(SEEDS // 6))
     assert evicted > 0
+
+
+def test_compiled_session_ttl_equals_the_hooks_with_long_ttls():
+    # TTLs up to the calendar's most (65,535), arrival indices that jump by about a TTL
+    res = [fuzz(s, odd=True, ttls=(50, 1000, 65534, 65535)) for s in range(SEEDS // 3)]
+    assert sum(e for e, _ in res) > 0 and sum(p for _, p in res) > 0
+
+
+@pytest.mark.parametrize("odd", [False, True])
+def test_protocol_breaks_mid_stream_are_refused_with_nothing_applied(odd):
+    # releases of free blocks (after a held one), stores into a cached block or out of the pool (after a fresh
+    # one), hits out of the pool, evictions of more than the free: the compiled runtime raises (PolicyError;
+    # evict ValueError), its arrays and counters as before, and the stream goes on deciding as the hooks
+    # (which take some of these calls; they are not made to them)
+    res = [fuzz(s, odd=odd, breaks=True) for s in range(SEEDS // 3)]
+    assert sum(e for e, _ in res) > 0
