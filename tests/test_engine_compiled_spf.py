@@ -318,11 +318,13 @@ FUZZ_OPTS = [None, {"ghost_factor": "0.5"}, {"ghost_factor": "0.1", "period": "2
              {"gap_classes": "false", "decay": "0.8", "max_count": "3"}]
 
 
-def fuzz(seed, steps=400, back=False):
-    """``back``: arrival indices repeat or go back at times (the hooks take any index)."""
+def fuzz(seed, steps=400, back=False, pool=(3, 40), chain=8, chains=6):
+    """``back``: arrival indices repeat or go back at times (the hooks take any index). ``pool``: the range of
+    pool sizes; ``chain``, ``chains``: the most blocks of a prompt chain, and chains (tests/
+    test_engine_compiled_fuzz_ttl.py draws pools of several order chunks, allocations through the chunk heap)."""
     rng = random.Random(seed)
     fb = 4
-    nb = rng.randint(3, 40)
+    nb = rng.randint(*pool)
     opts = rng.choice(FUZZ_OPTS)
     mode = rng.choice(["rand", "collide8"])
     hooks = PolicyRuntime.for_policy(ARM, nb, fb, opts, key_map=False)
@@ -365,7 +367,7 @@ def fuzz(seed, steps=400, back=False):
     bhash = [None] * nb
     hmap = {}  # hash -> blocks holding it (insertion order, vLLM's first is returned)
     both("release", [], list(range(nb)), 0.0)
-    chains = [[mkhash(rng, mode) for _ in range(rng.randint(1, 8))] for _ in range(rng.randint(1, 6))]
+    chains = [[mkhash(rng, mode) for _ in range(rng.randint(1, chain))] for _ in range(rng.randint(1, chains))]
     waiting, running = [], []
     t = 0.0
     arrivals = 0
