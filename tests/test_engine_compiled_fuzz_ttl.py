@@ -30,6 +30,7 @@ import pytest
 from spfcore.engine.compiled import SessionTTLKernelRuntime, compiled_runtime
 from spfcore.runtime import PolicyError, PolicyRuntime
 from spfcore.views import RequestView
+from _compiled_pair import paired
 
 BS = 4
 
@@ -67,23 +68,7 @@ def fuzz(seed, steps=300, odd=False, ttls=(1, 2, 3, 4, 6, 10), breaks=False):
     orig_stored = hooks.stored
     hooks.stored = lambda req, ids, keys, *a: orig_stored(req, ids, [int.from_bytes(k + bytes(32 - len(k)))
                                                                      for k in keys], *a)
-    log = []
-
-    def both(name, *args):
-        log.append((name, args))
-        ra = rb = ea = eb = None
-        try:
-            ra = getattr(hooks, name)(*args)
-        except Exception as e:  # noqa: BLE001
-            ea = e
-        try:
-            rb = getattr(comp, name)(*args)
-        except Exception as e:  # noqa: BLE001
-            eb = e
-        if (ea is None) != (eb is None) or ra != rb:
-            raise AssertionError(f"seed {seed} {cfg}: {name}{args!r:.300}: hooks {ra!r:.200}/{ea!r} "
-                                 f"vs compiled {rb!r:.200}/{eb!r}")
-        return ra
+    both = paired(hooks, comp, f"seed {seed} {cfg}")
 
     ref = [0] * nb
     bhash = [None] * nb

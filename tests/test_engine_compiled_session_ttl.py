@@ -28,6 +28,7 @@ from spfcore.sim import prepare, simulate
 from spfcore.sim.simulator import REPLAY_ENV
 from spfcore.views import RequestView
 from spfcore.workloads.generators import make
+from _compiled_pair import paired
 
 EVENTS = ("arrived", "hit", "touch", "evict", "stored", "finished", "release")
 BS = 16
@@ -397,20 +398,7 @@ def fuzz(seed, steps=400, odd=False):
     hooks.stored = lambda req, ids, keys, *a: orig_stored(req, ids, [int.from_bytes(k + bytes(32 - len(k)))
                                                                      for k in keys], *a)
 
-    def both(name, *args):
-        ra = rb = ea = eb = None
-        try:
-            ra = getattr(hooks, name)(*args)
-        except Exception as e:  # noqa: BLE001
-            ea = e
-        try:
-            rb = getattr(comp, name)(*args)
-        except Exception as e:  # noqa: BLE001
-            eb = e
-        if (ea is None) != (eb is None) or ra != rb:
-            raise AssertionError(f"seed {seed} {cfg}: {name}{args!r:.300}: hooks {ra!r:.200}/{ea!r} "
-                                 f"vs compiled {rb!r:.200}/{eb!r}")
-        return ra
+    both = paired(hooks, comp, f"seed {seed} {cfg}")
 
     ref = [0] * nb
     bhash = [None] * nb
